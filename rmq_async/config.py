@@ -1,0 +1,164 @@
+"""Configuration models: every tunable, with the Java client's and broker's defaults.
+
+All timers of the client and of the embedded broker live in one :class:`Timing` model, so that tests
+can run everything on :meth:`Timing.fast` (about 1/20 of the defaults) while users keep the Java
+defaults. Its invariants are checked at construction:
+
+* ``pull_timeout > suspend_timeout + held_pull_check_interval + margin``: a held pull is only answered
+  at the broker's next hold check, so a shorter timeout fails against a real broker;
+* ``lock_renew_interval < lock_lease < broker_lock_expiry``: a lease is renewed before it lapses, and
+  the client stops trusting it before the broker frees the lock.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ConfigError
+
+__all__ = [
+    "DEFAULT_DELAY_LEVELS",
+    "FAST_DELAY_LEVELS",
+    "Timing",
+    "parse_delay_levels",
+    "ConfigModel",
+]
+
+#: broker ``messageDelayLevel`` default (MessageStoreConfig.java)
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+#: the same 18 levels, about 1/20, for tests
+FAST_DELAY_LEVELS = "50ms 250ms 500ms 1500ms 3s 6s 9s 12s 15s 18s 21s 24s 27s 30s 60s 90s 180s 360s"
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_LEVEL = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
+
+
+def parse_delay_levels(text: str) -> tuple[float, ...]:
+    """``"1s 5s 1m"`` -> ``(1.0, 5.0, 60.0)`` seconds; level 1 is the first item."""
+    out = []
+    for item in text.split():
+        m = _LEVEL.match(item)
+        if not m:
+            raise ValueError(f"bad delay level {item!r}: expected a number with ms, s, m, h or d (e.g. '5s')")
+        out.append(float(m.group(1)) * _UNITS[m.group(2)])
+    if not out:
+        raise ValueError("delay levels must not be empty")
+    return tuple(out)
+
+
+def _config_error(model: str, exc: ValidationError) -> ConfigError:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        where = f"{model}.{loc}" if loc else model
+        lines.append(f"{where}: {err['msg']} (got {err.get('input')!r})")
+    return ConfigError("; ".join(lines))
+
+
+class ConfigModel(BaseModel):
+    """Base of every config model: frozen, no unknown fields, errors raised as ConfigError."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    def __init__(self, /, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise _config_error(type(self).__name__, exc) from None
+
+
+class Timing(ConfigModel):
+    """Every timer of the client and the embedded broker, in seconds.
+
+    Defaults are the Java ones. Use :meth:`fast` in tests (client and embedded broker alike).
+    """
+
+    # client
+    heartbeat_interval: float = Field(30.0, gt=0, description="heartbeatBrokerInterval")
+    route_refresh_interval: float = Field(30.0, gt=0, description="pollNameServerInterval")
+    rebalance_interval: float = Field(20.0, gt=0, description="RebalanceService waitInterval")
+    persist_interval: float = Field(5.0, gt=0, description="persistConsumerOffsetInterval")
+    lock_renew_interval: float = Field(20.0, gt=0, description="REBALANCE_LOCK_INTERVAL")
+    lock_lease: float = Field(30.0, gt=0, description="REBALANCE_LOCK_MAX_LIVE_TIME (client-side lease)")
+    suspend_timeout: float = Field(15.0, gt=0, description="BROKER_SUSPEND_MAX_TIME_MILLIS (long-poll hold)")
+    pull_timeout: float = Field(30.0, gt=0, description="CONSUMER_TIMEOUT_MILLIS_WHEN_SUSPEND")
+    request_timeout: float = Field(3.0, gt=0, description="default RPC timeout (sendMsgTimeout 3 s)")
+    pull_error_delay: float = Field(3.0, ge=0, description="PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION")
+    suspend_current_queue: float = Field(1.0, ge=0, description="suspendCurrentQueueTimeMillis")
+    orderly_time_slice: float = Field(60.0, gt=0, description="MAX_TIME_CONSUME_CONTINUOUSLY")
+    local_retry_delay: float = Field(5.0, ge=0, description="submitConsumeRequestLater delay")
+    consume_timeout: float = Field(15 * 60.0, gt=0, description="consumeTimeout (15 min)")
+    shutdown_timeout: float = Field(30.0, ge=0, description="awaitTerminationMillisWhenShutdown (bounded)")
+    # broker / name server
+    broker_lock_expiry: float = Field(60.0, gt=0, description="rocketmq.broker.rebalance.lockMaxLiveTime")
+    held_pull_check_interval: float = Field(5.0, gt=0, description="PullRequestHoldService check")
+    channel_idle_timeout: float = Field(120.0, gt=0, description="ClientHousekeepingService channel expiry")
+    broker_expiry: float = Field(120.0, gt=0, description="name server BROKER_CHANNEL_EXPIRED_TIME")
+    broker_register_interval: float = Field(30.0, gt=0, description="registerNameServerPeriod")
+    delay_levels: str = Field(DEFAULT_DELAY_LEVELS, description="messageDelayLevel")
+    #: slack added to the pull timeout invariant
+    pull_timeout_margin: float = Field(1.0, ge=0)
+
+    @field_validator("delay_levels")
+    @classmethod
+    def _check_levels(cls, v: str) -> str:
+        parse_delay_levels(v)
+        return v
+
+    @model_validator(mode="after")
+    def _invariants(self) -> Self:
+        need = self.suspend_timeout + self.held_pull_check_interval + self.pull_timeout_margin
+        if self.pull_timeout <= need:
+            raise ValueError(
+                f"pull_timeout ({self.pull_timeout}s) must exceed suspend_timeout ({self.suspend_timeout}s) "
+                f"+ held_pull_check_interval ({self.held_pull_check_interval}s) "
+                f"+ pull_timeout_margin ({self.pull_timeout_margin}s): a held pull is answered only at "
+                "the broker's next hold check"
+            )
+        if not self.lock_renew_interval < self.lock_lease < self.broker_lock_expiry:
+            raise ValueError(
+                f"need lock_renew_interval ({self.lock_renew_interval}s) < lock_lease ({self.lock_lease}s) "
+                f"< broker_lock_expiry ({self.broker_lock_expiry}s)"
+            )
+        return self
+
+    @property
+    def delay_level_seconds(self) -> tuple[float, ...]:
+        return parse_delay_levels(self.delay_levels)
+
+    @classmethod
+    def fast(cls, **overrides: Any) -> Timing:
+        """The test profile: about 1/20 of the Java timers, shared by client and embedded broker."""
+        values: dict[str, Any] = dict(
+            heartbeat_interval=1.5,
+            route_refresh_interval=1.5,
+            rebalance_interval=1.0,
+            persist_interval=0.25,
+            lock_renew_interval=1.0,
+            lock_lease=1.5,
+            suspend_timeout=0.75,
+            pull_timeout=2.0,
+            request_timeout=3.0,
+            pull_error_delay=0.15,
+            suspend_current_queue=0.05,
+            orderly_time_slice=3.0,
+            local_retry_delay=0.25,
+            consume_timeout=45.0,
+            shutdown_timeout=5.0,
+            broker_lock_expiry=3.0,
+            held_pull_check_interval=0.25,
+            channel_idle_timeout=6.0,
+            broker_expiry=6.0,
+            broker_register_interval=1.5,
+            delay_levels=FAST_DELAY_LEVELS,
+            pull_timeout_margin=0.5,
+        )
+        values.update(overrides)
+        return cls(**values)
+
+    @classmethod
+    def default(cls) -> Timing:
+        return cls()

@@ -1,0 +1,116 @@
+"""One exception tree for the whole package.
+
+Callers catch only these. The transport maps ``OSError`` and anyio errors into them
+(``raise ... from exc``) at the one place where I/O happens.
+
+    RocketMQError
+    ├── ProtocolError            bytes that do not follow the remoting protocol
+    │   └── FrameError           the frame layer (length, header length, serialize type)
+    ├── RemotingError            the connection layer
+    │   ├── ConnectError         could not connect to an address
+    │   ├── RequestTimeout       no answer within the request's timeout
+    │   └── ConnectionClosed     the connection is gone (pending requests fail with this)
+    ├── BrokerError(code, remark)  the server answered with an error code
+    │   └── TopicNotExist        code 17 on a route lookup
+    ├── ClientError              misuse of the API (not started, closed, wrong state)
+    ├── ConfigError              invalid configuration (wraps pydantic's ValidationError)
+    └── MQClientError            a client-side operation failed after its retries (no route, ...)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BrokerError",
+    "ClientError",
+    "ConfigError",
+    "ConnectError",
+    "ConnectionClosed",
+    "FrameError",
+    "MQClientError",
+    "ProtocolError",
+    "RemotingError",
+    "RequestTimeout",
+    "RocketMQError",
+    "TopicNotExist",
+]
+
+# Response codes after which the same request may succeed later (ResponseCode.java).
+_RETRIABLE_CODES = frozenset({1, 2, 10, 11, 12, 14, 17, 19, 20, 22, 25, 215})
+
+
+class RocketMQError(Exception):
+    """Base of every error this package raises."""
+
+    retriable: bool = False
+
+
+class ProtocolError(RocketMQError):
+    """Bytes that do not follow the remoting protocol (frames, headers, bodies, messages)."""
+
+
+class FrameError(ProtocolError):
+    """A frame whose length prefix, header length or serialize type is invalid."""
+
+
+class RemotingError(RocketMQError):
+    """A failure of the connection to ``addr``."""
+
+    retriable = True
+
+    def __init__(self, message: str, addr: str | None = None) -> None:
+        super().__init__(message if addr is None else f"{message} [{addr}]")
+        self.addr = addr
+
+
+class ConnectError(RemotingError):
+    """Could not open a connection to ``addr``."""
+
+
+class RequestTimeout(RemotingError):
+    """No response to request ``code`` from ``addr`` within ``timeout`` seconds."""
+
+    def __init__(self, code: int, addr: str | None, timeout: float) -> None:
+        super().__init__(f"request code {code} got no response within {timeout:.3f}s", addr)
+        self.code = code
+        self.timeout = timeout
+
+
+class ConnectionClosed(RemotingError):
+    """The connection was closed (by us or the peer) while a request was pending or being sent."""
+
+
+class BrokerError(RocketMQError):
+    """The server answered request ``request_code`` with error ``code`` and ``remark``."""
+
+    def __init__(
+        self, code: int, remark: str | None, *, request_code: int | None = None, addr: str | None = None
+    ) -> None:
+        where = ""
+        if request_code is not None:
+            where += f" to request {request_code}"
+        if addr:
+            where += f" from {addr}"
+        super().__init__(f"broker answered code {code}{where}: {remark or '(no remark)'}")
+        self.code = code
+        self.remark = remark
+        self.request_code = request_code
+        self.addr = addr
+        self.retriable = code in _RETRIABLE_CODES
+
+
+class TopicNotExist(BrokerError):
+    """The name server has no route for the topic (code 17)."""
+
+
+class ClientError(RocketMQError):
+    """The API was used in a state that does not allow it (not started, already closed, ...)."""
+
+
+class ConfigError(RocketMQError, ValueError):
+    """A configuration value is invalid; the message names the field."""
+
+
+class MQClientError(RocketMQError):
+    """A client operation failed after its retries (no route, no broker available, ...)."""
+
+    retriable = True
