@@ -1,0 +1,81 @@
+"""rmq_async: an asyncio-native Apache RocketMQ client speaking the broker's TCP remoting protocol.
+
+The public API is re-exported here; submodules are implementation detail unless documented.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .client.api import PullResult as PullResult
+from .client.api import PullStatus as PullStatus
+from .client.api import SendResult as SendResult
+from .client.api import SendStatus as SendStatus
+from .config import ClientConfig as ClientConfig
+from .config import ConsumerConfig as ConsumerConfig
+from .config import ProducerConfig as ProducerConfig
+from .config import Timing as Timing
+from .consumer.concurrently import ConsumeContext as ConsumeContext
+from .consumer.concurrently import ConsumeResult as ConsumeResult
+from .consumer.delivery import Delivery as Delivery
+from .consumer.push import PushConsumer as PushConsumer
+from .errors import BrokerError as BrokerError
+from .errors import ClientError as ClientError
+from .errors import ConfigError as ConfigError
+from .errors import ConnectError as ConnectError
+from .errors import ConnectionClosed as ConnectionClosed
+from .errors import MQClientError as MQClientError
+from .errors import ProtocolError as ProtocolError
+from .errors import RemotingError as RemotingError
+from .errors import RequestTimeout as RequestTimeout
+from .errors import RocketMQError as RocketMQError
+from .errors import TopicNotExist as TopicNotExist
+from .producer.producer import Producer as Producer
+from .protocol.message import Message as Message
+from .protocol.message import MessageExt as MessageExt
+from .protocol.mq import MessageQueue as MessageQueue
+
+if TYPE_CHECKING:
+    from .embedded.cluster import EmbeddedCluster as EmbeddedCluster
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "BrokerError",
+    "ClientConfig",
+    "ClientError",
+    "ConfigError",
+    "ConnectError",
+    "ConnectionClosed",
+    "ConsumeContext",
+    "ConsumeResult",
+    "ConsumerConfig",
+    "Delivery",
+    "EmbeddedCluster",
+    "MQClientError",
+    "Message",
+    "MessageExt",
+    "MessageQueue",
+    "Producer",
+    "ProducerConfig",
+    "ProtocolError",
+    "PullResult",
+    "PullStatus",
+    "PushConsumer",
+    "RemotingError",
+    "RequestTimeout",
+    "RocketMQError",
+    "SendResult",
+    "SendStatus",
+    "Timing",
+    "TopicNotExist",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # the embedded broker is imported on first use only: a consumer in production never loads it
+    if name == "EmbeddedCluster":
+        from .embedded.cluster import EmbeddedCluster
+
+        return EmbeddedCluster
+    raise AttributeError(f"module 'rmq_async' has no attribute {name!r}")

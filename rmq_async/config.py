@@ -12,8 +12,9 @@ defaults. Its invariants are checked at construction:
 
 from __future__ import annotations
 
+import os
 import re
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -24,6 +25,9 @@ __all__ = [
     "FAST_DELAY_LEVELS",
     "Timing",
     "parse_delay_levels",
+    "ClientConfig",
+    "ConsumerConfig",
+    "ProducerConfig",
     "ConfigModel",
 ]
 
@@ -162,3 +166,113 @@ class Timing(ConfigModel):
     @classmethod
     def default(cls) -> Timing:
         return cls()
+
+
+class ClientConfig(ConfigModel):
+    """What every client (consumer or producer) needs to reach a cluster (Java ``ClientConfig``).
+
+    ``namesrv_addr`` is ``"host:port"`` or several separated by ``;``. When it is None the
+    ``NAMESRV_ADDR`` environment variable is used, as the Java client does.
+    """
+
+    namesrv_addr: str | None = None
+    client_ip: str | None = Field(None, description="defaults to this host's address")
+    instance_name: str = Field("DEFAULT", min_length=1)
+    unit_name: str | None = None
+    namespace: str | None = None
+    timing: Timing = Field(default_factory=Timing)
+    serialize_type: Literal["JSON", "ROCKETMQ"] = "JSON"
+    language: str = "PYTHON"
+    #: the header ``version``: 409 is the 4.9.8 client's; name servers format routes and brokers forward
+    #: admin requests by it
+    version: int = Field(409, ge=0, le=32767)
+    #: pull and lite-pull clients are "stream" clients: ``@STREAM`` id suffix and ``ReqT`` on requests
+    stream: bool = False
+    #: consecutive request timeouts after which a connection is considered half-open and closed
+    max_timeouts: int = Field(3, ge=1)
+
+    @field_validator("namesrv_addr")
+    @classmethod
+    def _check_namesrv(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        addrs = [a.strip() for a in v.split(";") if a.strip()]
+        if not addrs:
+            raise ValueError("namesrv_addr is empty")
+        for a in addrs:
+            host, sep, port = a.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"bad name server address {a!r}: expected host:port")
+        return ";".join(addrs)
+
+    def namesrv_list(self) -> list[str]:
+        addr = self.namesrv_addr or os.environ.get("NAMESRV_ADDR")
+        if not addr:
+            raise ConfigError(
+                "no name server address: pass namesrv_addr='host:port', set NAMESRV_ADDR, "
+                "or start rmq_async.EmbeddedCluster and use its namesrv_addr"
+            )
+        return [a.strip() for a in addr.split(";") if a.strip()]
+
+    def with_namespace(self, resource: str) -> str:
+        """``NamespaceUtil.wrapNamespace``: ``ns%resource`` (retry/DLQ prefixes kept in front)."""
+        if not self.namespace or resource.startswith(f"{self.namespace}%"):
+            return resource
+        for prefix in ("%RETRY%", "%DLQ%"):
+            if resource.startswith(prefix):
+                return f"{prefix}{self.namespace}%{resource[len(prefix):]}"
+        return f"{self.namespace}%{resource}"
+
+
+class ConsumerConfig(ConfigModel):
+    """``DefaultMQPushConsumer`` settings with the Java defaults (timers live in :class:`Timing`)."""
+
+    group: str = Field(min_length=1, max_length=255, pattern=r"^[%|a-zA-Z0-9_-]+$")
+    message_model: Literal["CLUSTERING", "BROADCASTING"] = "CLUSTERING"
+    consume_from_where: Literal["CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_FIRST_OFFSET", "CONSUME_FROM_TIMESTAMP"] = (
+        "CONSUME_FROM_LAST_OFFSET"
+    )
+    #: ``yyyyMMddHHmmss`` (Java ``consumeTimestamp``) or epoch milliseconds; default: half an hour ago
+    consume_timestamp: str | int | None = None
+    allocate_strategy: str = Field("AVG", description="AVG, AVG_BY_CIRCLE, CONSISTENT_HASH, CONFIG, MACHINE_ROOM")
+    pull_batch_size: int = Field(32, ge=1, le=1024)
+    consume_batch_max_size: int = Field(1, ge=1, le=1024, description="consumeMessageBatchMaxSize")
+    pull_threshold_for_queue: int = Field(1000, ge=1, le=65535)
+    pull_threshold_size_for_queue: int = Field(100, ge=1, le=1024, description="MiB")
+    pull_threshold_for_topic: int = Field(-1, ge=-1, description="-1: no topic-level limit")
+    pull_threshold_size_for_topic: int = Field(-1, ge=-1, description="MiB; -1: no topic-level limit")
+    consume_concurrently_max_span: int = Field(2000, ge=1, le=65535)
+    max_reconsume_times: int = Field(-1, ge=-1, description="-1: 16 for concurrent, unbounded for orderly")
+    concurrency: int = Field(20, ge=1, le=10000, description="handlers running at once (consumeThreadMin)")
+    post_subscription_when_pull: bool = False
+    unit_mode: bool = False
+    #: seconds a new member list must stay unchanged before allocation uses it (0: off, as Java)
+    rebalance_stability_window: float = Field(0.0, ge=0)
+    #: orderly: seconds a consume task keeps a queue before yielding (MAX_TIME_CONSUME_CONTINUOUSLY)
+    offset_store_dir: str | None = Field(None, description="broadcasting: local offsets dir (~/.rocketmq_offsets)")
+
+    @property
+    def clustering(self) -> bool:
+        return self.message_model == "CLUSTERING"
+
+    def effective_max_reconsume_times(self, orderly: bool) -> int:
+        if self.max_reconsume_times >= 0:
+            return self.max_reconsume_times
+        return 2**31 - 1 if orderly else 16
+
+    @property
+    def retry_topic(self) -> str:
+        return f"%RETRY%{self.group}"
+
+
+class ProducerConfig(ConfigModel):
+    """``DefaultMQProducer`` settings with the Java defaults."""
+
+    group: str = Field("DEFAULT_PRODUCER", min_length=1, max_length=255)
+    send_timeout: float = Field(3.0, gt=0, description="sendMsgTimeout")
+    retries: int = Field(2, ge=0, description="retryTimesWhenSendFailed")
+    max_message_size: int = Field(4 * 1024 * 1024, gt=0, le=4 * 1024 * 1024)
+    compress_threshold: int = Field(4 * 1024, ge=0, description="compressMsgBodyOverHowmuch")
+    compress_level: int = Field(5, ge=1, le=9)
+    default_topic_queue_nums: int = Field(4, ge=1, description="queues of a topic the broker auto-creates")
+    create_topic_key: str = Field("TBW102", min_length=1)

@@ -1,0 +1,314 @@
+"""``rmq-async``: embedded | produce | consume.
+
+Each command prints one JSON line at the end (stdout) and exits non-zero with a clear message (stderr)
+when the cluster is unreachable. The event loop is uvloop when installed (``--no-uvloop`` turns it off).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import anyio
+
+from .errors import RocketMQError
+
+__all__ = ["main"]
+
+
+def _run(coro_fn: Callable[[], Coroutine[Any, Any, int]], use_uvloop: bool) -> int:
+    if use_uvloop:
+        try:
+            import uvloop
+
+            return int(uvloop.run(coro_fn()))
+        except ImportError:
+            pass
+    return asyncio.run(coro_fn())
+
+
+def _namesrv(args: argparse.Namespace) -> str:
+    addr = args.namesrv or os.environ.get("NAMESRV_ADDR")
+    if not addr:
+        raise SystemExit("rmq-async: no name server: pass --namesrv HOST:PORT or set NAMESRV_ADDR")
+    return str(addr)
+
+
+def _fail(msg: str) -> int:
+    print(f"rmq-async: {msg}", file=sys.stderr, flush=True)
+    return 2
+
+
+# -- produce --------------------------------------------------------------------------------------------
+
+
+async def _produce(args: argparse.Namespace) -> int:
+    from .config import ClientConfig, ProducerConfig
+    from .producer.producer import Producer
+    from .protocol.message import Message
+
+    cfg = ProducerConfig(group=args.group, default_topic_queue_nums=args.queues)
+    producer = Producer(config=cfg, client_config=ClientConfig(namesrv_addr=_namesrv(args)))
+    try:
+        await producer.start()
+        await producer.queues(args.topic)  # fail fast when the cluster is unreachable
+    except RocketMQError as exc:
+        await producer.stop()
+        return _fail(f"cannot reach the cluster: {exc}")
+    n = args.count
+    pad = b"x" * args.size
+
+    def make(i: int) -> Message:
+        key = f"{args.keys_prefix}{i}"
+        body = (key.encode() + b":" + pad)[: args.size] if args.size > 0 else b""
+        return Message(args.topic, body or b"-", tags=args.tags, keys=key)
+
+    sent = failed = 0
+    progress = _Progress(n, "produce", enabled=sys.stderr.isatty() and not args.quiet)
+    t0 = time.perf_counter()
+
+    async def one(i: int) -> None:
+        nonlocal sent, failed
+        try:
+            if args.order_key_mod:
+                from .producer.producer import select_by_key_hash
+
+                await producer.send(make(i), selector=select_by_key_hash, arg=i % args.order_key_mod)
+            else:
+                await producer.send(make(i))
+            sent += 1
+        except RocketMQError as exc:
+            failed += 1
+            logging.getLogger("rmq_async.cli").warning("send %d failed: %s", i, exc)
+        progress.advance(1)
+
+    async def batch(i0: int, i1: int) -> None:
+        nonlocal sent, failed
+        try:
+            await producer.send_batch([make(i) for i in range(i0, i1)])
+            sent += i1 - i0
+        except RocketMQError as exc:
+            failed += i1 - i0
+            logging.getLogger("rmq_async.cli").warning("batch %d..%d failed: %s", i0, i1, exc)
+        progress.advance(i1 - i0)
+
+    try:
+        if args.order_key_mod:
+            # one sequential sender per key class keeps each key's messages in send order
+            async with anyio.create_task_group() as tg:
+                for k in range(args.order_key_mod):
+
+                    async def lane(k: int = k) -> None:
+                        for i in range(k, n, args.order_key_mod):
+                            await one(i)
+
+                    tg.start_soon(lane)
+        else:
+            step = max(1, args.batch)
+            chunks = [(i, min(n, i + step)) for i in range(0, n, step)]
+            it = iter(chunks)
+            async with anyio.create_task_group() as tg:
+                for _ in range(min(args.concurrency, len(chunks))):
+
+                    async def worker() -> None:
+                        for i0, i1 in it:
+                            if step == 1:
+                                await one(i0)
+                            else:
+                                await batch(i0, i1)
+
+                    tg.start_soon(worker)
+    finally:
+        progress.close()
+        await producer.stop()
+    secs = time.perf_counter() - t0
+    print(json.dumps({"sent": sent, "failed": failed, "seconds": round(secs, 3), "msgs_per_s": round(sent / secs, 1) if secs > 0 else 0.0}), flush=True)
+    return 0 if failed == 0 else 1
+
+
+class _Progress:
+    def __init__(self, total: int, label: str, *, enabled: bool) -> None:
+        self._bar: Any = None
+        if enabled:
+            from rich.progress import Progress
+
+            self._bar = Progress(transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task(label, total=total)
+
+    def advance(self, n: int) -> None:
+        if self._bar is not None:
+            self._bar.advance(self._task, n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+# -- consume --------------------------------------------------------------------------------------------
+
+_TRAILING_INT = re.compile(r"(\d+)$")
+
+
+async def _consume(args: argparse.Namespace) -> int:
+    from .config import ClientConfig
+    from .consumer.concurrently import ConsumeContext, ConsumeResult
+    from .consumer.push import PushConsumer
+    from .protocol.message import MessageExt
+
+    if args.orderly:
+        return _fail("--orderly: orderly consumption is not available in this version yet")
+    where = {
+        "first": "CONSUME_FROM_FIRST_OFFSET",
+        "last": "CONSUME_FROM_LAST_OFFSET",
+        "timestamp": "CONSUME_FROM_TIMESTAMP",
+    }[args.from_]
+    seen: dict[str, int] = {}
+    first_seen: set[str] = set()
+    consumed = 0
+    first_delivery = 0
+    t_first: float | None = None
+    t_last = time.perf_counter()
+    done = anyio.Event()
+    activity = anyio.Event()
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
+        nonlocal consumed, first_delivery, t_first, t_last, activity
+        for m in msgs:
+            key = m.keys or m.msg_id
+            if key not in first_seen:
+                first_seen.add(key)
+                first_delivery += 1
+                if args.fail_every and first_delivery % args.fail_every == 0:
+                    return ConsumeResult.RECONSUME_LATER
+        now = time.perf_counter()
+        t_first = t_first or now
+        t_last = now
+        for m in msgs:
+            key = m.keys or m.msg_id
+            seen[key] = seen.get(key, 0) + 1
+            consumed += 1
+            if args.print:
+                print(json.dumps({"topic": m.topic, "queue_id": m.queue_id, "offset": m.queue_offset, "key": key, "msg_id": m.msg_id, "tags": m.tags, "reconsume_times": m.reconsume_times}), flush=True)
+        activity.set()
+        activity = anyio.Event()
+        if args.count and len(seen) >= args.count:
+            done.set()
+        return ConsumeResult.SUCCESS
+
+    consumer = PushConsumer(
+        args.group,
+        handler=handler,
+        subscriptions={args.topic: args.expr},
+        client_config=ClientConfig(namesrv_addr=_namesrv(args)),
+        message_model="BROADCASTING" if args.broadcast else "CLUSTERING",
+        consume_from_where=where,
+        consume_timestamp=args.timestamp,
+    )
+    try:
+        await consumer.start()
+    except RocketMQError as exc:
+        return _fail(f"cannot start the consumer: {exc}")
+    try:
+        if not consumer.client.broker_addrs:
+            try:
+                await consumer.client.fetch_route(args.topic)
+            except RocketMQError as exc:
+                await consumer.stop()
+                return _fail(f"cannot reach the cluster or topic {args.topic!r}: {exc}")
+        while not done.is_set():
+            ev = activity
+            with anyio.move_on_after(args.idle_exit) as scope:
+                await ev.wait()
+            if scope.cancelled_caught:
+                break
+    finally:
+        await consumer.stop()
+    secs = (t_last - t_first) if t_first is not None else 0.0
+    out: dict[str, Any] = {
+        "consumed": consumed,
+        "unique_keys": len(seen),
+        "duplicates": consumed - len(seen),
+        "seconds": round(secs, 3),
+        "msgs_per_s": round(consumed / secs, 1) if secs > 0 else 0.0,
+    }
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+# -- main ----------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rmq-async", description="asyncio RocketMQ client tools")
+    p.add_argument("--no-uvloop", action="store_true", help="use the default asyncio loop")
+    p.add_argument("-v", "--verbose", action="count", default=0)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    emb = sub.add_parser("embedded", help="run an embedded name server + broker(s) until SIGINT/SIGTERM")
+    from .embedded import cli as embedded_cli
+
+    embedded_cli.add_arguments(emb)
+
+    pr = sub.add_parser("produce", help="send N messages and print a JSON summary")
+    pr.add_argument("--namesrv")
+    pr.add_argument("--topic", required=True)
+    pr.add_argument("--group", default="rmq_async_cli_producer")
+    pr.add_argument("--count", type=int, default=1000)
+    pr.add_argument("--size", type=int, default=1024)
+    pr.add_argument("--tags")
+    pr.add_argument("--keys-prefix", default="k-")
+    pr.add_argument("--batch", type=int, default=1)
+    pr.add_argument("--order-key-mod", type=int, default=0)
+    pr.add_argument("--queues", type=int, default=4, help="queues a broker gives the topic when it creates it")
+    pr.add_argument("--concurrency", type=int, default=64, help="sends in flight")
+    pr.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    co = sub.add_parser("consume", help="consume until N messages or idle, print a JSON summary")
+    co.add_argument("--namesrv")
+    co.add_argument("--group", required=True)
+    co.add_argument("--topic", required=True)
+    co.add_argument("--expr", default="*")
+    co.add_argument("--count", type=int, default=0)
+    co.add_argument("--idle-exit", type=float, default=10.0)
+    co.add_argument("--from", dest="from_", choices=["first", "last", "timestamp"], default="first")
+    co.add_argument("--timestamp", type=int)
+    co.add_argument("--broadcast", action="store_true")
+    co.add_argument("--orderly", action="store_true")
+    co.add_argument("--fail-every", type=int, default=0)
+    co.add_argument("--print", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING - 10 * min(args.verbose, 2),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    use_uvloop = not args.no_uvloop
+    try:
+        if args.command == "embedded":
+            from .embedded import cli as embedded_cli
+
+            return _run(lambda: embedded_cli.run(args), use_uvloop)
+        if args.command == "produce":
+            return _run(lambda: _produce(args), use_uvloop)
+        if args.command == "consume":
+            return _run(lambda: _consume(args), use_uvloop)
+    except KeyboardInterrupt:
+        return 130
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,340 @@
+"""One typed coroutine per RPC (Java ``MQClientAPIImpl``).
+
+Each builds a request from a typed header, sends it through the connection pool, and turns the answer
+into a typed result or a :class:`BrokerError` naming the request code, response code, remark and
+address. No retries here: callers decide (the producer retries sends, the pull loop backs off).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from ..errors import BrokerError, ProtocolError, TopicNotExist
+from ..protocol import headers as H
+from ..protocol.bodies import (
+    GetConsumerListByGroupResponseBody,
+    HeartbeatData,
+    LockBatchRequestBody,
+    LockBatchResponseBody,
+    TopicRouteData,
+    UnlockBatchRequestBody,
+)
+from ..protocol.codes import RequestCode, ResponseCode, SerializeType
+from ..protocol.command import RemotingCommand
+from ..protocol.message import MessageExt, decode_messages
+from ..protocol.mq import MessageQueue
+from ..transport.pool import ConnectionPool
+
+__all__ = ["MQClientAPI", "PullResult", "PullStatus", "SendResult", "SendStatus"]
+
+
+class PullStatus(Enum):
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+_PULL_STATUS = {
+    ResponseCode.SUCCESS: PullStatus.FOUND,
+    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
+}
+
+
+@dataclass(slots=True)
+class PullResult:
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    suggest_which_broker_id: int
+    messages: list[MessageExt] = field(default_factory=list)
+    remark: str | None = None
+
+
+class SendStatus(Enum):
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+_SEND_STATUS = {
+    ResponseCode.SUCCESS: SendStatus.SEND_OK,
+    ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+}
+
+
+@dataclass(slots=True, frozen=True)
+class SendResult:
+    """What a send returns: ``msg_id`` is the client's UNIQ_KEY (comma-joined for a batch),
+    ``offset_msg_id`` the broker's store id (likewise)."""
+
+    status: SendStatus
+    msg_id: str
+    offset_msg_id: str
+    message_queue: MessageQueue
+    queue_offset: int
+    transaction_id: str | None = None
+    region_id: str | None = None
+
+
+class MQClientAPI:
+    """Typed RPCs over a :class:`ConnectionPool`. Stateless apart from the header defaults."""
+
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        *,
+        language: str = "PYTHON",
+        version: int = 409,
+        serialize_type: SerializeType = SerializeType.JSON,
+        stream: bool = False,
+    ) -> None:
+        self.pool = pool
+        self._language = language
+        self._version = version
+        self._stype = serialize_type
+        self._stream = stream
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    def _cmd(self, code: int, ext: dict[str, str] | None, body: bytes = b"", *, oneway: bool = False) -> RemotingCommand:
+        if self._stream:
+            ext = dict(ext or {})
+            ext["ReqT"] = "0"  # RequestType.STREAM, as DefaultLitePullConsumer / DefaultMQPullConsumer send
+        return RemotingCommand.request(
+            code,
+            ext,
+            body,
+            oneway=oneway,
+            serialize_type=self._stype,
+            language=self._language,
+            version=self._version,
+        )
+
+    async def _call(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        return await self.pool.request(addr, cmd, timeout)
+
+    @staticmethod
+    def _fail(resp: RemotingCommand, req: RemotingCommand, addr: str) -> BrokerError:
+        return BrokerError(resp.code, resp.remark, request_code=req.code, addr=addr)
+
+    async def _expect_ok(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        resp = await self._call(addr, cmd, timeout)
+        if resp.code != ResponseCode.SUCCESS:
+            raise self._fail(resp, cmd, addr)
+        return resp
+
+    # -- name server -----------------------------------------------------------------------------
+
+    async def get_route(self, namesrv: str, topic: str, timeout: float) -> TopicRouteData:
+        cmd = self._cmd(RequestCode.GET_ROUTEINFO_BY_TOPIC, H.GetRouteInfoRequestHeader(topic=topic).to_ext_fields())
+        resp = await self._call(namesrv, cmd, timeout)
+        if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+            raise TopicNotExist(resp.code, resp.remark, request_code=cmd.code, addr=namesrv)
+        if resp.code != ResponseCode.SUCCESS:
+            raise self._fail(resp, cmd, namesrv)
+        if not resp.body:
+            raise ProtocolError(f"route answer for {topic!r} from {namesrv} has no body")
+        return TopicRouteData.decode(resp.body)
+
+    # -- sending ---------------------------------------------------------------------------------
+
+    async def send(
+        self,
+        addr: str,
+        mq: MessageQueue,
+        header: H.SendMessageRequestHeader,
+        body: bytes,
+        timeout: float,
+        *,
+        batch: bool = False,
+        oneway: bool = False,
+        msg_id: str | None = None,
+    ) -> SendResult | None:
+        """SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE. ``msg_id`` is the UNIQ_KEY (comma-joined for a batch)."""
+        code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+        cmd = self._cmd(code, header.to_v2_ext_fields(), body, oneway=oneway)
+        if oneway:
+            await self.pool.oneway(addr, cmd)
+            return None
+        resp = await self._call(addr, cmd, timeout)
+        status = _SEND_STATUS.get(resp.code)  # type: ignore[call-overload]
+        if status is None:
+            raise self._fail(resp, cmd, addr)
+        rh = H.SendMessageResponseHeader.from_ext_fields(resp.ext_fields)
+        real_mq = MessageQueue(mq.topic, mq.broker_name, rh.queue_id)
+        uniq = msg_id or (_uniq_key_of(header.properties) if not batch else None)
+        return SendResult(
+            status=status,
+            msg_id=uniq or rh.transaction_id or rh.msg_id,
+            offset_msg_id=rh.msg_id,
+            message_queue=real_mq,
+            queue_offset=rh.queue_offset,
+            transaction_id=rh.transaction_id,
+            region_id=resp.ext_fields.get("MSG_REGION"),
+        )
+
+    async def consumer_send_msg_back(
+        self, addr: str, header: H.ConsumerSendMsgBackRequestHeader, timeout: float
+    ) -> None:
+        cmd = self._cmd(RequestCode.CONSUMER_SEND_MSG_BACK, header.to_ext_fields())
+        await self._expect_ok(addr, cmd, timeout)
+
+    # -- pulling ---------------------------------------------------------------------------------
+
+    async def pull(
+        self, addr: str, header: H.PullMessageRequestHeader, timeout: float, *, broker_name: str
+    ) -> PullResult:
+        cmd = self._cmd(RequestCode.PULL_MESSAGE, header.to_ext_fields())
+        resp = await self._call(addr, cmd, timeout)
+        status = _PULL_STATUS.get(resp.code)  # type: ignore[call-overload]
+        if status is None:
+            raise self._fail(resp, cmd, addr)
+        rh = H.PullMessageResponseHeader.from_ext_fields(resp.ext_fields)
+        msgs: list[MessageExt] = []
+        if status is PullStatus.FOUND and resp.body:
+            msgs = decode_messages(resp.body)
+            for m in msgs:
+                m.broker_name = broker_name
+        return PullResult(
+            status=status,
+            next_begin_offset=rh.next_begin_offset,
+            min_offset=rh.min_offset,
+            max_offset=rh.max_offset,
+            suggest_which_broker_id=rh.suggest_which_broker_id,
+            messages=msgs,
+            remark=resp.remark,
+        )
+
+    # -- offsets ---------------------------------------------------------------------------------
+
+    async def query_consumer_offset(
+        self, addr: str, header: H.QueryConsumerOffsetRequestHeader, timeout: float
+    ) -> int | None:
+        """The committed offset, or None when the broker has none (22 QUERY_NOT_FOUND)."""
+        cmd = self._cmd(RequestCode.QUERY_CONSUMER_OFFSET, header.to_ext_fields())
+        resp = await self._call(addr, cmd, timeout)
+        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+            return None
+        if resp.code != ResponseCode.SUCCESS:
+            raise self._fail(resp, cmd, addr)
+        return H.QueryConsumerOffsetResponseHeader.from_ext_fields(resp.ext_fields).offset
+
+    async def update_consumer_offset(
+        self, addr: str, header: H.UpdateConsumerOffsetRequestHeader, timeout: float, *, oneway: bool = True
+    ) -> None:
+        cmd = self._cmd(RequestCode.UPDATE_CONSUMER_OFFSET, header.to_ext_fields(), oneway=oneway)
+        if oneway:
+            await self.pool.oneway(addr, cmd)
+        else:
+            await self._expect_ok(addr, cmd, timeout)
+
+    async def get_max_offset(self, addr: str, mq: MessageQueue, timeout: float) -> int:
+        h = H.GetMaxOffsetRequestHeader(topic=mq.topic, queue_id=mq.queue_id, bname=mq.broker_name)
+        resp = await self._expect_ok(addr, self._cmd(RequestCode.GET_MAX_OFFSET, h.to_ext_fields()), timeout)
+        return H.GetMaxOffsetResponseHeader.from_ext_fields(resp.ext_fields).offset
+
+    async def get_min_offset(self, addr: str, mq: MessageQueue, timeout: float) -> int:
+        h = H.GetMinOffsetRequestHeader(topic=mq.topic, queue_id=mq.queue_id, bname=mq.broker_name)
+        resp = await self._expect_ok(addr, self._cmd(RequestCode.GET_MIN_OFFSET, h.to_ext_fields()), timeout)
+        return H.GetMinOffsetResponseHeader.from_ext_fields(resp.ext_fields).offset
+
+    async def search_offset(self, addr: str, mq: MessageQueue, timestamp_ms: int, timeout: float) -> int:
+        h = H.SearchOffsetRequestHeader(
+            topic=mq.topic, queue_id=mq.queue_id, timestamp=timestamp_ms, bname=mq.broker_name
+        )
+        resp = await self._expect_ok(
+            addr, self._cmd(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, h.to_ext_fields()), timeout
+        )
+        return H.SearchOffsetResponseHeader.from_ext_fields(resp.ext_fields).offset
+
+    async def get_earliest_msg_storetime(self, addr: str, mq: MessageQueue, timeout: float) -> int:
+        h = H.GetEarliestMsgStoretimeRequestHeader(topic=mq.topic, queue_id=mq.queue_id, bname=mq.broker_name)
+        resp = await self._expect_ok(
+            addr, self._cmd(RequestCode.GET_EARLIEST_MSG_STORETIME, h.to_ext_fields()), timeout
+        )
+        return H.GetEarliestMsgStoretimeResponseHeader.from_ext_fields(resp.ext_fields).timestamp
+
+    async def view_message(self, addr: str, commit_log_offset: int, timeout: float) -> MessageExt:
+        h = H.ViewMessageRequestHeader(offset=commit_log_offset)
+        resp = await self._expect_ok(addr, self._cmd(RequestCode.VIEW_MESSAGE_BY_ID, h.to_ext_fields()), timeout)
+        msgs = decode_messages(resp.body)
+        if not msgs:
+            raise ProtocolError(f"VIEW_MESSAGE_BY_ID answer from {addr} has no message")
+        return msgs[0]
+
+    # -- membership ------------------------------------------------------------------------------
+
+    async def heartbeat(self, addr: str, data: HeartbeatData, timeout: float) -> RemotingCommand:
+        cmd = self._cmd(RequestCode.HEART_BEAT, None, data.encode())
+        return await self._expect_ok(addr, cmd, timeout)
+
+    async def unregister_client(
+        self,
+        addr: str,
+        client_id: str,
+        timeout: float,
+        *,
+        producer_group: str | None = None,
+        consumer_group: str | None = None,
+    ) -> None:
+        h = H.UnregisterClientRequestHeader(
+            client_id=client_id, producer_group=producer_group, consumer_group=consumer_group
+        )
+        await self._expect_ok(addr, self._cmd(RequestCode.UNREGISTER_CLIENT, h.to_ext_fields()), timeout)
+
+    async def get_consumer_id_list(self, addr: str, group: str, timeout: float) -> list[str]:
+        h = H.GetConsumerListByGroupRequestHeader(consumer_group=group)
+        resp = await self._expect_ok(
+            addr, self._cmd(RequestCode.GET_CONSUMER_LIST_BY_GROUP, h.to_ext_fields()), timeout
+        )
+        if not resp.body:
+            return []
+        return list(GetConsumerListByGroupResponseBody.decode(resp.body).consumer_id_list)
+
+    # -- orderly locks ---------------------------------------------------------------------------
+
+    async def lock_batch_mq(
+        self, addr: str, group: str, client_id: str, mqs: Sequence[MessageQueue], timeout: float
+    ) -> set[MessageQueue]:
+        body = LockBatchRequestBody(consumer_group=group, client_id=client_id, mq_set=list(mqs)).encode()
+        resp = await self._expect_ok(addr, self._cmd(RequestCode.LOCK_BATCH_MQ, None, body), timeout)
+        if not resp.body:
+            return set()
+        return set(LockBatchResponseBody.decode(resp.body).lock_ok_mq_set)
+
+    async def unlock_batch_mq(
+        self,
+        addr: str,
+        group: str,
+        client_id: str,
+        mqs: Sequence[MessageQueue],
+        timeout: float,
+        *,
+        oneway: bool = False,
+    ) -> None:
+        body = UnlockBatchRequestBody(consumer_group=group, client_id=client_id, mq_set=list(mqs)).encode()
+        cmd = self._cmd(RequestCode.UNLOCK_BATCH_MQ, None, body, oneway=oneway)
+        if oneway:
+            await self.pool.oneway(addr, cmd)
+        else:
+            await self._expect_ok(addr, cmd, timeout)
+
+
+def _uniq_key_of(properties: str | None) -> str | None:
+    if not properties:
+        return None
+    marker = "UNIQ_KEY\x01"
+    i = properties.find(marker)
+    if i < 0 or (i > 0 and properties[i - 1] != "\x02"):
+        return None
+    j = properties.find("\x02", i)
+    return properties[i + len(marker) : j if j >= 0 else None]

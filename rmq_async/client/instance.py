@@ -1,0 +1,353 @@
+"""ClientInstance: what the consumers and producers of one client id share (Java ``MQClientInstance``).
+
+It owns the connection pool, the route cache and broker address table, the heartbeat and
+route-refresh timers, and answers the requests brokers send to clients (40, 220, 221, 307, 309) by
+handing them to the registered consumer of the group. It is an async context manager: its timers run
+in its own task group, which lives exactly as long as the ``async with`` block.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol
+
+import anyio
+import anyio.abc
+
+from ..config import ClientConfig
+from ..errors import BrokerError, MQClientError, RocketMQError, TopicNotExist
+from ..protocol.bodies import ConsumerData, HeartbeatData, ProducerData, TopicRouteData
+from ..protocol.codes import Perm, RequestCode, ResponseCode, SerializeType
+from ..protocol.command import RemotingCommand
+from ..protocol.mq import MessageQueue
+from ..transport.connection import Connection
+from ..transport.pool import ConnectionPool
+from .api import MQClientAPI
+
+__all__ = ["ClientInstance", "ConsumerHandle", "build_client_id", "local_ip"]
+
+log = logging.getLogger("rmq_async.client")
+
+MASTER_ID = 0
+
+
+class ConsumerHandle(Protocol):
+    """What a consumer registers with its client instance."""
+
+    group: str
+
+    def consumer_data(self) -> ConsumerData: ...
+
+    def subscribed_topics(self) -> set[str]: ...
+
+    def rebalance_now(self) -> None: ...
+
+    async def handle_server_request(self, cmd: RemotingCommand) -> RemotingCommand | None: ...
+
+
+def local_ip() -> str:
+    """This host's address as Java's ``RemotingUtil.getLocalAddress`` would pick it (best effort):
+    the address the host name resolves to, else 127.0.0.1."""
+    try:
+        ip = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+    return ip or "127.0.0.1"
+
+
+def build_client_id(config: ClientConfig, instance_name: str) -> str:
+    """``ClientConfig.buildMQClientId``: ``ip@instance[@unit][@STREAM]``."""
+    cid = f"{config.client_ip or local_ip()}@{instance_name}"
+    if config.unit_name:
+        cid += f"@{config.unit_name}"
+    if config.stream:
+        cid += "@STREAM"
+    return cid
+
+
+def pid_instance_name() -> str:
+    """``changeInstanceNameToPID``: ``pid#nanotime``, distinct for every member started in one process."""
+    return f"{os.getpid()}#{time.monotonic_ns()}"
+
+
+class ClientInstance:
+    """Shared client state for one client id. Use as ``async with ClientInstance(cfg) as inst``."""
+
+    def __init__(self, config: ClientConfig, *, instance_name: str | None = None) -> None:
+        self.config = config
+        self.timing = config.timing
+        self.instance_name = instance_name or config.instance_name
+        self.client_id = build_client_id(config, self.instance_name)
+        self._namesrvs = config.namesrv_list()
+        self._ns_index = random.randrange(len(self._namesrvs))
+        self.pool = ConnectionPool(handler=self._on_server_request, max_timeouts=config.max_timeouts)
+        self.api = MQClientAPI(
+            self.pool,
+            language=config.language,
+            version=config.version,
+            serialize_type=SerializeType[config.serialize_type],
+            stream=config.stream,
+        )
+        self.routes: dict[str, TopicRouteData] = {}
+        self.broker_addrs: dict[str, dict[int, str]] = {}
+        self._consumers: dict[str, ConsumerHandle] = {}
+        self._producers: set[str] = set()
+        self._extra_topics: set[str] = set()
+        self._route_lock = anyio.Lock()
+        self._heartbeat_lock = anyio.Lock()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._route_listeners: list[Callable[[str], None]] = []
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> ClientInstance:
+        await self.pool.__aenter__()
+        try:
+            self._tg = anyio.create_task_group()
+            await self._tg.__aenter__()
+            self._tg.start_soon(self._heartbeat_loop)
+            self._tg.start_soon(self._route_loop)
+        except BaseException:
+            await self.pool.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        tg, self._tg = self._tg, None
+        try:
+            if tg is not None:
+                tg.cancel_scope.cancel()
+                await tg.__aexit__(None, None, None)
+        finally:
+            await self.pool.__aexit__(None, None, None)
+
+    def spawn(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run ``fn`` in the instance's task group (server-request handlers, one-off work)."""
+        if self._tg is None:
+            raise MQClientError("client instance is not running")
+        self._tg.start_soon(fn)
+
+    # -- registration -----------------------------------------------------------------------------
+
+    def register_consumer(self, consumer: ConsumerHandle) -> None:
+        if consumer.group in self._consumers:
+            raise MQClientError(f"consumer group {consumer.group!r} is already registered on {self.client_id}")
+        self._consumers[consumer.group] = consumer
+
+    def unregister_consumer_local(self, group: str) -> None:
+        self._consumers.pop(group, None)
+
+    def register_producer(self, group: str) -> None:
+        self._producers.add(group)
+
+    def unregister_producer_local(self, group: str) -> None:
+        self._producers.discard(group)
+
+    def add_topic(self, topic: str) -> None:
+        """Keep ``topic``'s route refreshed (producers' topics)."""
+        self._extra_topics.add(topic)
+
+    def on_route_change(self, cb: Callable[[str], None]) -> None:
+        self._route_listeners.append(cb)
+
+    # -- routes -----------------------------------------------------------------------------------
+
+    def _topics_in_use(self) -> set[str]:
+        topics = set(self._extra_topics)
+        for c in self._consumers.values():
+            topics |= c.subscribed_topics()
+        return topics
+
+    async def fetch_route(self, topic: str) -> TopicRouteData:
+        """Ask the name servers (in turn, starting with the last good one) for ``topic``'s route."""
+        last: RocketMQError | None = None
+        n = len(self._namesrvs)
+        for k in range(n):
+            i = (self._ns_index + k) % n
+            addr = self._namesrvs[i]
+            try:
+                route = await self.api.get_route(addr, topic, self.timing.request_timeout)
+            except TopicNotExist:
+                raise
+            except RocketMQError as exc:
+                last = exc
+                log.warning("route lookup of %r on name server %s failed: %s", topic, addr, exc)
+                continue
+            self._ns_index = i
+            return route
+        raise MQClientError(f"no name server answered the route of {topic!r}: {last}") from last
+
+    async def update_route(self, topic: str) -> TopicRouteData:
+        """Fetch and cache ``topic``'s route; on failure keep the cached one (and raise if none)."""
+        async with self._route_lock:
+            try:
+                route = await self.fetch_route(topic)
+            except TopicNotExist:
+                raise
+            except RocketMQError:
+                cached = self.routes.get(topic)
+                if cached is None:
+                    raise
+                return cached
+            old = self.routes.get(topic)
+            self.routes[topic] = route
+            for bd in route.broker_datas:
+                self.broker_addrs[bd.broker_name] = dict(bd.broker_addrs)
+            if old != route:
+                for cb in self._route_listeners:
+                    cb(topic)
+            return route
+
+    async def update_route_quietly(self, topics: set[str] | list[str]) -> None:
+        """Refresh the routes of ``topics``, logging (not raising) failures."""
+        for topic in sorted(topics):
+            try:
+                await self.update_route(topic)
+            except RocketMQError as exc:
+                log.debug("route refresh of %r failed: %s", topic, exc)
+
+    async def route(self, topic: str) -> TopicRouteData:
+        r = self.routes.get(topic)
+        if r is None:
+            r = await self.update_route(topic)
+        return r
+
+    async def subscribe_queues(self, topic: str) -> list[MessageQueue]:
+        """Readable queues of ``topic`` (``topicRouteData2TopicSubscribeInfo``)."""
+        route = await self.route(topic)
+        out: list[MessageQueue] = []
+        for qd in route.queue_datas:
+            if qd.perm & Perm.READ:
+                out.extend(MessageQueue(topic, qd.broker_name, i) for i in range(qd.read_queue_nums))
+        return sorted(out)
+
+    def broker_addr(self, broker_name: str, broker_id: int = MASTER_ID, *, only_this: bool = False) -> str | None:
+        """``findBrokerAddressInSubscribe``: the address of ``broker_id``, else (unless only_this) any."""
+        addrs = self.broker_addrs.get(broker_name)
+        if not addrs:
+            return None
+        addr = addrs.get(broker_id)
+        if addr is None and not only_this:
+            addr = addrs.get(MASTER_ID) or next(iter(addrs.values()))
+        return addr
+
+    async def master_addr(self, broker_name: str, topic: str | None = None) -> str:
+        addr = self.broker_addr(broker_name, MASTER_ID, only_this=True)
+        if addr is None and topic is not None:
+            await self.update_route(topic)
+            addr = self.broker_addr(broker_name, MASTER_ID, only_this=True)
+        if addr is None:
+            raise MQClientError(f"broker {broker_name!r} has no master address in the route table")
+        return addr
+
+    async def any_broker_addr(self, broker_name: str, topic: str | None = None) -> str:
+        addr = self.broker_addr(broker_name)
+        if addr is None and topic is not None:
+            await self.update_route(topic)
+            addr = self.broker_addr(broker_name)
+        if addr is None:
+            raise MQClientError(f"broker {broker_name!r} is not in the route table")
+        return addr
+
+    async def _route_loop(self) -> None:
+        while True:
+            await anyio.sleep(self.timing.route_refresh_interval)
+            await self.refresh_routes()
+
+    async def refresh_routes(self) -> None:
+        await self.update_route_quietly(self._topics_in_use())
+        self._clean_offline_brokers()
+
+    def _clean_offline_brokers(self) -> None:
+        """``cleanOfflineBroker``: forget brokers that no route of a topic in use names any more."""
+        live: set[str] = set()
+        for topic in self._topics_in_use():
+            route = self.routes.get(topic)
+            if route is not None:
+                live.update(bd.broker_name for bd in route.broker_datas)
+        for name in list(self.broker_addrs):
+            if name not in live:
+                del self.broker_addrs[name]
+
+    # -- heartbeat --------------------------------------------------------------------------------
+
+    def heartbeat_data(self) -> HeartbeatData:
+        return HeartbeatData(
+            client_id=self.client_id,
+            consumer_data_set=[c.consumer_data() for c in self._consumers.values()],
+            producer_data_set=[ProducerData(group_name=g) for g in sorted(self._producers)],
+        )
+
+    async def send_heartbeat_to_all_brokers(self) -> bool:
+        """Heartbeat every known broker; True if every one answered. A failed heartbeat closes the
+        connection (it may be half-open), so the next request dials anew."""
+        if not self._consumers and not self._producers:
+            return True
+        async with self._heartbeat_lock:
+            data = self.heartbeat_data()
+            ok = True
+            for name, addrs in list(self.broker_addrs.items()):
+                for bid, addr in list(addrs.items()):
+                    if bid != MASTER_ID and not self._consumers:
+                        continue
+                    try:
+                        await self.api.heartbeat(addr, data, self.timing.request_timeout)
+                    except RocketMQError as exc:
+                        ok = False
+                        log.warning("heartbeat to %s (%s) failed: %s", name, addr, exc)
+                        await self.pool.close_address(addr)
+            return ok
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await anyio.sleep(self.timing.heartbeat_interval)
+            await self.send_heartbeat_to_all_brokers()
+
+    async def unregister_everywhere(self, *, producer_group: str | None = None, consumer_group: str | None = None) -> None:
+        for addrs in list(self.broker_addrs.values()):
+            for addr in list(addrs.values()):
+                try:
+                    await self.api.unregister_client(
+                        addr,
+                        self.client_id,
+                        self.timing.request_timeout,
+                        producer_group=producer_group,
+                        consumer_group=consumer_group,
+                    )
+                except RocketMQError as exc:
+                    log.warning("unregister of %s from %s failed: %s", self.client_id, addr, exc)
+
+    # -- requests from brokers ----------------------------------------------------------------------
+
+    async def _on_server_request(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        group = cmd.ext_fields.get("consumerGroup") or cmd.ext_fields.get("group")
+        if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+            log.info("broker %s: consumer ids of group %s changed", conn.addr, group)
+            for c in self._consumers.values():
+                c.rebalance_now()
+            return None
+        consumer = self._consumers.get(group or "")
+        if consumer is None:
+            if cmd.is_oneway:
+                return None
+            return cmd.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                f"The Consumer Group <{group}> not exist in this consumer",
+                language=self.config.language,
+            )
+        try:
+            resp = await consumer.handle_server_request(cmd)
+        except BrokerError:
+            raise
+        if resp is None and not cmd.is_oneway:
+            return cmd.make_response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                f"request type {cmd.code} not supported by the consumer",
+                language=self.config.language,
+            )
+        return resp

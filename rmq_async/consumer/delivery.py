@@ -1,0 +1,117 @@
+"""The ``async for`` way to consume: code that drives its own loop settles each delivery.
+
+    async with consumer.deliveries() as stream:
+        async for d in stream:
+            await handle(d.message)
+            await d.ack()            # or: await d.retry(delay_level=0)
+
+An unsettled delivery holds back its queue's committed offset (it stays in the process queue), is
+sent back when the consume timeout passes (the expired-message cleaner), and is retried if the
+``async with`` block is left while it is still unsettled. Same machinery as the handler path.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from ..errors import ClientError
+from ..protocol.codes import Prop
+from ..protocol.message import MessageExt
+from .concurrently import ConsumeContext, ConsumeResult, reset_retry_topic
+from .process_queue import ProcessQueue
+
+if TYPE_CHECKING:
+    from .push import PushConsumer
+
+__all__ = ["Delivery", "DeliveryStream"]
+
+log = logging.getLogger("rmq_async.consumer")
+
+
+class Delivery:
+    """One message handed to ``async for`` code. Settle it with :meth:`ack` or :meth:`retry`."""
+
+    __slots__ = ("_key", "_stream", "message", "pq", "settled")
+
+    def __init__(self, stream: DeliveryStream, pq: ProcessQueue, message: MessageExt) -> None:
+        self._stream = stream
+        self.pq = pq
+        self.message = message
+        self.settled = False
+        self._key: int | None = None
+
+    def __repr__(self) -> str:
+        return f"Delivery({self.message.msg_id} {self.pq.mq} offset={self.message.queue_offset} settled={self.settled})"
+
+    async def ack(self) -> None:
+        """The message was processed: let the queue's offset move past it."""
+        await self._stream.settle(self, ConsumeResult.SUCCESS, 0)
+
+    async def retry(self, delay_level: int = 0) -> None:
+        """Consume the message again later (sent back with ``delay_level``; 0 lets the broker choose)."""
+        await self._stream.settle(self, ConsumeResult.RECONSUME_LATER, delay_level)
+
+
+class DeliveryStream:
+    def __init__(self, consumer: PushConsumer) -> None:
+        self.c = consumer
+        send, recv = anyio.create_memory_object_stream[Delivery](float("inf"))
+        self._send: MemoryObjectSendStream[Delivery] = send
+        self._recv: MemoryObjectReceiveStream[Delivery] = recv
+        self.unsettled: set[Delivery] = set()
+
+    def submit(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        for m in msgs:
+            self._send.send_nowait(Delivery(self, pq, m))
+
+    def close(self) -> None:
+        self._send.close()
+
+    def __aiter__(self) -> DeliveryStream:
+        return self
+
+    async def __anext__(self) -> Delivery:
+        while True:
+            try:
+                d = await self._recv.receive()
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                raise StopAsyncIteration from None
+            if d.pq.dropped:
+                continue
+            reset_retry_topic([d.message], self.c.retry_topic)
+            d.message.set_property(Prop.CONSUME_START_TIMESTAMP, str(int(time.time() * 1000)))
+            d._key = self.c.deadlines.add(lambda d=d: self._expire(d))  # type: ignore[misc]
+            self.unsettled.add(d)
+            return d
+
+    def _expire(self, d: Delivery) -> None:
+        if d.settled:
+            return
+        log.warning("delivery %s was not settled within the consume timeout: sending it back", d)
+        tg = self.c._tg
+        if tg is not None:
+            tg.start_soon(self.settle, d, ConsumeResult.RECONSUME_LATER, 0)
+
+    async def settle(self, d: Delivery, result: ConsumeResult, delay_level: int) -> None:
+        if d.settled:
+            raise ClientError(f"{d} is already settled")
+        d.settled = True
+        self.unsettled.discard(d)
+        if d._key is not None:
+            self.c.deadlines.discard(d._key)
+        self.c.stats.consumed(d.pq.mq.topic, 1, 0.0, ok=result is ConsumeResult.SUCCESS)
+        if d.pq.dropped:
+            return
+        ctx = ConsumeContext(d.pq.mq, delay_level=delay_level)
+        await self.c.consume_service.process_result(d.pq, [d.message], result, ctx)
+
+    async def release_unsettled(self) -> None:
+        """Leaving the loop: every unsettled delivery is retried, so none is lost."""
+        for d in list(self.unsettled):
+            with anyio.CancelScope(shield=True):
+                await self.settle(d, ConsumeResult.RECONSUME_LATER, 0)

@@ -1,0 +1,174 @@
+"""Offset stores (Java ``OffsetStore``).
+
+Clustering: :class:`RemoteOffsetStore`, a local map updated after each consumption and written to the
+queue's broker every ``persist_interval`` (oneway, like the Java client), at drop and at shutdown
+(synchronously, so a graceful shutdown really leaves the offsets on the broker).
+Broadcasting: :class:`LocalFileOffsetStore`, a JSON file written atomically (temp file + rename).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Protocol
+
+import anyio
+
+from ..client.instance import ClientInstance
+from ..errors import RocketMQError
+from ..protocol import headers as H
+from ..protocol.mq import MessageQueue
+
+__all__ = ["LocalFileOffsetStore", "OffsetStore", "RemoteOffsetStore"]
+
+log = logging.getLogger("rmq_async.consumer")
+
+
+class OffsetStore(Protocol):
+    async def load(self) -> None: ...
+
+    def update(self, mq: MessageQueue, offset: int, *, increase_only: bool) -> None: ...
+
+    def read_memory(self, mq: MessageQueue) -> int: ...
+
+    async def read_store(self, mq: MessageQueue) -> int | None: ...
+
+    async def persist(self, mq: MessageQueue, *, sync: bool = False) -> None: ...
+
+    async def persist_all(self, mqs: Iterable[MessageQueue], *, sync: bool = False) -> None: ...
+
+    def remove(self, mq: MessageQueue) -> None: ...
+
+    def snapshot(self) -> dict[MessageQueue, int]: ...
+
+
+class _MemoryTable:
+    def __init__(self) -> None:
+        self.table: dict[MessageQueue, int] = {}
+
+    def update(self, mq: MessageQueue, offset: int, *, increase_only: bool) -> None:
+        if offset < 0:
+            return
+        old = self.table.get(mq)
+        if old is None or not increase_only or offset > old:
+            self.table[mq] = offset
+
+    def read_memory(self, mq: MessageQueue) -> int:
+        return self.table.get(mq, -1)
+
+    def remove(self, mq: MessageQueue) -> None:
+        self.table.pop(mq, None)
+
+    def snapshot(self) -> dict[MessageQueue, int]:
+        return dict(self.table)
+
+
+class RemoteOffsetStore(_MemoryTable):
+    """Offsets kept by the broker of each queue (``RemoteBrokerOffsetStore``)."""
+
+    def __init__(self, client: ClientInstance, group: str) -> None:
+        super().__init__()
+        self.client = client
+        self.group = group
+        self._persisted: dict[MessageQueue, int] = {}
+
+    async def load(self) -> None:
+        return None
+
+    async def read_store(self, mq: MessageQueue) -> int | None:
+        """The broker's committed offset; None when it has none (22). Errors propagate."""
+        addr = await self.client.master_addr(mq.broker_name, mq.topic)
+        h = H.QueryConsumerOffsetRequestHeader(
+            consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id, bname=mq.broker_name
+        )
+        off = await self.client.api.query_consumer_offset(addr, h, self.client.timing.request_timeout)
+        if off is not None:
+            self.update(mq, off, increase_only=False)
+        return off
+
+    async def persist(self, mq: MessageQueue, *, sync: bool = False) -> None:
+        off = self.table.get(mq)
+        if off is None:
+            return
+        addr = await self.client.master_addr(mq.broker_name, mq.topic)
+        h = H.UpdateConsumerOffsetRequestHeader(
+            consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id, commit_offset=off, bname=mq.broker_name
+        )
+        await self.client.api.update_consumer_offset(addr, h, self.client.timing.request_timeout, oneway=not sync)
+        self._persisted[mq] = off
+
+    async def persist_all(self, mqs: Iterable[MessageQueue], *, sync: bool = False) -> None:
+        for mq in list(mqs):
+            try:
+                await self.persist(mq, sync=sync)
+            except RocketMQError as exc:
+                log.warning("persisting the offset of %s failed: %s", mq, exc)
+
+    def remove(self, mq: MessageQueue) -> None:
+        super().remove(mq)
+        self._persisted.pop(mq, None)
+
+
+def default_offset_dir() -> Path:
+    return Path(os.environ.get("RMQ_ASYNC_OFFSET_DIR") or Path.home() / ".rocketmq_offsets")
+
+
+class LocalFileOffsetStore(_MemoryTable):
+    """Offsets in ``<dir>/<client id>/<group>/offsets.json`` (broadcasting), written atomically."""
+
+    def __init__(self, directory: str | Path | None, client_id: str, group: str) -> None:
+        super().__init__()
+        base = Path(directory) if directory else default_offset_dir()
+        self.path = base / client_id.replace(":", "_") / group / "offsets.json"
+
+    async def load(self) -> None:
+        try:
+            text = await anyio.Path(self.path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return
+        try:
+            data = json.loads(text)
+            for row in data["offsets"]:
+                mq = MessageQueue(row["topic"], row["brokerName"], int(row["queueId"]))
+                self.table[mq] = int(row["offset"])
+        except (ValueError, KeyError, TypeError) as exc:
+            log.error("ignoring unreadable offset file %s: %s", self.path, exc)
+
+    async def read_store(self, mq: MessageQueue) -> int | None:
+        off = self.table.get(mq)
+        return off
+
+    async def persist(self, mq: MessageQueue, *, sync: bool = False) -> None:
+        await self.persist_all([mq], sync=sync)
+
+    async def persist_all(self, mqs: Iterable[MessageQueue], *, sync: bool = False) -> None:
+        rows = [
+            {"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id, "offset": off}
+            for mq, off in sorted(self.table.items())
+        ]
+        payload = json.dumps({"offsets": rows}, indent=1)
+        await anyio.to_thread.run_sync(self._write, payload)
+
+    def _write(self, payload: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".offsets-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(payload)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with_suppress_unlink(tmp)
+            raise
+
+
+def with_suppress_unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -1,0 +1,138 @@
+"""The pull loop of one process queue (Java ``DefaultMQPushConsumerImpl.pullMessage`` +
+``PullAPIWrapper``), as one task per owned queue, cancelled through the queue's cancel scope when it is
+dropped.
+
+Flow control awaits the process queue (count, size, span) and resumes the moment consumption frees
+room. A long-poll pull (suspend flag, 15 s by default) is sent with a request timeout above the
+suspend time plus the broker's hold check; the local committed offset rides along (commit-offset flag).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import anyio
+
+from ..client.api import PullStatus
+from ..errors import BrokerError, RocketMQError
+from ..protocol import headers as H
+from ..protocol.codes import PullSysFlag, ResponseCode
+from .process_queue import ProcessQueue
+
+if TYPE_CHECKING:
+    from .push import PushConsumer
+
+__all__ = ["PullLoop"]
+
+log = logging.getLogger("rmq_async.consumer")
+
+
+class PullLoop:
+    def __init__(self, consumer: PushConsumer) -> None:
+        self.c = consumer
+        #: suggestWhichBrokerId per queue (``PullAPIWrapper.pullFromWhichNodeTable``)
+        self.suggested: dict[object, int] = {}
+
+    async def run(self, pq: ProcessQueue) -> None:
+        with anyio.CancelScope() as scope:
+            pq.scope = scope
+            if pq.dropped:
+                return
+            try:
+                await self._loop(pq)
+            finally:
+                pq.scope = None
+
+    async def _loop(self, pq: ProcessQueue) -> None:
+        c = self.c
+        mq = pq.mq
+        client = c.client
+        timing = c.timing
+        cfg = c.config
+        while not pq.dropped:
+            await pq.wait_for_room()
+            if pq.dropped:
+                return
+            if not await c.before_pull(pq):
+                continue
+            sub = c.subscription(mq.topic)
+            if sub is None:
+                log.debug("no subscription for %s: pull loop ends", mq.topic)
+                return
+            addr = client.broker_addr(mq.broker_name, self.suggested.get(mq, 0))
+            if addr is None:
+                await client.update_route_quietly([mq.topic])
+                addr = client.broker_addr(mq.broker_name)
+                if addr is None:
+                    await anyio.sleep(timing.pull_error_delay)
+                    continue
+            commit_offset = c.offset_store.read_memory(mq) if cfg.clustering else -1
+            post_sub = cfg.post_subscription_when_pull
+            header = H.PullMessageRequestHeader(
+                consumer_group=c.group,
+                topic=mq.topic,
+                queue_id=mq.queue_id,
+                queue_offset=pq.next_offset,
+                max_msg_nums=cfg.pull_batch_size,
+                sys_flag=PullSysFlag.build(commit_offset=commit_offset > 0, suspend=True, subscription=post_sub),
+                commit_offset=max(commit_offset, 0),
+                suspend_timeout_millis=int(timing.suspend_timeout * 1000),
+                sub_version=sub.sub_version,
+                subscription=sub.sub_string if post_sub else None,
+                expression_type="TAG",
+                bname=mq.broker_name,
+            )
+            t0 = time.perf_counter()
+            try:
+                res = await client.api.pull(addr, header, timing.pull_timeout, broker_name=mq.broker_name)
+            except BrokerError as exc:
+                if exc.code in (ResponseCode.SUBSCRIPTION_NOT_LATEST, ResponseCode.SUBSCRIPTION_NOT_EXIST):
+                    log.debug("pull of %s: %s", mq, exc)
+                    # the broker has not seen our latest heartbeat yet
+                    await client.send_heartbeat_to_all_brokers()
+                else:
+                    log.warning("pull of %s failed: %s", mq, exc)
+                await anyio.sleep(timing.pull_error_delay)
+                continue
+            except RocketMQError as exc:
+                log.warning("pull of %s failed: %s", mq, exc)
+                await anyio.sleep(timing.pull_error_delay)
+                continue
+            pq.last_pull_time = time.monotonic()
+            self.suggested[mq] = res.suggest_which_broker_id
+            pq.max_offset = res.max_offset
+            if pq.dropped:
+                return
+            if res.status is PullStatus.FOUND:
+                c.stats.pulled(mq.topic, len(res.messages), time.perf_counter() - t0)
+                msgs = c.filter_tags(mq.topic, res.messages)
+                pq.next_offset = res.next_begin_offset
+                if msgs:
+                    pq.put(msgs)
+                    c.dispatch(pq, msgs)
+            elif res.status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
+                pq.next_offset = res.next_begin_offset
+                if pq.count == 0:  # correctTagsOffset
+                    c.offset_store.update(mq, res.next_begin_offset, increase_only=True)
+            else:  # OFFSET_ILLEGAL
+                log.warning(
+                    "pull of %s at %d: offset illegal (%s), moving to %d",
+                    mq,
+                    pq.next_offset,
+                    res.remark,
+                    res.next_begin_offset,
+                )
+                pq.next_offset = res.next_begin_offset
+                c.offset_store.update(mq, res.next_begin_offset, increase_only=False)
+                try:
+                    await c.offset_store.persist(mq, sync=True)
+                except RocketMQError as exc:
+                    log.warning("persisting the corrected offset of %s failed: %s", mq, exc)
+                # drop the queue; the next rebalance (now) starts it again from the corrected offset
+                c.pqs.pop(mq, None)
+                pq.drop()
+                c.offset_store.remove(mq)
+                c.rebalance_now()
+                return

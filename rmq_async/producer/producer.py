@@ -1,0 +1,353 @@
+"""Producer (Java ``DefaultMQProducer``): route lookup with the TBW102 fallback, queue selection that
+avoids the broker that just failed, retries within the send timeout, the 4 MiB size limit and zlib
+compression of bodies over 4 KiB.
+
+The tests, the benchmarks, the CLI and the consumer's send-back fallback all send through it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from ..client.api import SendResult
+from ..client.instance import ClientInstance, pid_instance_name
+from ..config import ClientConfig, ProducerConfig
+from ..errors import BrokerError, ClientError, MQClientError, RemotingError, TopicNotExist
+from ..protocol import headers as H
+from ..protocol.bodies import TopicRouteData
+from ..protocol.codes import MessageSysFlag, Perm, Prop, ResponseCode
+from ..protocol.message import (
+    Message,
+    compress_body,
+    encode_batch_body,
+    encode_properties,
+    new_uniq_id,
+)
+from ..protocol.filter import java_string_hash
+from ..protocol.mq import MessageQueue
+
+__all__ = ["MessageQueueSelector", "Producer", "ProducerConfig", "TopicPublishInfo", "select_by_key_hash"]
+
+log = logging.getLogger("rmq_async.producer")
+
+#: ``selector(queues, message, arg) -> queue``, as Java's MessageQueueSelector
+MessageQueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
+
+# Answers after which the Java producer tries again (DefaultMQProducer.retryResponseCodes).
+_RETRY_CODES = frozenset(
+    {
+        ResponseCode.TOPIC_NOT_EXIST,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.SYSTEM_ERROR,
+        ResponseCode.SYSTEM_BUSY,
+        ResponseCode.NO_PERMISSION,
+        204,  # NO_BUYER_ID
+        205,  # NOT_IN_CURRENT_UNIT
+    }
+)
+
+
+def select_by_key_hash(queues: Sequence[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
+    """``SelectMessageQueueByHash``: ``queues[abs(hash(arg)) % n]`` with ints used as they are."""
+    value = arg if isinstance(arg, int) else java_string_hash(str(arg))
+    return queues[abs(value) % len(queues)]
+
+
+@dataclass(slots=True)
+class TopicPublishInfo:
+    queues: list[MessageQueue]
+    route: TopicRouteData
+    from_default_topic: bool = False
+
+    def select(self, counter: int, last_broker: str | None) -> MessageQueue:
+        """``selectOneMessageQueue``: the next queue, on another broker than ``last_broker`` if possible."""
+        n = len(self.queues)
+        if last_broker is not None:
+            for k in range(n):
+                mq = self.queues[(counter + k) % n]
+                if mq.broker_name != last_broker:
+                    return mq
+        return self.queues[counter % n]
+
+
+def publish_info(topic: str, route: TopicRouteData, *, cap: int | None = None) -> TopicPublishInfo:
+    """``topicRouteData2TopicPublishInfo``: writable queues of brokers that have a master."""
+    masters = {bd.broker_name for bd in route.broker_datas if 0 in bd.broker_addrs}
+    queues: list[MessageQueue] = []
+    for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
+        if qd.perm & Perm.WRITE and qd.broker_name in masters:
+            n = qd.write_queue_nums if cap is None else min(cap, qd.write_queue_nums)
+            queues.extend(MessageQueue(topic, qd.broker_name, i) for i in range(n))
+    return TopicPublishInfo(queues, route, from_default_topic=cap is not None)
+
+
+class Producer:
+    """An async producer. ``async with Producer("group", namesrv_addr=...) as p: await p.send(msg)``."""
+
+    def __init__(
+        self,
+        group: str = "DEFAULT_PRODUCER",
+        *,
+        namesrv_addr: str | None = None,
+        config: ProducerConfig | None = None,
+        client_config: ClientConfig | None = None,
+        client: ClientInstance | None = None,
+    ) -> None:
+        self.config = config or ProducerConfig(group=group)
+        self._client_config = client_config or ClientConfig(namesrv_addr=namesrv_addr)
+        self._own_client = client is None
+        self._client = client
+        self._publish: dict[str, TopicPublishInfo] = {}
+        self._counter = itertools.count(random.randrange(1 << 16))
+        self._started = False
+
+    @property
+    def client(self) -> ClientInstance:
+        if self._client is None or not self._started:
+            raise ClientError("producer is not started: use 'async with Producer(...)' or 'await start()'")
+        return self._client
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        if self._client is None:
+            self._client = ClientInstance(self._client_config, instance_name=self._instance_name())
+        if self._own_client:
+            await self._client.__aenter__()
+        self._client.register_producer(self.config.group)
+        self._started = True
+
+    def _instance_name(self) -> str:
+        name = self._client_config.instance_name
+        return pid_instance_name() if name == "DEFAULT" else name
+
+    async def stop(self) -> None:
+        if not self._started or self._client is None:
+            return
+        self._started = False
+        client = self._client
+        client.unregister_producer_local(self.config.group)
+        with anyio.move_on_after(self._client_config.timing.request_timeout, shield=True):
+            await client.unregister_everywhere(producer_group=self.config.group)
+        if self._own_client:
+            await client.__aexit__(None, None, None)
+            self._client = None
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+    # -- routes -------------------------------------------------------------------------------------
+
+    async def publish_info(self, topic: str, *, refresh: bool = False) -> TopicPublishInfo:
+        """The queues a send to ``topic`` may use. An unknown topic uses the ``TBW102`` route, so the
+        broker creates the topic on the first send (autoCreateTopicEnable), as the Java producer does."""
+        info = self._publish.get(topic)
+        if info is not None and not refresh:
+            return info
+        client = self.client
+        client.add_topic(topic)
+        try:
+            route = await client.update_route(topic)
+            info = publish_info(topic, route)
+        except TopicNotExist:
+            route = await client.update_route(self.config.create_topic_key)
+            info = publish_info(topic, route, cap=self.config.default_topic_queue_nums)
+        if not info.queues:
+            raise MQClientError(f"no writable queue for topic {topic!r} (route: {info.route})")
+        self._publish[topic] = info
+        return info
+
+    async def queues(self, topic: str) -> list[MessageQueue]:
+        return list((await self.publish_info(topic)).queues)
+
+    # -- sending ------------------------------------------------------------------------------------
+
+    def _check(self, msg: Message) -> None:
+        if not isinstance(msg, Message):
+            raise TypeError(f"expected a Message, got {type(msg).__name__}")
+        if len(msg.body) > self.config.max_message_size:
+            raise ClientError(
+                f"message body of {len(msg.body)} bytes exceeds max_message_size {self.config.max_message_size}"
+            )
+
+    def _header(self, msg: Message, mq: MessageQueue, properties: dict[str, str], sys_flag: int) -> H.SendMessageRequestHeader:
+        reconsume_times = 0
+        max_reconsume: int | None = None
+        if mq.topic.startswith("%RETRY%"):
+            reconsume_times = int(properties.get(Prop.RECONSUME_TIME, "0") or 0)
+            mrt = properties.get(Prop.MAX_RECONSUME_TIMES)
+            max_reconsume = int(mrt) if mrt else None
+        return H.SendMessageRequestHeader(
+            producer_group=self.config.group,
+            topic=mq.topic,
+            default_topic=self.config.create_topic_key,
+            default_topic_queue_nums=self.config.default_topic_queue_nums,
+            queue_id=mq.queue_id,
+            sys_flag=sys_flag,
+            born_timestamp=int(time.time() * 1000),
+            flag=msg.flag,
+            properties=encode_properties(properties),
+            reconsume_times=reconsume_times,
+            unit_mode=False,
+            batch=False,
+            max_reconsume_times=max_reconsume,
+            bname=mq.broker_name,
+        )
+
+    def _prepare(self, msg: Message) -> tuple[bytes, dict[str, str], int, str]:
+        props = dict(msg.properties)
+        uniq = props.get(Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        if not uniq:
+            uniq = new_uniq_id()
+            props[Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+        body = msg.body
+        sys_flag = 0
+        if len(body) > self.config.compress_threshold:
+            body = compress_body(body, self.config.compress_level)
+            sys_flag |= MessageSysFlag.COMPRESSED_FLAG | MessageSysFlag.COMPRESSION_ZLIB_TYPE
+        return body, props, sys_flag, uniq
+
+    async def send(
+        self,
+        msg: Message,
+        *,
+        queue: MessageQueue | None = None,
+        selector: MessageQueueSelector | None = None,
+        arg: Any = None,
+        timeout: float | None = None,
+    ) -> SendResult:
+        """Send ``msg`` and wait for the broker's answer.
+
+        With ``queue`` or ``selector`` the message goes to that queue only (orderly sends: no retry on
+        another queue, as in Java); otherwise queues rotate and a failed send is retried on another
+        broker, up to ``retries`` more times within the send timeout.
+        """
+        self._check(msg)
+        timeout = timeout or self.config.send_timeout
+        body, props, sys_flag, uniq = self._prepare(msg)
+        deadline = time.monotonic() + timeout
+        info = await self.publish_info(msg.topic)
+        if queue is not None or selector is not None:
+            mq = queue if queue is not None else selector(list(info.queues), msg, arg)  # type: ignore[misc]
+            res = await self._send_to(mq, self._header(msg, mq, props, sys_flag), body, deadline, uniq)
+            assert res is not None
+            return res
+        last_broker: str | None = None
+        error: Exception | None = None
+        for attempt in range(1 + self.config.retries):
+            mq = info.select(next(self._counter), last_broker)
+            try:
+                res = await self._send_to(mq, self._header(msg, mq, props, sys_flag), body, deadline, uniq)
+                assert res is not None
+                return res
+            except BrokerError as exc:
+                if exc.code not in _RETRY_CODES:
+                    raise
+                error = exc
+            except (RemotingError, MQClientError) as exc:
+                error = exc
+            last_broker = mq.broker_name
+            if time.monotonic() >= deadline:
+                break
+            log.debug("send to %s failed (attempt %d): %s", mq, attempt + 1, error)
+            if isinstance(error, BrokerError) and error.code == ResponseCode.TOPIC_NOT_EXIST:
+                info = await self.publish_info(msg.topic, refresh=True)
+        raise MQClientError(f"send to topic {msg.topic!r} failed after retries: {error}") from error
+
+    async def _send_to(
+        self,
+        mq: MessageQueue,
+        header: H.SendMessageRequestHeader,
+        body: bytes,
+        deadline: float,
+        msg_id: str,
+        *,
+        batch: bool = False,
+        oneway: bool = False,
+    ) -> SendResult | None:
+        client = self.client
+        addr = await client.master_addr(mq.broker_name, mq.topic)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise MQClientError(f"send to {mq} timed out before it could be sent")
+        return await client.api.send(addr, mq, header, body, left, batch=batch, oneway=oneway, msg_id=msg_id)
+
+    async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
+        """Send without waiting for an answer (no retries, as in Java)."""
+        self._check(msg)
+        body, props, sys_flag, uniq = self._prepare(msg)
+        info = await self.publish_info(msg.topic)
+        mq = queue or info.select(next(self._counter), None)
+        deadline = time.monotonic() + self.config.send_timeout
+        await self._send_to(mq, self._header(msg, mq, props, sys_flag), body, deadline, uniq, oneway=True)
+
+    async def send_batch(
+        self, msgs: Sequence[Message], *, queue: MessageQueue | None = None, timeout: float | None = None
+    ) -> SendResult:
+        """Send messages of one topic as one SEND_BATCH_MESSAGE (no delay levels, as in Java)."""
+        if not msgs:
+            raise ClientError("send_batch needs at least one message")
+        topic = msgs[0].topic
+        prepared: list[Message] = []
+        ids: list[str] = []
+        for m in msgs:
+            self._check(m)
+            if m.topic != topic:
+                raise ClientError(f"a batch must have one topic: {m.topic!r} != {topic!r}")
+            if m.delay_level > 0:
+                raise ClientError("delayed messages cannot be sent in a batch")
+            props = dict(m.properties)
+            uniq = props.get(Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or new_uniq_id()
+            props[Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+            ids.append(uniq)
+            prepared.append(Message(topic, m.body, properties=props, flag=m.flag))
+        body = encode_batch_body(prepared)
+        if len(body) > self.config.max_message_size:
+            raise ClientError(f"batch of {len(body)} bytes exceeds max_message_size {self.config.max_message_size}")
+        timeout = timeout or self.config.send_timeout
+        deadline = time.monotonic() + timeout
+        info = await self.publish_info(topic)
+        last_broker: str | None = None
+        error: Exception | None = None
+        for _ in range(1 + (0 if queue else self.config.retries)):
+            mq = queue or info.select(next(self._counter), last_broker)
+            header = H.SendMessageRequestHeader(
+                producer_group=self.config.group,
+                topic=topic,
+                default_topic=self.config.create_topic_key,
+                default_topic_queue_nums=self.config.default_topic_queue_nums,
+                queue_id=mq.queue_id,
+                sys_flag=0,
+                born_timestamp=int(time.time() * 1000),
+                flag=0,
+                properties=encode_properties({Prop.WAIT_STORE_MSG_OK: "true"}),
+                reconsume_times=0,
+                unit_mode=False,
+                batch=True,
+                bname=mq.broker_name,
+            )
+            try:
+                res = await self._send_to(mq, header, body, deadline, ",".join(ids), batch=True)
+                assert res is not None
+                return res
+            except BrokerError as exc:
+                if exc.code not in _RETRY_CODES:
+                    raise
+                error = exc
+            except (RemotingError, MQClientError) as exc:
+                error = exc
+            last_broker = mq.broker_name
+            if time.monotonic() >= deadline:
+                break
+        raise MQClientError(f"batch send to topic {topic!r} failed after retries: {error}") from error
