@@ -16,7 +16,15 @@ import os
 import sys
 import time
 
-from rmq_async import ConsumeContext, ConsumeResult, EmbeddedCluster, Message, MessageExt, Producer, PushConsumer
+from rmq_async import (
+    ConsumeContext,
+    ConsumeResult,
+    EmbeddedCluster,
+    Message,
+    MessageExt,
+    Producer,
+    PushConsumer,
+)
 
 TOPIC = "QuickstartTopic"
 GROUP = "quickstart_group"
@@ -34,7 +42,10 @@ async def main(namesrv: str | None) -> dict[str, object]:
         async with Producer("quickstart_producer", namesrv_addr=namesrv) as producer:
             t0 = time.perf_counter()
             results = await asyncio.gather(
-                *(producer.send(Message(topic, f"hello {i}".encode(), tags="TagA", keys=f"k-{i}")) for i in range(COUNT))
+                *(
+                    producer.send(Message(topic, f"hello {i}".encode(), tags="TagA", keys=f"k-{i}"))
+                    for i in range(COUNT)
+                )
             )
             send_secs = time.perf_counter() - t0
         queues = sorted({str(r.message_queue) for r in results})

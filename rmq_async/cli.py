@@ -130,7 +130,17 @@ async def _produce(args: argparse.Namespace) -> int:
         progress.close()
         await producer.stop()
     secs = time.perf_counter() - t0
-    print(json.dumps({"sent": sent, "failed": failed, "seconds": round(secs, 3), "msgs_per_s": round(sent / secs, 1) if secs > 0 else 0.0}), flush=True)
+    print(
+        json.dumps(
+            {
+                "sent": sent,
+                "failed": failed,
+                "seconds": round(secs, 3),
+                "msgs_per_s": round(sent / secs, 1) if secs > 0 else 0.0,
+            }
+        ),
+        flush=True,
+    )
     return 0 if failed == 0 else 1
 
 
@@ -197,7 +207,20 @@ async def _consume(args: argparse.Namespace) -> int:
             seen[key] = seen.get(key, 0) + 1
             consumed += 1
             if args.print:
-                print(json.dumps({"topic": m.topic, "queue_id": m.queue_id, "offset": m.queue_offset, "key": key, "msg_id": m.msg_id, "tags": m.tags, "reconsume_times": m.reconsume_times}), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "topic": m.topic,
+                            "queue_id": m.queue_id,
+                            "offset": m.queue_offset,
+                            "key": key,
+                            "msg_id": m.msg_id,
+                            "tags": m.tags,
+                            "reconsume_times": m.reconsume_times,
+                        }
+                    ),
+                    flush=True,
+                )
         activity.set()
         activity = anyio.Event()
         if args.count and len(seen) >= args.count:
@@ -268,7 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--keys-prefix", default="k-")
     pr.add_argument("--batch", type=int, default=1)
     pr.add_argument("--order-key-mod", type=int, default=0)
-    pr.add_argument("--queues", type=int, default=4, help="queues a broker gives the topic when it creates it")
+    pr.add_argument(
+        "--queues", type=int, default=4, help="queues a broker gives the topic when it creates it"
+    )
     pr.add_argument("--concurrency", type=int, default=64, help="sends in flight")
     pr.add_argument("--quiet", action="store_true", help="no progress bar")
 

@@ -23,12 +23,12 @@ from .errors import ConfigError
 __all__ = [
     "DEFAULT_DELAY_LEVELS",
     "FAST_DELAY_LEVELS",
-    "Timing",
-    "parse_delay_levels",
     "ClientConfig",
+    "ConfigModel",
     "ConsumerConfig",
     "ProducerConfig",
-    "ConfigModel",
+    "Timing",
+    "parse_delay_levels",
 ]
 
 #: broker ``messageDelayLevel`` default (MessageStoreConfig.java)
@@ -220,7 +220,7 @@ class ClientConfig(ConfigModel):
             return resource
         for prefix in ("%RETRY%", "%DLQ%"):
             if resource.startswith(prefix):
-                return f"{prefix}{self.namespace}%{resource[len(prefix):]}"
+                return f"{prefix}{self.namespace}%{resource[len(prefix) :]}"
         return f"{self.namespace}%{resource}"
 
 
@@ -229,12 +229,14 @@ class ConsumerConfig(ConfigModel):
 
     group: str = Field(min_length=1, max_length=255, pattern=r"^[%|a-zA-Z0-9_-]+$")
     message_model: Literal["CLUSTERING", "BROADCASTING"] = "CLUSTERING"
-    consume_from_where: Literal["CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_FIRST_OFFSET", "CONSUME_FROM_TIMESTAMP"] = (
-        "CONSUME_FROM_LAST_OFFSET"
-    )
+    consume_from_where: Literal[
+        "CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_FIRST_OFFSET", "CONSUME_FROM_TIMESTAMP"
+    ] = "CONSUME_FROM_LAST_OFFSET"
     #: ``yyyyMMddHHmmss`` (Java ``consumeTimestamp``) or epoch milliseconds; default: half an hour ago
     consume_timestamp: str | int | None = None
-    allocate_strategy: str = Field("AVG", description="AVG, AVG_BY_CIRCLE, CONSISTENT_HASH, CONFIG, MACHINE_ROOM")
+    allocate_strategy: str = Field(
+        "AVG", description="AVG, AVG_BY_CIRCLE, CONSISTENT_HASH, CONFIG, MACHINE_ROOM"
+    )
     pull_batch_size: int = Field(32, ge=1, le=1024)
     consume_batch_max_size: int = Field(1, ge=1, le=1024, description="consumeMessageBatchMaxSize")
     pull_threshold_for_queue: int = Field(1000, ge=1, le=65535)
@@ -249,7 +251,9 @@ class ConsumerConfig(ConfigModel):
     #: seconds a new member list must stay unchanged before allocation uses it (0: off, as Java)
     rebalance_stability_window: float = Field(0.0, ge=0)
     #: orderly: seconds a consume task keeps a queue before yielding (MAX_TIME_CONSUME_CONTINUOUSLY)
-    offset_store_dir: str | None = Field(None, description="broadcasting: local offsets dir (~/.rocketmq_offsets)")
+    offset_store_dir: str | None = Field(
+        None, description="broadcasting: local offsets dir (~/.rocketmq_offsets)"
+    )
 
     @property
     def clustering(self) -> bool:

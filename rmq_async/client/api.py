@@ -105,7 +105,9 @@ class MQClientAPI:
 
     # -- plumbing --------------------------------------------------------------------------------
 
-    def _cmd(self, code: int, ext: dict[str, str] | None, body: bytes = b"", *, oneway: bool = False) -> RemotingCommand:
+    def _cmd(
+        self, code: int, ext: dict[str, str] | None, body: bytes = b"", *, oneway: bool = False
+    ) -> RemotingCommand:
         if self._stream:
             ext = dict(ext or {})
             ext["ReqT"] = "0"  # RequestType.STREAM, as DefaultLitePullConsumer / DefaultMQPullConsumer send
@@ -135,7 +137,9 @@ class MQClientAPI:
     # -- name server -----------------------------------------------------------------------------
 
     async def get_route(self, namesrv: str, topic: str, timeout: float) -> TopicRouteData:
-        cmd = self._cmd(RequestCode.GET_ROUTEINFO_BY_TOPIC, H.GetRouteInfoRequestHeader(topic=topic).to_ext_fields())
+        cmd = self._cmd(
+            RequestCode.GET_ROUTEINFO_BY_TOPIC, H.GetRouteInfoRequestHeader(topic=topic).to_ext_fields()
+        )
         resp = await self._call(namesrv, cmd, timeout)
         if resp.code == ResponseCode.TOPIC_NOT_EXIST:
             raise TopicNotExist(resp.code, resp.remark, request_code=cmd.code, addr=namesrv)
@@ -265,7 +269,9 @@ class MQClientAPI:
 
     async def view_message(self, addr: str, commit_log_offset: int, timeout: float) -> MessageExt:
         h = H.ViewMessageRequestHeader(offset=commit_log_offset)
-        resp = await self._expect_ok(addr, self._cmd(RequestCode.VIEW_MESSAGE_BY_ID, h.to_ext_fields()), timeout)
+        resp = await self._expect_ok(
+            addr, self._cmd(RequestCode.VIEW_MESSAGE_BY_ID, h.to_ext_fields()), timeout
+        )
         msgs = decode_messages(resp.body)
         if not msgs:
             raise ProtocolError(f"VIEW_MESSAGE_BY_ID answer from {addr} has no message")

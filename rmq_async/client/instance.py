@@ -13,7 +13,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 import anyio
@@ -136,7 +136,9 @@ class ClientInstance:
 
     def register_consumer(self, consumer: ConsumerHandle) -> None:
         if consumer.group in self._consumers:
-            raise MQClientError(f"consumer group {consumer.group!r} is already registered on {self.client_id}")
+            raise MQClientError(
+                f"consumer group {consumer.group!r} is already registered on {self.client_id}"
+            )
         self._consumers[consumer.group] = consumer
 
     def unregister_consumer_local(self, group: str) -> None:
@@ -226,7 +228,9 @@ class ClientInstance:
                 out.extend(MessageQueue(topic, qd.broker_name, i) for i in range(qd.read_queue_nums))
         return sorted(out)
 
-    def broker_addr(self, broker_name: str, broker_id: int = MASTER_ID, *, only_this: bool = False) -> str | None:
+    def broker_addr(
+        self, broker_name: str, broker_id: int = MASTER_ID, *, only_this: bool = False
+    ) -> str | None:
         """``findBrokerAddressInSubscribe``: the address of ``broker_id``, else (unless only_this) any."""
         addrs = self.broker_addrs.get(broker_name)
         if not addrs:
@@ -308,7 +312,9 @@ class ClientInstance:
             await anyio.sleep(self.timing.heartbeat_interval)
             await self.send_heartbeat_to_all_brokers()
 
-    async def unregister_everywhere(self, *, producer_group: str | None = None, consumer_group: str | None = None) -> None:
+    async def unregister_everywhere(
+        self, *, producer_group: str | None = None, consumer_group: str | None = None
+    ) -> None:
         for addrs in list(self.broker_addrs.values()):
             for addr in list(addrs.values()):
                 try:

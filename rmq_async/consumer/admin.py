@@ -35,7 +35,9 @@ log = logging.getLogger("rmq_async.consumer")
 
 def running_info(c: PushConsumer) -> ConsumerRunningInfo:
     props = {
-        "PROP_CONSUMER_START_TIMESTAMP": str(int(time.time() * 1000 - (time.monotonic() - c.stats.started) * 1000)),
+        "PROP_CONSUMER_START_TIMESTAMP": str(
+            int(time.time() * 1000 - (time.monotonic() - c.stats.started) * 1000)
+        ),
         "PROP_CONSUME_TYPE": "CONSUME_PASSIVELY",
         "PROP_CONSUMEORDERLY": "false",
         "PROP_THREADPOOL_CORE_SIZE": str(c.config.concurrency),
@@ -69,7 +71,9 @@ def running_info(c: PushConsumer) -> ConsumerRunningInfo:
             consume_failed_msgs=int(s["consumeFailedMsgs"]),
         )
     subs = [sub for t in sorted(c.subscribed_topics()) if (sub := c.subscription(t)) is not None]
-    return ConsumerRunningInfo(properties=props, subscription_set=subs, mq_table=mq_table, status_table=status)
+    return ConsumerRunningInfo(
+        properties=props, subscription_set=subs, mq_table=mq_table, status_table=status
+    )
 
 
 _SNAKE = {
@@ -159,4 +163,6 @@ async def _consume_directly(c: PushConsumer, cmd: RemotingCommand) -> RemotingCo
         remark=remark,
         spent_time_mills=int((time.perf_counter() - t0) * 1000),
     )
-    return cmd.make_response(ResponseCode.SUCCESS, None, body=result.encode(), language=c.client_config.language)
+    return cmd.make_response(
+        ResponseCode.SUCCESS, None, body=result.encode(), language=c.client_config.language
+    )

@@ -36,7 +36,7 @@ from .process_queue import ProcessQueue
 if TYPE_CHECKING:
     from .push import PushConsumer
 
-__all__ = ["ConsumeContext", "ConsumeResult", "ConcurrentConsumeService", "Handler"]
+__all__ = ["ConcurrentConsumeService", "ConsumeContext", "ConsumeResult", "Handler"]
 
 log = logging.getLogger("rmq_async.consumer")
 
@@ -73,30 +73,43 @@ class ConcurrentConsumeService:
     def __init__(self, consumer: PushConsumer, handler: Handler | None) -> None:
         self.c = consumer
         self.handler = handler
-        send, recv = anyio.create_memory_object_stream[tuple[ProcessQueue, list[MessageExt]]](float("inf"))
-        self._send: MemoryObjectSendStream[tuple[ProcessQueue, list[MessageExt]]] = send
-        self._recv: MemoryObjectReceiveStream[tuple[ProcessQueue, list[MessageExt]]] = recv
+        self._send: MemoryObjectSendStream[tuple[ProcessQueue, list[MessageExt]]] | None = None
         self.running = 0
+        self._idle = anyio.Event()
+        self._idle.set()
+
+    async def wait_idle(self) -> None:
+        """Wait until no handler is running."""
+        while self.running > 0:
+            await self._idle.wait()
 
     # -- intake -------------------------------------------------------------------------------------
 
     def submit(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         n = self.c.config.consume_batch_max_size
+        if self._send is None:
+            return
         for i in range(0, len(msgs), n):
             self._send.send_nowait((pq, msgs[i : i + n]))
 
     async def run(self, tg: anyio.abc.TaskGroup) -> None:
-        for _ in range(self.c.config.concurrency):
-            tg.start_soon(self._worker)
+        """Start the workers; each owns a clone of the receive side, so closing the send side ends them."""
+        send, recv = anyio.create_memory_object_stream[tuple[ProcessQueue, list[MessageExt]]](float("inf"))
+        self._send = send
+        with recv:
+            for _ in range(self.c.config.concurrency):
+                tg.start_soon(self._worker, recv.clone())
 
     def close(self) -> None:
-        self._send.close()
+        if self._send is not None:
+            self._send.close()
 
-    async def _worker(self) -> None:
-        async for pq, batch in self._recv:
-            if pq.dropped:
-                continue
-            await self.consume(pq, batch)
+    async def _worker(self, recv: MemoryObjectReceiveStream[tuple[ProcessQueue, list[MessageExt]]]) -> None:
+        with recv:
+            async for pq, batch in recv:
+                if pq.dropped or self.c.stopping:
+                    continue
+                await self.consume(pq, batch)
 
     # -- one batch ----------------------------------------------------------------------------------
 
@@ -111,6 +124,8 @@ class ConcurrentConsumeService:
         result: ConsumeResult | None
         timed_out = False
         self.running += 1
+        if self._idle.is_set():
+            self._idle = anyio.Event()
         t0 = time.perf_counter()
         with anyio.CancelScope() as scope:
             key = c.deadlines.add(scope.cancel)
@@ -120,7 +135,11 @@ class ConcurrentConsumeService:
                 if result is None:
                     result = ConsumeResult.SUCCESS
                 elif not isinstance(result, ConsumeResult):
-                    log.error("handler of group %s returned %r, not a ConsumeResult: reconsume later", c.group, result)
+                    log.error(
+                        "handler of group %s returned %r, not a ConsumeResult: reconsume later",
+                        c.group,
+                        result,
+                    )
                     result = ConsumeResult.RECONSUME_LATER
             except Exception:
                 log.exception(
@@ -133,6 +152,8 @@ class ConcurrentConsumeService:
             finally:
                 c.deadlines.discard(key)
                 self.running -= 1
+                if self.running == 0:
+                    self._idle.set()
         if scope.cancelled_caught:
             timed_out = True
             log.warning(
@@ -145,7 +166,9 @@ class ConcurrentConsumeService:
             result = ConsumeResult.RECONSUME_LATER
             ctx.ack_index = None
         assert result is not None
-        c.stats.consumed(pq.mq.topic, len(batch), time.perf_counter() - t0, ok=result is ConsumeResult.SUCCESS)
+        c.stats.consumed(
+            pq.mq.topic, len(batch), time.perf_counter() - t0, ok=result is ConsumeResult.SUCCESS
+        )
         await c.hooks_after(batch, ctx, result)
         if pq.dropped and not timed_out:
             # the queue moved to another member while we consumed: it will redeliver; don't ack

@@ -46,7 +46,8 @@ class Delivery:
         self._key: int | None = None
 
     def __repr__(self) -> str:
-        return f"Delivery({self.message.msg_id} {self.pq.mq} offset={self.message.queue_offset} settled={self.settled})"
+        m = self.message
+        return f"Delivery({m.msg_id} {self.pq.mq} offset={m.queue_offset} settled={self.settled})"
 
     async def ack(self) -> None:
         """The message was processed: let the queue's offset move past it."""
@@ -71,6 +72,7 @@ class DeliveryStream:
 
     def close(self) -> None:
         self._send.close()
+        self._recv.close()
 
     def __aiter__(self) -> DeliveryStream:
         return self

@@ -8,6 +8,7 @@ Broadcasting: :class:`LocalFileOffsetStore`, a JSON file written atomically (tem
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -96,9 +97,15 @@ class RemoteOffsetStore(_MemoryTable):
             return
         addr = await self.client.master_addr(mq.broker_name, mq.topic)
         h = H.UpdateConsumerOffsetRequestHeader(
-            consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id, commit_offset=off, bname=mq.broker_name
+            consumer_group=self.group,
+            topic=mq.topic,
+            queue_id=mq.queue_id,
+            commit_offset=off,
+            bname=mq.broker_name,
         )
-        await self.client.api.update_consumer_offset(addr, h, self.client.timing.request_timeout, oneway=not sync)
+        await self.client.api.update_consumer_offset(
+            addr, h, self.client.timing.request_timeout, oneway=not sync
+        )
         self._persisted[mq] = off
 
     async def persist_all(self, mqs: Iterable[MessageQueue], *, sync: bool = False) -> None:
@@ -163,12 +170,6 @@ class LocalFileOffsetStore(_MemoryTable):
                 os.fsync(fh.fileno())
             os.replace(tmp, self.path)
         except BaseException:
-            with_suppress_unlink(tmp)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
             raise
-
-
-def with_suppress_unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass

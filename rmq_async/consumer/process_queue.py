@@ -26,6 +26,7 @@ __all__ = ["ProcessQueue"]
 class ProcessQueue:
     __slots__ = (
         "_room",
+        "consume_lock",
         "consuming",
         "dropped",
         "last_consume_time",
@@ -43,7 +44,6 @@ class ProcessQueue:
         "queue_offset_max",
         "scope",
         "try_unlock_times",
-        "consume_lock",
     )
 
     def __init__(
@@ -211,7 +211,9 @@ class ProcessQueue:
             "transactionMsgCount": 0,
             "locked": self.locked,
             "tryUnlockTimes": self.try_unlock_times,
-            "lastLockTimestamp": now_ms - int((mono - self.last_lock_time) * 1000) if self.last_lock_time else 0,
+            "lastLockTimestamp": now_ms - int((mono - self.last_lock_time) * 1000)
+            if self.last_lock_time
+            else 0,
             "droped": self.dropped,
             "lastPullTimestamp": now_ms - int((mono - self.last_pull_time) * 1000),
             "lastConsumeTimestamp": now_ms - int((mono - self.last_consume_time) * 1000),

@@ -76,7 +76,9 @@ class PullLoop:
                 queue_id=mq.queue_id,
                 queue_offset=pq.next_offset,
                 max_msg_nums=cfg.pull_batch_size,
-                sys_flag=PullSysFlag.build(commit_offset=commit_offset > 0, suspend=True, subscription=post_sub),
+                sys_flag=PullSysFlag.build(
+                    commit_offset=commit_offset > 0, suspend=True, subscription=post_sub
+                ),
                 commit_offset=max(commit_offset, 0),
                 suspend_timeout_millis=int(timing.suspend_timeout * 1000),
                 sub_version=sub.sub_version,

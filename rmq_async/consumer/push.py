@@ -75,6 +75,7 @@ class PushConsumer:
         config: ConsumerConfig | None = None,
         client_config: ClientConfig | None = None,
         timing: Timing | None = None,
+        instance_name: str | None = None,
         on_assigned: RebalanceListener | None = None,
         on_revoked: RebalanceListener | None = None,
         **options: Any,
@@ -86,6 +87,8 @@ class PushConsumer:
             client_config = ClientConfig(namesrv_addr=namesrv_addr, timing=timing or Timing())
         elif timing is not None:
             client_config = client_config.model_copy(update={"timing": timing})
+        if instance_name is not None:
+            client_config = client_config.model_copy(update={"instance_name": instance_name})
         self.client_config = client_config
         self.timing = client_config.timing
         self.group = self.config.group
@@ -94,8 +97,7 @@ class PushConsumer:
         self.max_reconsume_times = self.config.effective_max_reconsume_times(orderly=False)
         self.strategy = strategy_by_name(self.config.allocate_strategy)
         self._subs: dict[str, SubscriptionData] = {}
-        for topic, expr in (subscriptions or {}).items():
-            self.subscribe(topic, expr)
+        self.running = False
         self.on_assigned = on_assigned
         self.on_revoked = on_revoked
         self.before_hooks: list[Hook] = []
@@ -118,6 +120,8 @@ class PushConsumer:
         self.consume_service = ConcurrentConsumeService(self, handler)
         self.puller = PullLoop(self)
         self._deliveries: Any = None
+        for topic, expr in (subscriptions or {}).items():
+            self.subscribe(topic, expr)
 
     # -- public API -------------------------------------------------------------------------------
 
@@ -181,6 +185,10 @@ class PushConsumer:
         if seconds <= 0:
             raise ConfigError("consume timeout must be > 0")
         self.deadlines.set_timeout(seconds)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
 
     def rebalance_now(self) -> None:
         self._rebalance_wakeup.set()
@@ -290,10 +298,14 @@ class PushConsumer:
             if self.config.clustering:
                 self._offset_store = RemoteOffsetStore(client, self.group)
             else:
-                self._offset_store = LocalFileOffsetStore(self.config.offset_store_dir, client.client_id, self.group)
+                self._offset_store = LocalFileOffsetStore(
+                    self.config.offset_store_dir, client.client_id, self.group
+                )
             await self._offset_store.load()
             self._inner_producer = Producer(
-                config=ProducerConfig(group="CLIENT_INNER_PRODUCER"), client_config=self.client_config, client=client
+                config=ProducerConfig(group="CLIENT_INNER_PRODUCER"),
+                client_config=self.client_config,
+                client=client,
             )
             await self._inner_producer.start()
             client.register_consumer(self)
@@ -301,7 +313,11 @@ class PushConsumer:
                 try:
                     await client.update_route(topic)
                 except RocketMQError as exc:
-                    log.warning("no route for %r yet (%s): will retry at the next route refresh", topic, exc)
+                    # the broker creates %RETRY%group on our first heartbeat: not worth a warning
+                    level = logging.DEBUG if topic == self.retry_topic else logging.WARNING
+                    log.log(
+                        level, "no route for %r yet (%s): will retry at the next route refresh", topic, exc
+                    )
             await client.send_heartbeat_to_all_brokers()
             async with anyio.create_task_group() as tg:
                 self._tg = tg
@@ -327,8 +343,7 @@ class PushConsumer:
                 pq.scope.cancel()  # stop pulling; keep the process queues for the offsets
         self.consume_service.close()
         with anyio.move_on_after(self.timing.shutdown_timeout):
-            while self.consume_service.running > 0:
-                await anyio.sleep(0.01)
+            await self.consume_service.wait_idle()
         mqs = list(self.pqs)
         with anyio.move_on_after(self.timing.request_timeout * 2):
             await self.offset_store.persist_all(mqs, sync=True)
@@ -533,7 +548,9 @@ class PushConsumer:
             max_count = max(1, cfg.pull_threshold_for_topic // n)
         if cfg.pull_threshold_size_for_topic > 0:
             max_mib = max(1, cfg.pull_threshold_size_for_topic // n)
-        return ProcessQueue(mq, max_count=max_count, max_bytes=max_mib << 20, max_span=cfg.consume_concurrently_max_span)
+        return ProcessQueue(
+            mq, max_count=max_count, max_bytes=max_mib << 20, max_span=cfg.consume_concurrently_max_span
+        )
 
     async def drop_queue(self, mq: MessageQueue) -> None:
         """``removeUnnecessaryMessageQueue``: stop the queue, persist its offset, forget it."""
@@ -577,4 +594,3 @@ class PushConsumer:
             return list(msgs)
         tags = set(sub.tags_set)
         return [m for m in msgs if m.tags in tags]
-

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+
 from ..client.api import SendResult
 from ..client.instance import ClientInstance, pid_instance_name
 from ..config import ClientConfig, ProducerConfig
@@ -23,6 +24,7 @@ from ..errors import BrokerError, ClientError, MQClientError, RemotingError, Top
 from ..protocol import headers as H
 from ..protocol.bodies import TopicRouteData
 from ..protocol.codes import MessageSysFlag, Perm, Prop, ResponseCode
+from ..protocol.filter import java_string_hash
 from ..protocol.message import (
     Message,
     compress_body,
@@ -30,7 +32,6 @@ from ..protocol.message import (
     encode_properties,
     new_uniq_id,
 )
-from ..protocol.filter import java_string_hash
 from ..protocol.mq import MessageQueue
 
 __all__ = ["MessageQueueSelector", "Producer", "ProducerConfig", "TopicPublishInfo", "select_by_key_hash"]
@@ -178,10 +179,13 @@ class Producer:
             raise TypeError(f"expected a Message, got {type(msg).__name__}")
         if len(msg.body) > self.config.max_message_size:
             raise ClientError(
-                f"message body of {len(msg.body)} bytes exceeds max_message_size {self.config.max_message_size}"
+                f"message body of {len(msg.body)} bytes exceeds "
+                f"max_message_size {self.config.max_message_size}"
             )
 
-    def _header(self, msg: Message, mq: MessageQueue, properties: dict[str, str], sys_flag: int) -> H.SendMessageRequestHeader:
+    def _header(
+        self, msg: Message, mq: MessageQueue, properties: dict[str, str], sys_flag: int
+    ) -> H.SendMessageRequestHeader:
         reconsume_times = 0
         max_reconsume: int | None = None
         if mq.topic.startswith("%RETRY%"):
@@ -314,7 +318,9 @@ class Producer:
             prepared.append(Message(topic, m.body, properties=props, flag=m.flag))
         body = encode_batch_body(prepared)
         if len(body) > self.config.max_message_size:
-            raise ClientError(f"batch of {len(body)} bytes exceeds max_message_size {self.config.max_message_size}")
+            raise ClientError(
+                f"batch of {len(body)} bytes exceeds max_message_size {self.config.max_message_size}"
+            )
         timeout = timeout or self.config.send_timeout
         deadline = time.monotonic() + timeout
         info = await self.publish_info(topic)

@@ -1,0 +1,65 @@
+"""Helpers for integration tests: produce keyed messages, collect what handlers see."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import anyio
+
+from rmq_async import ConsumeContext, ConsumeResult, Message, MessageExt, Producer, SendResult
+
+
+async def produce(
+    namesrv: str,
+    topic: str,
+    n: int,
+    *,
+    tags: str | Sequence[str | None] | None = None,
+    start: int = 0,
+    size: int = 16,
+) -> list[SendResult]:
+    async with Producer("it_producer", namesrv_addr=namesrv) as p:
+        out = []
+        for i in range(start, start + n):
+            tag = tags[i % len(tags)] if isinstance(tags, (list, tuple)) else tags
+            body = f"body-{i}-".encode().ljust(size, b".")
+            out.append(await p.send(Message(topic, body, tags=tag, keys=f"k-{i}")))
+        return out
+
+
+class Collector:
+    """A handler recording every delivery by key; ``wait_unique(n)`` awaits n distinct keys."""
+
+    def __init__(self) -> None:
+        self.seen: Counter[str] = Counter()
+        self.msgs: list[MessageExt] = []
+        self._changed = anyio.Event()
+
+    async def __call__(self, msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult | None:
+        for m in msgs:
+            self.seen[m.keys or m.msg_id] += 1
+            self.msgs.append(m)
+        self._poke()
+        return ConsumeResult.SUCCESS
+
+    def _poke(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    @property
+    def unique(self) -> int:
+        return len(self.seen)
+
+    @property
+    def duplicates(self) -> int:
+        return sum(self.seen.values()) - len(self.seen)
+
+    async def wait_until(self, pred: object, timeout: float = 20.0) -> None:
+        assert callable(pred)
+        with anyio.fail_after(timeout):
+            while not pred():
+                await self._changed.wait()
+
+    async def wait_unique(self, n: int, timeout: float = 20.0) -> None:
+        await self.wait_until(lambda: self.unique >= n, timeout)

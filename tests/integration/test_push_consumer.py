@@ -1,0 +1,324 @@
+"""PushConsumer against the embedded cluster (fast timing profile)."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from helpers import Collector, produce
+
+from rmq_async import (
+    ConsumeContext,
+    ConsumeResult,
+    EmbeddedCluster,
+    MessageExt,
+    PushConsumer,
+    Timing,
+)
+
+
+def consumer(
+    cluster: EmbeddedCluster, group: str, topic: str, handler: object, timing: Timing, **kw: object
+) -> PushConsumer:
+    kw.setdefault("consume_from_where", "CONSUME_FROM_FIRST_OFFSET")
+    return PushConsumer(
+        group,
+        namesrv_addr=cluster.namesrv_addr,
+        handler=handler,  # type: ignore[arg-type]
+        subscriptions={topic: kw.pop("expr", "*")},  # type: ignore[dict-item]
+        timing=timing,
+        **kw,
+    )
+
+
+async def test_every_message_consumed_once_with_one_consumer(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, group = names
+    sent = await produce(cluster.namesrv_addr, topic, 200)
+    assert len({r.message_queue.queue_id for r in sent}) == 4
+    col = Collector()
+    async with consumer(cluster, group, topic, col, timing) as c:
+        await col.wait_unique(200)
+        assert {mq for mq in c.assignment() if mq.topic == topic} == {r.message_queue for r in sent}
+        health = c.health()
+        assert health["running"] and len(health["queues"]) == 5  # 4 + the retry queue
+    assert col.duplicates == 0
+    # bodies, keys and msg ids come back as sent
+    by_key = {m.keys: m for m in col.msgs}
+    for i, r in enumerate(sent):
+        m = by_key[f"k-{i}"]
+        assert m.msg_id == r.msg_id and m.body.startswith(f"body-{i}-".encode())
+
+
+async def test_tag_filter_on_broker_and_client(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, group = names
+    await produce(cluster.namesrv_addr, topic, 60, tags=["TagA", "TagB", "TagC"])
+    col = Collector()
+    async with consumer(cluster, group, topic, col, timing, expr="TagA || TagC"):
+        await col.wait_unique(40)
+        await anyio.sleep(timing.rebalance_interval)  # give a wrong delivery the chance to show up
+    assert {m.tags for m in col.msgs} == {"TagA", "TagC"}
+    assert col.unique == 40
+
+
+async def test_offsets_survive_a_consumer_restart(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, group = names
+    await produce(cluster.namesrv_addr, topic, 50)
+    col = Collector()
+    async with consumer(cluster, group, topic, col, timing):
+        await col.wait_unique(50)
+    # graceful stop committed everything: a new member of the group sees only the new messages
+    await produce(cluster.namesrv_addr, topic, 20, start=50)
+    col2 = Collector()
+    async with consumer(cluster, group, topic, col2, timing):
+        await col2.wait_unique(20)
+        await anyio.sleep(timing.rebalance_interval)
+    assert set(col2.seen) == {f"k-{i}" for i in range(50, 70)}
+
+
+async def test_reconsume_later_goes_to_retry_then_dlq(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, group = names
+    await produce(cluster.namesrv_addr, topic, 3)
+    deliveries: dict[str, list[int]] = {}
+    done = anyio.Event()
+    max_reconsume = 2
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
+        for m in msgs:
+            deliveries.setdefault(m.keys or "", []).append(m.reconsume_times)
+            assert m.topic == topic  # retry copies are shown under the original topic
+        if sum(len(v) for v in deliveries.values()) >= 3 * (max_reconsume + 1):
+            done.set()
+        ctx.delay_level = 1
+        return ConsumeResult.RECONSUME_LATER
+
+    async with consumer(cluster, group, topic, handler, timing, max_reconsume_times=max_reconsume):
+        with anyio.fail_after(30):
+            await done.wait()
+    assert {k: v for k, v in deliveries.items()} == {f"k-{i}": [0, 1, 2] for i in range(3)}
+    # after max_reconsume_times the broker moved them to the DLQ
+    dlq = f"%DLQ%{group}"
+    from rmq_async.client.instance import ClientInstance
+    from rmq_async.config import ClientConfig
+
+    async with ClientInstance(ClientConfig(namesrv_addr=cluster.namesrv_addr, timing=timing)) as ci:
+        route = await ci.update_route(dlq)
+        bname = route.broker_datas[0].broker_name
+        addr = route.broker_datas[0].broker_addrs[0]
+        from rmq_async import MessageQueue
+
+        with anyio.fail_after(10):
+            while await ci.api.get_max_offset(addr, MessageQueue(dlq, bname, 0), 3) < 3:  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+
+
+async def test_ack_index_on_failure_retries_only_the_tail(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, group = names
+    sent = await produce(cluster.namesrv_addr, topic, 8)
+    first_round: dict[str, int] = {}
+    retried: list[str] = []
+    done = anyio.Event()
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
+        if msgs[0].reconsume_times > 0:
+            retried.extend(m.keys or "" for m in msgs)
+            if len(retried) >= expected_retries:
+                done.set()
+            return ConsumeResult.SUCCESS
+        for m in msgs:
+            first_round[m.keys or ""] = len(msgs)
+        if len(msgs) > 1:
+            ctx.ack_index = 0  # the first message is done, the rest failed
+            ctx.delay_level = 1
+            return ConsumeResult.RECONSUME_LATER
+        return ConsumeResult.SUCCESS
+
+    # all 8 in one queue so batches form
+    q0 = sent[0].message_queue
+    expected_retries = 0
+    from rmq_async import Message, Producer
+
+    async with Producer("p", namesrv_addr=cluster.namesrv_addr) as p:
+        for i in range(100, 108):
+            await p.send(Message(topic, b"x", keys=f"b-{i}"), queue=q0)
+    expected_retries = 1  # at least one tail comes back
+    async with consumer(cluster, group, topic, handler, timing, consume_batch_max_size=4):
+        with anyio.fail_after(20):
+            await done.wait()
+    batched_heads = {k for k, n in first_round.items() if n > 1}
+    assert batched_heads, "some batches had more than one message"
+    # the retried messages are tails of batches: never the first message of a batch that failed
+    assert retried and all(first_round.get(k, 1) > 1 for k in retried)
+
+
+async def test_handler_that_raises_is_retried(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, group = names
+    await produce(cluster.namesrv_addr, topic, 1)
+    calls: list[int] = []
+    done = anyio.Event()
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
+        calls.append(msgs[0].reconsume_times)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        done.set()
+        return ConsumeResult.SUCCESS
+
+    async with consumer(cluster, group, topic, handler, timing):
+        with anyio.fail_after(20):
+            await done.wait()
+    assert calls[:2] == [0, 1]
+
+
+async def test_hung_handler_is_cancelled_and_message_sent_back(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, group = names
+    await produce(cluster.namesrv_addr, topic, 1)
+    attempts: list[int] = []
+    done = anyio.Event()
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
+        attempts.append(msgs[0].reconsume_times)
+        if len(attempts) == 1:
+            await anyio.sleep(3600)  # hangs: cancelled at the consume timeout
+        done.set()
+        return ConsumeResult.SUCCESS
+
+    async with consumer(cluster, group, topic, handler, timing) as c:
+        c.set_consume_timeout(0.3)
+        with anyio.fail_after(20):
+            await done.wait()
+        health = c.health()
+    assert attempts[0] == 0 and attempts[-1] >= 1
+    assert all(q["cached"] == 0 for q in health["queues"])
+
+
+async def test_flow_control_bounds_the_cache(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, group = names
+    await produce(cluster.namesrv_addr, topic, 400)
+    gate = anyio.Event()
+    peak = {"count": 0}
+    col = Collector()
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
+        await gate.wait()
+        return await col(msgs, ctx)  # type: ignore[return-value]
+
+    async with consumer(
+        cluster, group, topic, handler, timing, pull_threshold_for_queue=20, pull_batch_size=8
+    ) as c:
+        with anyio.fail_after(10):
+            while sum(pq.count for pq in c.pqs.values()) < 4 * 20:  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+        await anyio.sleep(timing.suspend_timeout)  # pulls are parked, not polling
+        for pq in c.pqs.values():
+            peak["count"] = max(peak["count"], pq.count)
+        gate.set()
+        await col.wait_unique(400)
+    # thresholds are checked before a pull: at most one batch over
+    assert peak["count"] <= 20 + 8
+
+
+async def test_deliveries_api(cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing) -> None:
+    topic, group = names
+    await produce(cluster.namesrv_addr, topic, 20)
+    acked: set[str] = set()
+    retried_once: set[str] = set()
+    c = PushConsumer(
+        group,
+        namesrv_addr=cluster.namesrv_addr,
+        subscriptions={topic: "*"},
+        timing=timing,
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+    )
+    async with c, c.deliveries() as stream:
+        with anyio.fail_after(20):
+            async for d in stream:
+                key = d.message.keys or ""
+                if key == "k-3" and key not in retried_once:
+                    retried_once.add(key)
+                    await d.retry(delay_level=1)
+                    continue
+                acked.add(key)
+                await d.ack()
+                if len(acked) == 20:
+                    break
+    assert acked == {f"k-{i}" for i in range(20)}
+
+
+async def test_three_consumers_share_and_take_over(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, group = names
+    await cluster.create_topic(topic, queues=8)
+    col = Collector()
+    members = [consumer(cluster, group, topic, col, timing) for _ in range(3)]
+    await members[0].start()
+    await produce(cluster.namesrv_addr, topic, 100)
+    await col.wait_unique(100)
+    await members[1].start()
+    await members[2].start()
+
+    async def settled(ms: list[PushConsumer], total: int = 8) -> None:
+        with anyio.fail_after(15):
+            while True:
+                owned = [{mq for mq in m.assignment() if mq.topic == topic} for m in ms]
+                union = set().union(*owned)
+                if len(union) == total and sum(len(o) for o in owned) == total:
+                    return
+                await anyio.sleep(0.05)
+
+    await settled(members)
+    assert sorted(len([q for q in m.assignment() if q.topic == topic]) for m in members) == [2, 3, 3]  # 3/3/2
+    await produce(cluster.namesrv_addr, topic, 100, start=100)
+    await col.wait_unique(200)
+    await members[0].stop()  # graceful: the others take its queues at once
+    await settled(members[1:])
+    await produce(cluster.namesrv_addr, topic, 100, start=200)
+    await col.wait_unique(300)
+    for m in members[1:]:
+        await m.stop()
+    assert col.unique == 300
+
+
+@pytest.mark.parametrize("model", ["BROADCASTING"])
+async def test_broadcasting_every_member_gets_everything(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing, model: str, tmp_path: object
+) -> None:
+    topic, group = names
+    await produce(cluster.namesrv_addr, topic, 30)
+    cols = [Collector(), Collector()]
+    ms = [
+        consumer(
+            cluster,
+            group,
+            topic,
+            cols[i],
+            timing,
+            message_model=model,
+            offset_store_dir=str(tmp_path),
+            instance_name=f"bc-{i}",
+        )
+        for i in range(2)
+    ]
+    for m in ms:
+        await m.start()
+    try:
+        for col in cols:
+            await col.wait_unique(30)
+    finally:
+        for m in ms:
+            await m.stop()

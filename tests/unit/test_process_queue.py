@@ -1,0 +1,123 @@
+"""ProcessQueue: committable offsets, thresholds, and flow control that wakes on removal."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import anyio
+import pytest
+
+from rmq_async.consumer.deadlines import DeadlineTracker
+from rmq_async.consumer.process_queue import ProcessQueue
+from rmq_async.consumer.rebalance import StabilityWindow, diff
+from rmq_async.protocol.mq import MessageQueue
+
+MQ = MessageQueue("T", "broker-a", 0)
+
+
+@dataclass
+class Msg:
+    queue_offset: int
+    body: bytes = b"x" * 10
+
+
+def test_committable_offset_is_smallest_in_flight() -> None:
+    pq = ProcessQueue(MQ)
+    msgs = [Msg(o) for o in range(2101, 2201)]
+    assert pq.put(msgs) == 100  # type: ignore[arg-type]
+    assert pq.put(msgs[:5]) == 0  # type: ignore[arg-type]  # duplicates are ignored
+    # everything but 2101 finished: progress is held at the stuck message (seed 003's example)
+    assert pq.remove(msgs[1:]) == 2101  # type: ignore[arg-type]
+    assert pq.count == 1 and pq.msg_bytes == 10
+    assert pq.remove(msgs[:1]) == 2201  # type: ignore[arg-type]
+    assert pq.remove(msgs[:1]) == -1  # type: ignore[arg-type]  # already empty
+
+
+def test_thresholds() -> None:
+    pq = ProcessQueue(MQ, max_count=3, max_bytes=1 << 20, max_span=5)
+    pq.put([Msg(0), Msg(1), Msg(2)])  # type: ignore[list-item]
+    assert pq.over_threshold() is None
+    pq.put([Msg(3)])  # type: ignore[list-item]
+    assert "count" in (pq.over_threshold() or "")
+    pq2 = ProcessQueue(MQ, max_count=100, max_bytes=15, max_span=100)
+    pq2.put([Msg(0), Msg(1)])  # type: ignore[list-item]
+    assert "size" in (pq2.over_threshold() or "")
+    pq3 = ProcessQueue(MQ, max_count=100, max_bytes=1 << 20, max_span=5)
+    pq3.put([Msg(0), Msg(6)])  # type: ignore[list-item]
+    assert "span" in (pq3.over_threshold() or "")
+
+
+async def test_wait_for_room_wakes_on_remove() -> None:
+    pq = ProcessQueue(MQ, max_count=1)
+    msgs = [Msg(0), Msg(1)]
+    pq.put(msgs)  # type: ignore[arg-type]
+    woke = anyio.Event()
+
+    async def puller() -> None:
+        await pq.wait_for_room()
+        woke.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(puller)
+        await anyio.wait_all_tasks_blocked()
+        assert not woke.is_set()
+        pq.remove(msgs[:1])  # type: ignore[arg-type]
+        with anyio.fail_after(1):
+            await woke.wait()
+
+
+async def test_wait_for_room_returns_when_dropped() -> None:
+    pq = ProcessQueue(MQ, max_count=0)
+    pq.put([Msg(0)])  # type: ignore[list-item]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pq.wait_for_room)
+        await anyio.wait_all_tasks_blocked()
+        pq.drop()
+
+
+def test_orderly_take_commit_put_back() -> None:
+    pq = ProcessQueue(MQ)
+    pq.put([Msg(o) for o in range(5)])  # type: ignore[misc]
+    batch = pq.take(2)
+    assert [m.queue_offset for m in batch] == [0, 1]
+    assert pq.committable_offset() == 2  # msgs has 2..4
+    pq.put_back(batch[1:])
+    assert pq.commit() == 1  # offset 0 consumed
+    assert [m.queue_offset for m in pq.take(10)] == [1, 2, 3, 4]
+    assert pq.commit() == 5
+
+
+def test_diff() -> None:
+    a, b, c = (MessageQueue("T", "b", i) for i in range(3))
+    other = MessageQueue("U", "b", 0)
+    assert diff({a, b, other}, {b, c}, "T") == ({a}, {c})
+
+
+def test_stability_window_holds_a_flapping_list() -> None:
+    w = StabilityWindow(5.0)
+    assert w.observe(["c1", "c2"], 0.0, "c1") == ["c1", "c2"]
+    assert w.observe(["c1", "c2", "c3"], 1.0, "c1") == ["c1", "c2"]  # new member not yet trusted
+    assert w.observe(["c1", "c2"], 2.0, "c1") == ["c1", "c2"]
+    assert w.observe(["c1", "c2", "c3"], 3.0, "c1") == ["c1", "c2"]
+    assert w.pending(3.0) == pytest.approx(5.0)
+    assert w.observe(["c1", "c2", "c3"], 8.5, "c1") == ["c1", "c2", "c3"]
+    # without a window every change applies at once (Java)
+    assert StabilityWindow(0).observe(["b", "a"], 0, "a") == ["a", "b"]
+
+
+async def test_deadline_tracker_fires_in_order_and_applies_new_timeout() -> None:
+    fired: list[str] = []
+    done = anyio.Event()
+    tr = DeadlineTracker(10.0)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(tr.run)
+        tr.add(lambda: (fired.append("a"), done.set()))
+        k = tr.add(lambda: fired.append("b"))
+        tr.discard(k)
+        await anyio.wait_all_tasks_blocked()
+        assert fired == []
+        tr.set_timeout(0.05)  # applies to entries already in flight
+        with anyio.fail_after(2):
+            await done.wait()
+        assert fired == ["a"]
+        tg.cancel_scope.cancel()
