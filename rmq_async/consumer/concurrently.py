@@ -75,8 +75,15 @@ class ConcurrentConsumeService:
         self.handler = handler
         self._send: MemoryObjectSendStream[tuple[ProcessQueue, list[MessageExt]]] | None = None
         self.running = 0
+        #: running handlers' cancel scopes and start times: the consume timeout is their deadline
+        self.scopes: dict[anyio.CancelScope, float] = {}
         self._idle = anyio.Event()
         self._idle.set()
+
+    def set_timeout(self, timeout: float) -> None:
+        """Apply a new consume timeout to the handlers already running."""
+        for scope, start in self.scopes.items():
+            scope.deadline = start + timeout
 
     async def wait_idle(self) -> None:
         """Wait until no handler is running."""
@@ -86,11 +93,10 @@ class ConcurrentConsumeService:
     # -- intake -------------------------------------------------------------------------------------
 
     def submit(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        n = self.c.config.consume_batch_max_size
-        if self._send is None:
-            return
-        for i in range(0, len(msgs), n):
-            self._send.send_nowait((pq, msgs[i : i + n]))
+        # one stream item per pulled batch: the worker cuts it into consume batches, which keeps the
+        # per-message cost (stream hand-offs, wake-ups) off the hot path
+        if self._send is not None:
+            self._send.send_nowait((pq, msgs))
 
     async def run(self, tg: anyio.abc.TaskGroup) -> None:
         """Start the workers; each owns a clone of the receive side, so closing the send side ends them."""
@@ -105,11 +111,13 @@ class ConcurrentConsumeService:
             self._send.close()
 
     async def _worker(self, recv: MemoryObjectReceiveStream[tuple[ProcessQueue, list[MessageExt]]]) -> None:
+        n = self.c.config.consume_batch_max_size
         with recv:
-            async for pq, batch in recv:
-                if pq.dropped or self.c.stopping:
-                    continue
-                await self.consume(pq, batch)
+            async for pq, msgs in recv:
+                for i in range(0, len(msgs), n):
+                    if pq.dropped or self.c.stopping:
+                        break
+                    await self.consume(pq, msgs[i : i + n])
 
     # -- one batch ----------------------------------------------------------------------------------
 
@@ -127,8 +135,9 @@ class ConcurrentConsumeService:
         if self._idle.is_set():
             self._idle = anyio.Event()
         t0 = time.perf_counter()
-        with anyio.CancelScope() as scope:
-            key = c.deadlines.add(scope.cancel)
+        start = anyio.current_time()
+        with anyio.CancelScope(deadline=start + c.deadlines.timeout) as scope:
+            self.scopes[scope] = start
             try:
                 await c.hooks_before(batch, ctx)
                 result = await self.handler(batch, ctx)
@@ -150,7 +159,7 @@ class ConcurrentConsumeService:
                 )
                 result = ConsumeResult.RECONSUME_LATER
             finally:
-                c.deadlines.discard(key)
+                del self.scopes[scope]
                 self.running -= 1
                 if self.running == 0:
                     self._idle.set()

@@ -26,6 +26,7 @@ class DeadlineTracker:
         self._order: SortedList = SortedList()
         self._entries: dict[int, tuple[float, float, Callable[[], None]]] = {}
         self._wake = anyio.Event()
+        self._sleep_until = -math.inf
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -37,7 +38,7 @@ class DeadlineTracker:
         deadline = start + self.timeout
         self._entries[key] = (start, deadline, on_expire)
         self._order.add((deadline, key))
-        if self._order[0][1] == key:
+        if deadline < self._sleep_until:
             self._poke()
         return key
 
@@ -83,8 +84,13 @@ class DeadlineTracker:
         """The cleaner task: sleep until the earliest deadline (or a poke), fire what is due."""
         while True:
             wake = self._wake
-            delay = self.next_deadline() - anyio.current_time()
+            now = anyio.current_time()
+            # an entry added while we sleep expires no earlier than now + timeout: sleeping at most
+            # that long means add() needs to wake us only for an earlier deadline (rare)
+            self._sleep_until = min(self.next_deadline(), now + self.timeout)
+            delay = self._sleep_until - now
             if delay > 0:
-                with anyio.move_on_after(delay if delay != math.inf else None):
+                with anyio.move_on_after(delay):
                     await wake.wait()
+            self._sleep_until = -math.inf
             self.expire_due(anyio.current_time())

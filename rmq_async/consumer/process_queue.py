@@ -26,6 +26,7 @@ __all__ = ["ProcessQueue"]
 class ProcessQueue:
     __slots__ = (
         "_room",
+        "_waiting",
         "consume_lock",
         "consuming",
         "dropped",
@@ -75,6 +76,7 @@ class ProcessQueue:
         self.scope: anyio.CancelScope | None = None
         self.consume_lock = anyio.Lock()
         self._room = anyio.Event()
+        self._waiting = False
 
     def __repr__(self) -> str:
         return (
@@ -108,11 +110,14 @@ class ProcessQueue:
     async def wait_for_room(self) -> None:
         """Return once the queue is under every threshold (or dropped)."""
         while not self.dropped and self.over_threshold() is not None:
+            self._waiting = True
             await self._room.wait()
 
     def _wake(self) -> None:
-        self._room.set()
-        self._room = anyio.Event()
+        if self._waiting:  # events are only made when a pull waits: none on the hot path
+            self._waiting = False
+            self._room.set()
+            self._room = anyio.Event()
 
     # -- changes ----------------------------------------------------------------------------------
 

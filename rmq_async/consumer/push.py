@@ -185,6 +185,7 @@ class PushConsumer:
         if seconds <= 0:
             raise ConfigError("consume timeout must be > 0")
         self.deadlines.set_timeout(seconds)
+        self.consume_service.set_timeout(seconds)
 
     @property
     def stopping(self) -> bool:
