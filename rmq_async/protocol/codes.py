@@ -137,7 +137,12 @@ class PullSysFlag:
 
     @staticmethod
     def build(
-        *, commit_offset: bool, suspend: bool, subscription: bool, class_filter: bool = False, lite_pull: bool = False
+        *,
+        commit_offset: bool,
+        suspend: bool,
+        subscription: bool,
+        class_filter: bool = False,
+        lite_pull: bool = False,
     ) -> int:
         flag = 0
         if commit_offset:

@@ -79,7 +79,9 @@ class RemotingCommand:
     ) -> None:
         self.code = code
         self.ext_fields: dict[str, str] = ext_fields if ext_fields is not None else {}
-        self.ext_fields_present = (ext_fields is not None) if ext_fields_present is None else ext_fields_present
+        self.ext_fields_present = (
+            (ext_fields is not None) if ext_fields_present is None else ext_fields_present
+        )
         self.body = body
         self.remark = remark
         self.opaque = opaque
@@ -237,7 +239,9 @@ def _decode_json_header(data: bytes | memoryview) -> RemotingCommand:
             # Every value travels as a string; a non-string would be a peer bug: keep its text.
             for k, v in ext.items():
                 if not isinstance(v, str):
-                    ext[k] = "" if v is None else (json.dumps(v) if not isinstance(v, (int, float)) else str(v))
+                    ext[k] = (
+                        "" if v is None else (json.dumps(v) if not isinstance(v, (int, float)) else str(v))
+                    )
         remark = obj.get("remark")
         if remark is not None and not isinstance(remark, str):
             raise ProtocolError(f"JSON header remark is not a string: {remark!r}")
@@ -316,7 +320,9 @@ def _decode_binary_header(data: bytes | memoryview) -> RemotingCommand:
 def parse_command(frame: bytes | memoryview, serialize_type: int, header_len: int) -> RemotingCommand:
     """Decode the part of a frame after the 8-byte prefix: header then body (copied)."""
     if header_len > len(frame):
-        raise FrameError(f"header length {header_len} exceeds the frame ({len(frame)} bytes after the prefix)")
+        raise FrameError(
+            f"header length {header_len} exceeds the frame ({len(frame)} bytes after the prefix)"
+        )
     header = frame[:header_len]
     if serialize_type == SerializeType.JSON:
         cmd = _decode_json_header(header)

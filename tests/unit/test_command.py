@@ -53,7 +53,9 @@ def test_binary_push_mixes_serialize_types_on_one_connection() -> None:
     conns_with_both = {c for c, _ in types if (c, "JSON") in types and (c, "ROCKETMQ") in types}
     assert conns_with_both, "the capture shows JSON frames on a ROCKETMQ connection"
     dec = FrameDecoder()
-    stream = b"".join(fr.raw for fr in frames("binary-push.jsonl") if fr.dir == "s2c" and fr.conn in conns_with_both)
+    stream = b"".join(
+        fr.raw for fr in frames("binary-push.jsonl") if fr.dir == "s2c" and fr.conn in conns_with_both
+    )
     got = dec.feed(stream)
     assert {c.serialize_type for c in got} == {SerializeType.JSON, SerializeType.ROCKETMQ}
 
@@ -144,14 +146,21 @@ def _frame(total: int, mark: int, rest: bytes = b"") -> bytes:
         (_frame(4 + 4, 4, b"\xff\xfe{}"), "not valid JSON"),
         (_frame(4 + 5, (1 << 24) | 5, b"\x00\x01\x00\x00\x00"), "shorter than the fixed part"),
         (
-            _frame(4 + 21, (1 << 24) | 21, struct.pack(">hbhii", 1, 0, 1, 1, 0) + struct.pack(">i", 99) + b"\0" * 4),
+            _frame(
+                4 + 21,
+                (1 << 24) | 21,
+                struct.pack(">hbhii", 1, 0, 1, 1, 0) + struct.pack(">i", 99) + b"\0" * 4,
+            ),
             "remark length 99",
         ),
         (
             _frame(
                 4 + 28,
                 (1 << 24) | 28,
-                struct.pack(">hbhii", 1, 0, 1, 1, 0) + struct.pack(">ii", 0, 7) + struct.pack(">h", 1) + b"a"
+                struct.pack(">hbhii", 1, 0, 1, 1, 0)
+                + struct.pack(">ii", 0, 7)
+                + struct.pack(">h", 1)
+                + b"a"
                 + struct.pack(">i", 9),
             ),
             "overruns extFields",
