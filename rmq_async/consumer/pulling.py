@@ -92,8 +92,10 @@ class PullLoop:
             except BrokerError as exc:
                 if exc.code in (ResponseCode.SUBSCRIPTION_NOT_LATEST, ResponseCode.SUBSCRIPTION_NOT_EXIST):
                     log.debug("pull of %s: %s", mq, exc)
-                    # the broker has not seen our latest heartbeat yet
-                    await client.send_heartbeat_to_all_brokers()
+                    # the broker has not seen our latest heartbeat yet: send it, then pull again soon
+                    if await client.send_heartbeat_to_all_brokers():
+                        await anyio.sleep(min(0.05, timing.pull_error_delay))
+                        continue
                 else:
                     log.warning("pull of %s failed: %s", mq, exc)
                 await anyio.sleep(timing.pull_error_delay)

@@ -506,7 +506,7 @@ class PushConsumer:
         to_drop, to_add = diff(self.pqs.keys(), allocated, topic)
         for mq in sorted(to_drop):
             await self.drop_queue(mq)
-        added: set[MessageQueue] = set()
+        added: list[ProcessQueue] = []
         for mq in sorted(to_add):
             if self._stopping:
                 return
@@ -517,9 +517,17 @@ class PushConsumer:
                 continue
             pq = self._new_process_queue(mq)
             pq.next_offset = offset
-            self.pqs[mq] = pq
-            added.add(mq)
-            assert self._tg is not None
+            added.append(pq)
+        if to_drop or added:
+            # messageQueueChanged: a new subscription version, registered by a heartbeat BEFORE the
+            # new queues pull, so the broker does not answer their first pulls with 25 (not latest)
+            sub = self.subscription(topic)
+            if sub is not None:
+                sub.sub_version = int(time.time() * 1000)
+            await self.client.send_heartbeat_to_all_brokers()
+        assert self._tg is not None
+        for pq in added:
+            self.pqs[pq.mq] = pq
             self._tg.start_soon(self.puller.run, pq)
         if to_drop or added:
             log.info(
@@ -531,14 +539,10 @@ class PushConsumer:
                 len(to_drop),
                 len([m for m in self.pqs if m.topic == topic]),
             )
-            sub = self.subscription(topic)
-            if sub is not None:
-                sub.sub_version = int(time.time() * 1000)
-            await self.client.send_heartbeat_to_all_brokers()
             if to_drop and self.on_revoked:
                 await _call(self.on_revoked, topic, set(to_drop))
             if added and self.on_assigned:
-                await _call(self.on_assigned, topic, added)
+                await _call(self.on_assigned, topic, {pq.mq for pq in added})
 
     def _new_process_queue(self, mq: MessageQueue) -> ProcessQueue:
         cfg = self.config
