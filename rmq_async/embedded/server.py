@@ -25,7 +25,7 @@ from ..protocol.codes import ResponseCode
 from ..protocol.command import DEFAULT_MAX_FRAME, FLAG_ONEWAY, FrameDecoder, RemotingCommand
 from .faults import Faults
 
-__all__ = ["Connection", "HeaderError", "RequestHandler", "Server", "error_response"]
+__all__ = ["Connection", "HeaderError", "Reply", "RequestHandler", "Server", "error_response"]
 
 log = logging.getLogger("rmq_async.embedded")
 
@@ -36,8 +36,13 @@ class HeaderError(Exception):
     """A request header field is missing or malformed: answered with code 1 and this remark."""
 
 
+#: what a handler returns: a response, a response whose body continues with ``parts`` (commit-log
+#: slices, written without joining them), or None (answered later, or a oneway)
+Reply = RemotingCommand | tuple[RemotingCommand, Sequence[bytes | memoryview]] | None
+
+
 class RequestHandler(Protocol):
-    def handle(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None: ...
+    def handle(self, conn: Connection, cmd: RemotingCommand) -> Reply: ...
 
     def connection_closed(self, conn: Connection) -> None: ...
 
@@ -55,6 +60,7 @@ class Connection(asyncio.Protocol):
         self.port = 0
         self.closed = False
         self.client_id: str | None = None
+        self._out: list[bytes | memoryview] | None = None  # answers batched while a chunk is processed
 
     def __repr__(self) -> str:
         return f"<Connection {self.addr} to {self.server.name}>"
@@ -81,15 +87,24 @@ class Connection(asyncio.Protocol):
             log.warning("%s: closing %s after a bad frame: %s", self.server.name, self.addr, exc)
             self.close()
             return
-        for cmd in cmds:
-            if self.closed:
-                return
-            if cmd.is_response:
-                fut = self.pending.pop(cmd.opaque, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(cmd)
-            else:
-                self.server.dispatch(self, cmd)
+        # Answers produced while this chunk is processed go out in one writelines (one syscall for a
+        # pipelining client instead of one per frame).
+        out: list[bytes | memoryview] = []
+        self._out = out
+        try:
+            for cmd in cmds:
+                if self.closed:
+                    return
+                if cmd.is_response:
+                    fut = self.pending.pop(cmd.opaque, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(cmd)
+                else:
+                    self.server.dispatch(self, cmd)
+        finally:
+            self._out = None
+            if out and self.transport is not None and not self.transport.is_closing():
+                self.transport.writelines(out)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -112,7 +127,11 @@ class Connection(asyncio.Protocol):
         header = cmd.encode_header()
         body_len = len(cmd.body) + sum(len(p) for p in parts)
         prefix = _PREFIX.pack(4 + len(header) + body_len, (int(cmd.serialize_type) << 24) | len(header))
-        if parts:
+        out = self._out
+        if out is not None:
+            out.append(prefix + header + cmd.body)
+            out.extend(parts)
+        elif parts:
             self.transport.writelines([prefix + header + cmd.body, *parts])
         else:
             self.transport.write(prefix + header + cmd.body)
@@ -208,6 +227,7 @@ class Server:
                         conn.send(error_response(cmd, rule.response_code, rule.remark, version=self.version))
                     return
                 delay = rule.seconds
+        resp: Reply
         try:
             resp = self.handler.handle(conn, cmd)
         except HeaderError as exc:
@@ -219,6 +239,7 @@ class Server:
             )
         if resp is None or cmd.is_oneway:
             return
+        answer, parts = resp if isinstance(resp, tuple) else (resp, ())
         if delay > 0:
             loop = asyncio.get_running_loop()
             handle: asyncio.TimerHandle | None = None
@@ -226,12 +247,12 @@ class Server:
             def fire() -> None:
                 if handle is not None:
                     self._delayed.discard(handle)
-                conn.send(resp)
+                conn.send(answer, parts)
 
             handle = loop.call_later(delay, fire)
             self._delayed.add(handle)
             return
-        conn.send(resp)
+        conn.send(answer, parts)
 
 
 def error_response(cmd: RemotingCommand, code: int, remark: str | None, *, version: int) -> RemotingCommand:

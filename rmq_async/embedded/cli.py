@@ -1,0 +1,105 @@
+"""``python -m rmq_async.embedded`` / ``rmq-async embedded``: run an embedded cluster until signalled.
+
+Strategy: parse arguments into an :class:`~.cluster.EmbeddedCluster`, print ``namesrv=127.0.0.1:P``
+as the first stdout line (flushed) and then one ``<broker>=<addr>`` line per broker, serve until
+SIGINT/SIGTERM (or stdin EOF with ``--exit-on-stdin-eof``, which a parent process uses so the child
+never outlives it), then shut down cleanly (brokers unregister and flush their data dir); exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+
+import anyio
+
+from ..config import Timing
+from .cluster import EmbeddedCluster
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the embedded-cluster options to ``parser``."""
+    parser.add_argument("--brokers", type=int, default=1, help="number of brokers (default 1)")
+    parser.add_argument(
+        "--queues", type=int, default=4, help="queues of TBW102 and of created topics (default 4)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=9876, help="name server port; 0 picks a free one (default 9876)"
+    )
+    parser.add_argument(
+        "--data-dir", default=None, help="keep messages, offsets and topics in this directory"
+    )
+    parser.add_argument(
+        "--delay-levels", default=None, help='delay levels, e.g. "1s 5s 10s" (default: timing)'
+    )
+    parser.add_argument(
+        "--flavour", type=int, choices=(4, 5), default=4, help="answer as RocketMQ 4.9.8 or 5.3.3"
+    )
+    parser.add_argument("--timing", choices=("default", "fast"), default="default", help="timer profile")
+    parser.add_argument("--timing-json", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--no-auto-create-topic", action="store_true", help="refuse sends to unknown topics")
+    parser.add_argument("--exit-on-stdin-eof", action="store_true", help="stop when stdin is closed")
+
+
+def _timing(args: argparse.Namespace) -> Timing:
+    if args.timing_json:
+        return Timing.model_validate_json(args.timing_json)
+    return Timing.fast() if args.timing == "fast" else Timing()
+
+
+async def run(args: argparse.Namespace) -> int:
+    """Run the cluster described by ``args`` until SIGINT/SIGTERM; returns the exit code."""
+    cluster = EmbeddedCluster(
+        args.brokers,
+        args.queues,
+        timing=_timing(args),
+        flavour=args.flavour,
+        data_dir=args.data_dir,
+        port=args.port,
+        delay_levels=args.delay_levels,
+        auto_create_topic=not args.no_auto_create_topic,
+    )
+    async with cluster, anyio.create_task_group() as tg:
+        lines = [f"namesrv={cluster.namesrv_addr}"] + [f"{b.name}={b.addr}" for b in cluster.brokers]
+        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.flush()
+        if args.exit_on_stdin_eof:
+            tg.start_soon(_watch_stdin, tg.cancel_scope)
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                break
+        tg.cancel_scope.cancel()
+    return 0
+
+
+async def _watch_stdin(scope: anyio.CancelScope) -> None:
+    """Cancel ``scope`` when stdin reaches EOF (the parent died or closed the pipe).
+
+    A reader callback on fd 0 rather than a blocking read in a thread, so shutdown never waits for it.
+    """
+    loop = asyncio.get_running_loop()
+    eof = asyncio.Event()
+    fd = sys.stdin.fileno()
+
+    def readable() -> None:
+        try:
+            data = os.read(fd, 4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            loop.remove_reader(fd)
+            eof.set()
+
+    loop.add_reader(fd, readable)
+    try:
+        await eof.wait()
+        scope.cancel()
+    finally:
+        loop.remove_reader(fd)

@@ -1,0 +1,283 @@
+"""Client management requests: heartbeat, unregister, consumer list, queue locks, and the admin
+requests the broker forwards to a consumer (``ClientManageProcessor``, ``ConsumerManageProcessor``,
+``AdminBrokerProcessor.lockBatchMQ/callConsumer``, ``Broker2Client``).
+
+Strategy: bodies are strict JSON from Java clients (heartbeat, lock/unlock) and are read with
+``json.loads``; answers are written as fastjson writes them. Forwarded admin calls (307, 309, 223)
+need the member's answer, so they are answered from a task in the broker's task group.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import RequestTimeout, RocketMQError
+from ..protocol.codes import RequestCode, ResponseCode
+from ..protocol.command import RemotingCommand
+from .fields import opt_str, req_int, req_str
+from .groups import ClientChannel, Subscription, mq_keys, mq_list_json
+from .jcompat import json_body, mq_json, object_key_map_json
+from .server import Connection, HeaderError, Reply
+from .state import RETRY_PREFIX
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+__all__ = ["handlers"]
+
+MQ_VERSION_V3_0_7_SNAPSHOT = 28
+MQ_VERSION_V3_1_8_SNAPSHOT = 62
+_FORWARD_TIMEOUT = 10.0  # Broker2Client.callClient
+
+
+def _json(cmd: RemotingCommand) -> dict[str, Any]:
+    try:
+        obj = json.loads(cmd.body)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise HeaderError(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise HeaderError("request body is not a JSON object")
+    return obj
+
+
+def handlers(broker: Broker) -> dict[int, Callable[[Connection, RemotingCommand], Reply]]:
+    def heartbeat(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        data = _json(cmd)
+        client_id = str(data.get("clientID") or "")
+        conn.client_id = client_id
+        for cd in data.get("consumerDataSet") or ():
+            group = str(cd["groupName"])
+            broker.find_group(group)
+            broker.create_topic_in_back_method(RETRY_PREFIX + group, 1, 6)
+            subs = [Subscription.from_json(s) for s in cd.get("subscriptionDataSet") or ()]
+            broker.consumers.register(
+                group,
+                ClientChannel(conn, client_id, cmd.language, cmd.version),
+                str(cd.get("consumeType", "")),
+                str(cd.get("messageModel", "")),
+                str(cd.get("consumeFromWhere", "")),
+                subs,
+            )
+        for pd in data.get("producerDataSet") or ():
+            broker.producers.register(
+                str(pd["groupName"]), ClientChannel(conn, client_id, cmd.language, cmd.version)
+            )
+        if broker.flavour == 5:
+            return broker.respond(cmd, 0, None, {"IS_SUPPORT_HEART_BEAT_V2": "true", "IS_SUB_CHANGE": "true"})
+        return broker.respond(cmd, 0)
+
+    def unregister(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        req_str(cmd, "clientID")
+        pgroup = opt_str(cmd, "producerGroup")
+        if pgroup is not None:
+            broker.producers.unregister(pgroup, conn)
+        cgroup = opt_str(cmd, "consumerGroup")
+        if cgroup is not None:
+            broker.find_group(cgroup)
+            broker.consumers.unregister(cgroup, conn)
+        return broker.respond(cmd, 0, None, {})
+
+    def consumer_list(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        group = req_str(cmd, "consumerGroup")
+        g = broker.consumers.get(group)
+        if g is not None and g.channels:
+            return broker.respond(cmd, 0, None, {}, json_body({"consumerIdList": g.client_ids()}))
+        return broker.respond(cmd, ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}", {})
+
+    def lock(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        body = _json(cmd)
+        locked = broker.locks.try_lock_batch(
+            str(body["consumerGroup"]), mq_keys(body.get("mqSet") or ()), str(body["clientId"])
+        )
+        return broker.respond(cmd, 0, None, None, json_body({"lockOKMQSet": mq_list_json(locked)}))
+
+    def unlock(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        body = _json(cmd)
+        broker.locks.unlock_batch(
+            str(body["consumerGroup"]), mq_keys(body.get("mqSet") or ()), str(body["clientId"])
+        )
+        return broker.respond(cmd, 0)
+
+    def call_consumer(conn: Connection, code: int, cmd: RemotingCommand, group: str, client_id: str) -> None:
+        """``callConsumer``: forward to the member's channel, answer with its response."""
+        ch = broker.consumers.find_channel(group, client_id)
+        if ch is None:
+            remark = f"The Consumer <{group}> <{client_id}> not online"
+        elif ch.version < MQ_VERSION_V3_1_8_SNAPSHOT:
+            remark = (
+                f"The Consumer <{client_id}> Version <{ch.version}> too low to finish, "
+                "please upgrade it to V3_1_8_SNAPSHOT"
+            )
+        else:
+            fwd = RemotingCommand.request(
+                code, dict(cmd.ext_fields), cmd.body, language="JAVA", version=broker.version
+            )
+            broker.spawn(_forward, conn, ch, fwd, cmd, group, client_id)
+            return
+        if not cmd.is_oneway:
+            conn.send(broker.respond(cmd, ResponseCode.SYSTEM_ERROR, remark))
+
+    async def _forward(
+        conn: Connection, ch: ClientChannel, fwd: RemotingCommand, cmd: RemotingCommand, group: str, cid: str
+    ) -> None:
+        try:
+            resp = await ch.conn.invoke(fwd, _FORWARD_TIMEOUT)
+        except RequestTimeout as exc:
+            resp = broker.respond(
+                cmd, ResponseCode.CONSUME_MSG_TIMEOUT, f"consumer <{group}> <{cid}> Timeout: {exc}"
+            )
+        except RocketMQError as exc:
+            resp = broker.respond(
+                cmd, ResponseCode.SYSTEM_ERROR, f"invoke consumer <{group}> <{cid}> Exception: {exc}"
+            )
+        else:
+            resp.opaque = cmd.opaque
+            resp.serialize_type = cmd.serialize_type
+        if not cmd.is_oneway:
+            conn.send(resp)
+
+    def running_info(conn: Connection, cmd: RemotingCommand) -> None:
+        group, cid = req_str(cmd, "consumerGroup"), req_str(cmd, "clientId")
+        call_consumer(conn, RequestCode.GET_CONSUMER_RUNNING_INFO, cmd, group, cid)
+
+    def consume_directly(conn: Connection, cmd: RemotingCommand) -> None:
+        group, cid, msg_id = req_str(cmd, "consumerGroup"), req_str(cmd, "clientId"), req_str(cmd, "msgId")
+        cmd.ext_fields["brokerName"] = broker.name
+        assert broker.store is not None
+        try:
+            view = broker.store.message_at(int(msg_id[-16:], 16))
+        except ValueError:
+            view = None
+        cmd.body = bytes(view) if view is not None else b""
+        call_consumer(conn, RequestCode.CONSUME_MESSAGE_DIRECTLY, cmd, group, cid)
+
+    def reset_offset(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """INVOKE_BROKER_TO_RESET_OFFSET (222): RESET_CONSUMER_CLIENT_OFFSET (220) to each member."""
+        topic = req_str(cmd, "topic")
+        group = req_str(cmd, "group")
+        timestamp = req_int(cmd, "timestamp")
+        force = (opt_str(cmd, "isForce") or "false").lower() == "true"
+        assert broker.store is not None
+        tc = broker.state.topics.get(topic)
+        if tc is None:
+            return broker.respond(
+                cmd,
+                ResponseCode.SYSTEM_ERROR,
+                f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}",
+            )
+        table: list[tuple[dict[str, Any], int]] = []
+        for q in range(tc.write):
+            current = broker.state.query_offset(group, topic, q)
+            if current == -1:
+                return broker.respond(
+                    cmd, ResponseCode.SYSTEM_ERROR, f"THe consumer group <{group}> not exist"
+                )
+            if timestamp == -1:
+                target = broker.store.max_offset(topic, q)
+            else:
+                target = broker.store.offset_by_time(topic, q, timestamp)
+            target = max(target, 0)
+            table.append((mq_json(topic, broker.name, q), target if force or target < current else current))
+        body = ('{"offsetTable":' + object_key_map_json(table) + "}").encode()
+        g = broker.consumers.get(group)
+        if g is None or not g.channels:
+            return broker.respond(
+                cmd,
+                ResponseCode.CONSUMER_NOT_ONLINE,
+                "Consumer not online, so can not reset offset, "
+                f"Group: {group} Topic: {topic} Timestamp: {timestamp}",
+            )
+        for ch in g.channels.values():
+            if ch.version < MQ_VERSION_V3_0_7_SNAPSHOT:
+                return broker.respond(
+                    cmd, ResponseCode.SYSTEM_ERROR, "the client does not support this feature."
+                )
+            ch.conn.oneway(
+                RemotingCommand.request(
+                    RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+                    {"topic": topic, "group": group, "timestamp": str(timestamp), "isForce": "false"},
+                    body,
+                    language="JAVA",
+                    version=broker.version,
+                )
+            )
+        return broker.respond(cmd, 0, None, None, body)
+
+    def consumer_status(conn: Connection, cmd: RemotingCommand) -> None:
+        """INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223): GET_CONSUMER_STATUS_FROM_CLIENT (221) to members."""
+        topic = req_str(cmd, "topic")
+        group = req_str(cmd, "group")
+        origin = opt_str(cmd, "clientAddr") or ""
+        g = broker.consumers.get(group)
+        if g is None or not g.channels:
+            conn.send(
+                broker.respond(
+                    cmd, ResponseCode.SYSTEM_ERROR, f"No Any Consumer online in the consumer group: [{group}]"
+                )
+            )
+            return None
+        targets = [ch for ch in g.channels.values() if not origin or ch.client_id == origin]
+        broker.spawn(_status, conn, cmd, topic, group, targets)
+        return None
+
+    async def _status(
+        conn: Connection, cmd: RemotingCommand, topic: str, group: str, targets: list[ClientChannel]
+    ) -> None:
+        parts = []
+        for ch in targets:
+            req = RemotingCommand.request(
+                RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT,
+                {"topic": topic, "group": group},
+                language="JAVA",
+                version=broker.version,
+            )
+            try:
+                resp = await ch.conn.invoke(req, 5.0)
+            except RocketMQError:
+                continue
+            if resp.code == 0 and resp.body:
+                text = resp.body.decode("utf-8", "replace")
+                start = text.find('"messageQueueTable":')
+                table = _balanced(text, start + len('"messageQueueTable":')) if start >= 0 else "{}"
+                parts.append(json.dumps(ch.client_id) + ":" + table)
+        body = ('{"consumerTable":{' + ",".join(parts) + "}}").encode()
+        if not cmd.is_oneway:
+            conn.send(broker.respond(cmd, 0, None, None, body))
+
+    return {
+        RequestCode.HEART_BEAT: heartbeat,
+        RequestCode.UNREGISTER_CLIENT: unregister,
+        RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer_list,
+        RequestCode.LOCK_BATCH_MQ: lock,
+        RequestCode.UNLOCK_BATCH_MQ: unlock,
+        RequestCode.GET_CONSUMER_RUNNING_INFO: running_info,
+        RequestCode.CONSUME_MESSAGE_DIRECTLY: consume_directly,
+        RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: reset_offset,
+        RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: consumer_status,
+    }
+
+
+def _balanced(text: str, start: int) -> str:
+    """The brace-balanced value starting at ``start`` (fastjson maps with object keys are not JSON)."""
+    depth = 0
+    in_str = False
+    i = start
+    while i < len(text):
+        ch = text[i]
+        if in_str:
+            if ch == "\\":
+                i += 1
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start : i + 1]
+        i += 1
+    return "{}"

@@ -1,0 +1,348 @@
+"""EmbeddedCluster: a name server and N brokers on 127.0.0.1, in-process or in a child process.
+
+Strategy: in-process, the name server and each broker run in the cluster's task group (entered in
+``__aenter__``, left in ``__aexit__``), so tests can stop/start single brokers (same port, same data
+directory) and inject faults. With ``process=True`` the same cluster runs in a child started by exec
+(``python -m rmq_async.embedded``): it prints ``namesrv=...`` then one ``<broker>=<addr>`` line per
+broker, dies when its stdin closes (so it never outlives this process), and is stopped with SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from ..config import Timing
+from ..errors import BrokerError, ClientError
+from ..protocol.codes import MQ_VERSION_V4_9_8, RequestCode
+from ..protocol.command import RemotingCommand
+from .broker import Broker
+from .faults import Faults
+from .namesrv import NameServer
+from .outbound import Outbound
+from .state import load_json, save_json
+
+__all__ = ["EmbeddedCluster", "RemoteBroker"]
+
+log = logging.getLogger("rmq_async.embedded")
+
+
+class RemoteBroker:
+    """A broker of a child-process cluster: only its name and address are known here."""
+
+    def __init__(self, name: str, addr: str) -> None:
+        self.name = name
+        self.addr = addr
+
+    @property
+    def port(self) -> int:
+        return int(self.addr.rpartition(":")[2])
+
+
+def broker_name(i: int) -> str:
+    return "broker-" + (chr(ord("a") + i) if i < 26 else str(i))
+
+
+class EmbeddedCluster:
+    """Name server + ``brokers`` brokers; an async context manager.
+
+    ``namesrv_addr`` is "127.0.0.1:P"; ``brokers`` lists the broker handles (``.name``, ``.addr``,
+    and in-process ``.faults`` and ``.cut_connections()``).
+    """
+
+    def __init__(
+        self,
+        brokers: int = 1,
+        queues: int = 4,
+        *,
+        timing: Timing | None = None,
+        flavour: int = 4,
+        data_dir: str | Path | None = None,
+        port: int = 0,
+        delay_levels: str | None = None,
+        auto_create_topic: bool = True,
+        process: bool = False,
+    ) -> None:
+        if flavour not in (4, 5):
+            raise ValueError(f"flavour must be 4 or 5, not {flavour!r}")
+        if brokers < 1:
+            raise ValueError("a cluster needs at least one broker")
+        self.broker_count = brokers
+        self.queues = queues
+        self.timing = timing or Timing()
+        self.flavour = flavour
+        self.data_dir = Path(data_dir) if data_dir is not None else None
+        self.port = port
+        self.delay_levels = delay_levels
+        self.auto_create_topic = auto_create_topic
+        self.process = process
+        self.namesrv_addr = ""
+        self.namesrv: NameServer | None = None
+        self.brokers: list[Any] = []
+        self._tg: TaskGroup | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._closing = anyio.Event()
+        self._broker_done: list[anyio.Event] = []
+        self._namesrv_scope: anyio.CancelScope | None = None
+        self._namesrv_done: anyio.Event | None = None
+        self._proc: asyncio.subprocess.Process | None = None
+
+    # -- context manager ----------------------------------------------------------------------
+
+    async def __aenter__(self) -> EmbeddedCluster:
+        if self.process:
+            await self._start_process()
+            return self
+        # The task group lives in a runner task owned by the cluster, so the cluster may be entered
+        # and exited from different tasks (as pytest-asyncio fixtures do).
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+        self._closing = anyio.Event()
+        self._runner = loop.create_task(self._run(ready), name="embedded-cluster")
+        try:
+            await asyncio.shield(ready)
+        except BaseException:
+            self._closing.set()
+            with contextlib.suppress(BaseException):
+                await self._runner
+            raise
+        return self
+
+    async def _run(self, ready: asyncio.Future[None]) -> None:
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                await self.start_namesrv()
+                for i in range(self.broker_count):
+                    self.brokers.append(None)
+                    self._broker_done.append(anyio.Event())
+                    await self.start_broker(i)
+                ready.set_result(None)
+                await self._closing.wait()
+                for i in range(len(self.brokers)):
+                    await self.stop_broker(i)
+                await self.stop_namesrv()
+                tg.cancel_scope.cancel()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+            raise
+        finally:
+            self._tg = None
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._proc is not None:
+            await self._stop_process()
+            return
+        runner, self._runner = self._runner, None
+        if runner is None:
+            return
+        self._closing.set()
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait([runner])
+        if not runner.cancelled() and runner.exception() is not None:
+            raise runner.exception()  # type: ignore[misc]
+
+    # -- in-process control -------------------------------------------------------------------
+
+    def _need_tg(self) -> TaskGroup:
+        if self._tg is None:
+            raise ClientError("this operation needs an in-process cluster that is running")
+        return self._tg
+
+    async def start_namesrv(self) -> None:
+        """(Re)start the name server on the same port."""
+        tg = self._need_tg()
+        if self._namesrv_done is not None and not self._namesrv_done.is_set():
+            return
+        ns = NameServer(self.timing, flavour=self.flavour)
+        if self.namesrv is not None:
+            ns.faults = self.namesrv.faults
+            ns.server.faults = ns.faults
+        self.namesrv = ns
+        self._namesrv_done = anyio.Event()
+        await tg.start(self._run_namesrv, ns, self._namesrv_done)
+        self.port = ns.server.port
+        self.namesrv_addr = ns.addr
+
+    async def _run_namesrv(self, ns: NameServer, done: anyio.Event, *, task_status: TaskStatus[None]) -> None:
+        try:
+            with anyio.CancelScope() as scope:
+                self._namesrv_scope = scope
+                await ns.start(self.port)
+                task_status.started()
+                await ns.run_expiry()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await ns.stop()
+            done.set()
+
+    async def stop_namesrv(self) -> None:
+        """Stop the name server (brokers keep running and re-register once it is back)."""
+        if self._namesrv_scope is not None:
+            self._namesrv_scope.cancel()
+        if self._namesrv_done is not None:
+            await self._namesrv_done.wait()
+
+    def _broker_dir(self, name: str) -> Path | None:
+        return self.data_dir / name if self.data_dir is not None else None
+
+    async def start_broker(self, i: int) -> None:
+        """(Re)start broker ``i`` on its previous port and data directory."""
+        tg = self._need_tg()
+        old = self.brokers[i]
+        if old is not None and not self._broker_done[i].is_set():
+            return
+        name = broker_name(i)
+        bdir = self._broker_dir(name)
+        port = old.port if old is not None else 0
+        if port == 0 and bdir is not None:
+            saved = load_json(bdir / "broker.json")
+            port = int(saved["port"]) if saved else 0
+        b = Broker(
+            name,
+            self.namesrv_addr,
+            self.timing,
+            flavour=self.flavour,
+            queues=self.queues,
+            auto_create_topic=self.auto_create_topic,
+            data_dir=bdir,
+            delay_levels=self.delay_levels,
+            port=port,
+        )
+        if old is not None:
+            b.faults = old.faults
+            b.server.faults = old.faults
+        self.brokers[i] = b
+        done = self._broker_done[i] = anyio.Event()
+        await tg.start(self._run_broker, b, done)
+        if bdir is not None:
+            save_json(bdir / "broker.json", {"port": b.port})
+
+    @staticmethod
+    async def _run_broker(b: Broker, done: anyio.Event, *, task_status: TaskStatus[None]) -> None:
+        try:
+            await b.run(task_status=task_status)
+        finally:
+            done.set()
+
+    async def stop_broker(self, i: int) -> None:
+        """Stop broker ``i`` cleanly (unregister, close connections, flush its data)."""
+        b = self.brokers[i]
+        if b is None:
+            return
+        b.stop()
+        await self._broker_done[i].wait()
+
+    # -- admin --------------------------------------------------------------------------------
+
+    async def create_topic(self, topic: str, queues: int | None = None, *, perm: int = 6) -> None:
+        """UPDATE_AND_CREATE_TOPIC (17) on every broker; each then registers with the name server."""
+        n = queues if queues is not None else self.queues
+        version = 479 if self.flavour == 5 else MQ_VERSION_V4_9_8
+        for b in self.brokers:
+            out = Outbound(b.addr)
+            try:
+                ext = {
+                    "topic": topic,
+                    "defaultTopic": "TBW102",
+                    "readQueueNums": str(n),
+                    "writeQueueNums": str(n),
+                    "perm": str(perm),
+                    "topicFilterType": "SINGLE_TAG",
+                    "topicSysFlag": "0",
+                    "order": "false",
+                }
+                req = RemotingCommand.request(
+                    RequestCode.UPDATE_AND_CREATE_TOPIC, ext, language="JAVA", version=version
+                )
+                resp = await out.request(req, self.timing.request_timeout)
+                assert resp is not None
+                if resp.code != 0:
+                    raise BrokerError(resp.code, resp.remark, request_code=17, addr=b.addr)
+            finally:
+                await out.close()
+
+    @property
+    def namesrv_faults(self) -> Faults:
+        """The name server's fault rules (in-process only; kept across stop/start_namesrv)."""
+        if self.namesrv is None:
+            raise ClientError("the name server of a child-process cluster has no fault injection")
+        return self.namesrv.faults
+
+    # -- child process ------------------------------------------------------------------------
+
+    def _child_args(self) -> list[str]:
+        args = [
+            sys.executable,
+            "-m",
+            "rmq_async.embedded",
+            "--brokers",
+            str(self.broker_count),
+            "--queues",
+            str(self.queues),
+            "--port",
+            str(self.port),
+            "--flavour",
+            str(self.flavour),
+            "--timing-json",
+            self.timing.model_dump_json(),
+            "--exit-on-stdin-eof",
+        ]
+        if self.data_dir is not None:
+            args += ["--data-dir", str(self.data_dir)]
+        if self.delay_levels is not None:
+            args += ["--delay-levels", self.delay_levels]
+        if not self.auto_create_topic:
+            args.append("--no-auto-create-topic")
+        return args
+
+    async def _start_process(self) -> None:
+        self._proc = proc = await asyncio.create_subprocess_exec(
+            *self._child_args(), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+        )
+        assert proc.stdout is not None
+        try:
+            with anyio.fail_after(30):
+                line = (await proc.stdout.readline()).decode().strip()
+                if not line.startswith("namesrv="):
+                    raise ClientError(f"embedded cluster child did not start: first line {line!r}")
+                self.namesrv_addr = line.partition("=")[2]
+                for _ in range(self.broker_count):
+                    name, _, addr = (await proc.stdout.readline()).decode().strip().partition("=")
+                    self.brokers.append(RemoteBroker(name, addr))
+        except BaseException:
+            await self._stop_process()
+            raise
+
+    async def _stop_process(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with anyio.CancelScope(shield=True):
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGTERM)
+                with anyio.move_on_after(10):
+                    await proc.wait()
+                if proc.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.kill()
+                    await proc.wait()
+            if proc.stdin is not None:
+                proc.stdin.close()
+            if proc.stdout is not None:
+                with contextlib.suppress(Exception):
+                    await proc.stdout.read()
+        log.debug("embedded cluster child exited with %s", proc.returncode)

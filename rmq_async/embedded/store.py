@@ -1,0 +1,504 @@
+"""The embedded broker's message store: one commit log and a consume queue per (topic, queue).
+
+Strategy. The commit log is a list of fixed-size segments (``bytearray``, never resized, so
+``memoryview`` slices of them stay valid); a stored message never spans two segments: when it does
+not fit, the rest of the segment gets a BLANK marker, as the real CommitLog does at the end of a
+mapped file. A message is written once, in the ``MessageDecoder`` stored layout (magic V1), so a pull
+answer is a list of slices of the log handed to the transport, never a re-encode. Consume queues are
+three parallel ``array`` columns (commit-log offset, size, tag hash), so the pull path is a tight loop
+over integers.
+
+Persistence (``data_dir`` given). The commit log is mirrored byte for byte into ``<dir>/commitlog``
+(a commit-log offset is a file offset). Every put is handed to the OS at once (``os.write``, no
+user-space buffer), and the file is fsync'ed by :meth:`MessageStore.flush`, which the broker calls
+about once a second and at shutdown. So a killed broker process loses no acknowledged message; an OS
+crash or power loss can lose the last second of messages. On start the file is scanned (body CRC
+checked), a torn tail is cut off, and the consume queues are rebuilt from it. Consumer offsets and
+topic configs are separate JSON files (see ``broker.py``), written atomically.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import time
+import zlib
+from array import array
+from collections.abc import Callable
+from pathlib import Path
+
+from ..protocol.codes import MessageSysFlag
+
+__all__ = [
+    "BLANK_MAGIC",
+    "MAGIC_V1",
+    "MAGIC_V2",
+    "MAX_MESSAGE_SIZE",
+    "SEGMENT_SIZE",
+    "ConsumeQueue",
+    "GetResult",
+    "MessageStore",
+    "PutResult",
+    "StoreError",
+    "StoredMessage",
+    "host_bytes",
+    "now_ms",
+]
+
+SEGMENT_SIZE = 1 << 24  # 16 MiB
+MAX_MESSAGE_SIZE = 4 << 20  # MessageStoreConfig.maxMessageSize
+MAGIC_V1 = -626843481  # 0xdaa320a7
+MAGIC_V2 = -626843477
+BLANK_MAGIC = -875286124  # CommitLog.BLANK_MAGIC_CODE
+_MIN_BLANK = 8
+MAX_TRANSFER_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory
+MAX_TRANSFER_COUNT = 32  # maxTransferCountOnMessageInMemory
+
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_SIZE_MAGIC = struct.Struct(">ii")
+# total, magic, bodyCRC, queueId, flag, queueOffset, physicalOffset, sysFlag, bornTimestamp
+_HEAD = struct.Struct(">iiiiiqqiq")
+_STORE_TS = struct.Struct(">q")
+_TAIL = struct.Struct(">iq")  # reconsumeTimes, preparedTransactionOffset
+_BORN_TS_POS = 48  # offset of STORETIMESTAMP is _HEAD.size + born host length
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def host_bytes(ip: str, port: int) -> bytes:
+    """A host as stored: 4-byte IPv4 (or 16-byte IPv6) address + int32 port."""
+    try:
+        return socket.inet_aton(ip) + _I32.pack(port)
+    except OSError:
+        return socket.inet_pton(socket.AF_INET6, ip) + _I32.pack(port)
+
+
+class StoreError(Exception):
+    """A put the store refuses; ``status`` is the PutMessageStatus name."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class PutResult:
+    __slots__ = ("msg_id", "phys_offset", "queue_offset", "size", "store_ts")
+
+    def __init__(self, phys_offset: int, queue_offset: int, size: int, store_ts: int, msg_id: str) -> None:
+        self.phys_offset = phys_offset
+        self.queue_offset = queue_offset
+        self.size = size
+        self.store_ts = store_ts
+        self.msg_id = msg_id
+
+
+class GetResult:
+    """What ``DefaultMessageStore.getMessage`` returns: status name, offsets, message slices."""
+
+    __slots__ = ("count", "max_offset", "min_offset", "next_begin", "parts", "status", "total")
+
+    def __init__(self, status: str, next_begin: int, min_offset: int, max_offset: int) -> None:
+        self.status = status
+        self.next_begin = next_begin
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+        self.parts: list[memoryview] = []
+        self.total = 0
+        self.count = 0
+
+
+class ConsumeQueue:
+    """One queue's index: commit-log offset, size and tag hash code of each message."""
+
+    __slots__ = ("offsets", "sizes", "tags")
+
+    def __init__(self) -> None:
+        self.offsets = array("q")
+        self.sizes = array("i")
+        self.tags = array("q")
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def append(self, phys: int, size: int, tags_code: int) -> None:
+        self.offsets.append(phys)
+        self.sizes.append(size)
+        self.tags.append(tags_code)
+
+
+class StoredMessage:
+    """A stored message decoded (send-back, delay delivery, recovery); ``raw`` is its bytes."""
+
+    __slots__ = (
+        "body",
+        "born_host",
+        "born_ts",
+        "flag",
+        "phys_offset",
+        "props",
+        "queue_id",
+        "queue_offset",
+        "raw",
+        "reconsume_times",
+        "store_host",
+        "store_ts",
+        "sys_flag",
+        "topic",
+    )
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+        view = memoryview(raw)
+        (
+            _total,
+            magic,
+            _crc,
+            self.queue_id,
+            self.flag,
+            self.queue_offset,
+            self.phys_offset,
+            self.sys_flag,
+            self.born_ts,
+        ) = _HEAD.unpack_from(view, 0)
+        pos = _HEAD.size
+        blen = 20 if self.sys_flag & MessageSysFlag.BORNHOST_V6_FLAG else 8
+        self.born_host = bytes(view[pos : pos + blen])
+        pos += blen
+        (self.store_ts,) = _STORE_TS.unpack_from(view, pos)
+        pos += 8
+        slen = 20 if self.sys_flag & MessageSysFlag.STOREHOSTADDRESS_V6_FLAG else 8
+        self.store_host = bytes(view[pos : pos + slen])
+        pos += slen
+        self.reconsume_times, _prepared = _TAIL.unpack_from(view, pos)
+        pos += _TAIL.size
+        (body_len,) = _I32.unpack_from(view, pos)
+        pos += 4
+        self.body = bytes(view[pos : pos + body_len])
+        pos += body_len
+        if magic == MAGIC_V2:
+            (tlen,) = struct.unpack_from(">h", view, pos)
+            pos += 2
+        else:
+            tlen = view[pos]
+            pos += 1
+        self.topic = str(view[pos : pos + tlen], "utf-8")
+        pos += tlen
+        (plen,) = struct.unpack_from(">h", view, pos)
+        pos += 2
+        self.props = str(view[pos : pos + plen], "utf-8")
+
+    @property
+    def msg_id(self) -> str:
+        """The offset message id (store host + commit-log offset, upper hex)."""
+        return self.store_host.hex().upper() + f"{self.phys_offset:016X}"
+
+
+#: ``(topic, properties string, store timestamp) -> tag code``, used when rebuilding consume queues
+TagsCodeFn = Callable[[str, str, int], int]
+
+
+class MessageStore:
+    """Commit log + consume queues; optionally mirrored to ``<data_dir>/commitlog``."""
+
+    def __init__(self, store_host: bytes, data_dir: Path | None = None) -> None:
+        self.store_host = store_host
+        self._store_v6 = len(store_host) == 20
+        self._id_prefix = store_host.hex().upper()
+        self.segments: list[bytearray] = []
+        self.views: list[memoryview] = []
+        self.write_pos = 0  # next commit-log offset
+        self.cqs: dict[tuple[str, int], ConsumeQueue] = {}
+        self._fd: int | None = None
+        self._dirty = False
+        self.path = data_dir / "commitlog" if data_dir is not None else None
+
+    # -- recovery -----------------------------------------------------------------------------
+
+    def open(self, tags_code: TagsCodeFn) -> int:
+        """Open (and recover) the commit-log file; returns the number of messages recovered."""
+        if self.path is None:
+            return 0
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        size = os.fstat(fd).st_size
+        count = 0
+        seg_index = 0
+        good_end = 0
+        while seg_index * SEGMENT_SIZE < size:
+            base = seg_index * SEGMENT_SIZE
+            chunk = os.pread(fd, SEGMENT_SIZE, base)
+            self._new_segment()[: len(chunk)] = chunk
+            pos = 0
+            rolled = False
+            while pos + 8 <= len(chunk):
+                total, magic = _SIZE_MAGIC.unpack_from(chunk, pos)
+                if magic == BLANK_MAGIC and total == SEGMENT_SIZE - pos:
+                    rolled = True
+                    good_end = base + SEGMENT_SIZE
+                    break
+                if magic not in (MAGIC_V1, MAGIC_V2) or total < 60 or pos + total > len(chunk):
+                    break  # torn or garbage tail
+                try:
+                    msg = StoredMessage(chunk[pos : pos + total])
+                except (struct.error, UnicodeDecodeError, IndexError):
+                    break
+                if zlib.crc32(msg.body) & 0x7FFFFFFF != _I32.unpack_from(chunk, pos + 8)[0]:
+                    break
+                self._cq(msg.topic, msg.queue_id).append(
+                    base + pos, total, tags_code(msg.topic, msg.props, msg.store_ts)
+                )
+                count += 1
+                pos += total
+                good_end = base + pos
+            if not rolled:
+                break
+            seg_index += 1
+        # drop segments past the good end, cut the torn tail
+        keep = good_end // SEGMENT_SIZE + (1 if good_end % SEGMENT_SIZE else 0)
+        del self.segments[keep:]
+        del self.views[keep:]
+        self.write_pos = good_end
+        if size != good_end:
+            os.ftruncate(fd, good_end)
+        self._fd = fd
+        return count
+
+    # -- write --------------------------------------------------------------------------------
+
+    def _new_segment(self) -> bytearray:
+        seg = bytearray(SEGMENT_SIZE)
+        self.segments.append(seg)
+        self.views.append(memoryview(seg))
+        return seg
+
+    def _cq(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self.cqs.get((topic, queue_id))
+        if cq is None:
+            cq = self.cqs[(topic, queue_id)] = ConsumeQueue()
+        return cq
+
+    def _reserve(self, total: int) -> tuple[bytearray, int]:
+        seg_index, pos = divmod(self.write_pos, SEGMENT_SIZE)
+        if seg_index == len(self.segments):
+            return self._new_segment(), pos
+        if pos + total + _MIN_BLANK > SEGMENT_SIZE:
+            seg = self.segments[seg_index]
+            blank = SEGMENT_SIZE - pos
+            _SIZE_MAGIC.pack_into(seg, pos, blank, BLANK_MAGIC)
+            self._mirror(memoryview(seg)[pos:])
+            self.write_pos += blank
+            return self._new_segment(), 0
+        return self.segments[seg_index], pos
+
+    def _mirror(self, data: memoryview) -> None:
+        if self._fd is not None:
+            view = data
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+            self._dirty = True
+
+    def put(
+        self,
+        topic: str,
+        queue_id: int,
+        body: bytes,
+        flag: int,
+        props: str,
+        tags_code: int,
+        sys_flag: int,
+        born_ts: int,
+        born_host: bytes,
+        reconsume_times: int = 0,
+        prepared_offset: int = 0,
+        store_ts: int | None = None,
+    ) -> PutResult:
+        """Append one message; raises :class:`StoreError` for an illegal one."""
+        topic_b = topic.encode("utf-8")
+        props_b = props.encode("utf-8")
+        if len(props_b) > 32767:
+            raise StoreError("PROPERTIES_SIZE_EXCEEDED", f"properties of {len(props_b)} bytes exceed 32767")
+        if len(topic_b) > 127:
+            raise StoreError("MESSAGE_ILLEGAL", f"topic of {len(topic_b)} bytes exceeds 127")
+        if len(born_host) == 20:
+            sys_flag |= MessageSysFlag.BORNHOST_V6_FLAG
+        if self._store_v6:
+            sys_flag |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+        total = (
+            _HEAD.size
+            + len(born_host)
+            + 8
+            + len(self.store_host)
+            + _TAIL.size
+            + 4
+            + len(body)
+            + 1
+            + len(topic_b)
+            + 2
+            + len(props_b)
+        )
+        if total > MAX_MESSAGE_SIZE:
+            raise StoreError("MESSAGE_ILLEGAL", f"message of {total} bytes exceeds {MAX_MESSAGE_SIZE}")
+        cq = self._cq(topic, queue_id)
+        queue_offset = len(cq.offsets)
+        seg, pos = self._reserve(total)
+        phys = self.write_pos
+        if store_ts is None:
+            store_ts = now_ms()
+        crc = zlib.crc32(body) & 0x7FFFFFFF
+        _HEAD.pack_into(seg, pos, total, MAGIC_V1, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts)
+        p = pos + _HEAD.size
+        seg[p : p + len(born_host)] = born_host
+        p += len(born_host)
+        _STORE_TS.pack_into(seg, p, store_ts)
+        p += 8
+        seg[p : p + len(self.store_host)] = self.store_host
+        p += len(self.store_host)
+        _TAIL.pack_into(seg, p, reconsume_times, prepared_offset)
+        p += _TAIL.size
+        _I32.pack_into(seg, p, len(body))
+        p += 4
+        seg[p : p + len(body)] = body
+        p += len(body)
+        seg[p] = len(topic_b)
+        p += 1
+        seg[p : p + len(topic_b)] = topic_b
+        p += len(topic_b)
+        struct.pack_into(">h", seg, p, len(props_b))
+        p += 2
+        seg[p : p + len(props_b)] = props_b
+        self.write_pos = phys + total
+        cq.append(phys, total, tags_code)
+        if self._fd is not None:
+            self._mirror(memoryview(seg)[pos : pos + total])
+        return PutResult(phys, queue_offset, total, store_ts, self._id_prefix + f"{phys:016X}")
+
+    # -- read ---------------------------------------------------------------------------------
+
+    def queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.cqs.get((topic, queue_id))
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.cqs.get((topic, queue_id))
+        return len(cq.offsets) if cq is not None else 0
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        return 0  # nothing is ever deleted
+
+    def slice(self, phys: int, size: int) -> memoryview:
+        seg, pos = divmod(phys, SEGMENT_SIZE)
+        return self.views[seg][pos : pos + size]
+
+    def message_at(self, phys: int) -> memoryview | None:
+        """The stored message starting at commit-log offset ``phys``, or None if none starts there."""
+        if phys < 0 or phys + 60 > self.write_pos:
+            return None
+        seg, pos = divmod(phys, SEGMENT_SIZE)
+        if pos + 8 > SEGMENT_SIZE:
+            return None
+        total, magic = _SIZE_MAGIC.unpack_from(self.views[seg], pos)
+        if magic not in (MAGIC_V1, MAGIC_V2) or total < 60 or pos + total > SEGMENT_SIZE:
+            return None
+        if _I64.unpack_from(self.views[seg], pos + 28)[0] != phys:
+            return None  # PHYSICALOFFSET must name itself
+        return self.views[seg][pos : pos + total]
+
+    def lookup(self, phys: int) -> StoredMessage | None:
+        view = self.message_at(phys)
+        return StoredMessage(bytes(view)) if view is not None else None
+
+    def store_ts_at(self, phys: int) -> int:
+        seg, pos = divmod(phys, SEGMENT_SIZE)
+        view = self.views[seg]
+        (sys_flag,) = _I32.unpack_from(view, pos + 36)
+        blen = 20 if sys_flag & MessageSysFlag.BORNHOST_V6_FLAG else 8
+        return int(_STORE_TS.unpack_from(view, pos + _HEAD.size + blen)[0])
+
+    def earliest_time(self, topic: str, queue_id: int) -> int:
+        cq = self.cqs.get((topic, queue_id))
+        if cq is None or not cq.offsets:
+            return -1
+        return self.store_ts_at(cq.offsets[0])
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """``ConsumeQueue.getOffsetInQueueByTime``: binary search, nearest neighbour when inexact."""
+        cq = self.cqs.get((topic, queue_id))
+        if cq is None or not cq.offsets:
+            return 0
+        low, high = 0, len(cq.offsets) - 1
+        left = right = -1
+        left_v = right_v = -1
+        while high >= low:
+            mid = (low + high) // 2
+            ts = self.store_ts_at(cq.offsets[mid])
+            if ts == timestamp:
+                return mid
+            if ts > timestamp:
+                high, right, right_v = mid - 1, mid, ts
+            else:
+                low, left, left_v = mid + 1, mid, ts
+        if left_v == -1:
+            return right
+        if right_v == -1:
+            return left
+        return right if abs(timestamp - left_v) > abs(timestamp - right_v) else left
+
+    def get(
+        self, topic: str, queue_id: int, offset: int, max_nums: int, codes: frozenset[int] | None
+    ) -> GetResult:
+        """``DefaultMessageStore.getMessage``: ``codes`` None matches every tag."""
+        cq = self.cqs.get((topic, queue_id))
+        max_offset = len(cq.offsets) if cq is not None else 0
+        if cq is None or max_offset == 0:  # findConsumeQueue creates missing queues: empty, not absent
+            return GetResult("NO_MESSAGE_IN_QUEUE", 0, 0, 0)
+        if offset < 0:
+            return GetResult("OFFSET_TOO_SMALL", 0, 0, max_offset)
+        if offset == max_offset:
+            return GetResult("OFFSET_OVERFLOW_ONE", offset, 0, max_offset)
+        if offset > max_offset:
+            return GetResult("OFFSET_OVERFLOW_BADLY", max_offset, 0, max_offset)
+        res = GetResult("NO_MATCHED_MESSAGE", offset, 0, max_offset)
+        end = min(max_offset, offset + max(800, max_nums))
+        offsets, sizes, tags, views = cq.offsets, cq.sizes, cq.tags, self.views
+        parts = res.parts
+        total = 0
+        count = 0
+        i = offset
+        while i < end:
+            size = sizes[i]
+            if count and (
+                count >= max_nums or total + size > MAX_TRANSFER_BYTES or count >= MAX_TRANSFER_COUNT
+            ):
+                break
+            if codes is None or tags[i] in codes:
+                seg, pos = divmod(offsets[i], SEGMENT_SIZE)
+                parts.append(views[seg][pos : pos + size])
+                total += size
+                count += 1
+            i += 1
+        res.next_begin = i
+        if count:
+            res.status = "FOUND"
+            res.total = total
+            res.count = count
+        return res
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync the commit-log file if anything was written since the last flush."""
+        if self._fd is not None and self._dirty:
+            os.fsync(self._fd)
+            self._dirty = False
+
+    def close(self) -> None:
+        if self._fd is not None:
+            self.flush()
+            os.close(self._fd)
+            self._fd = None
+        self.views.clear()
+        self.segments.clear()

@@ -1,0 +1,427 @@
+"""One TCP connection to a broker or name server.
+
+Strategy (asyncpg's protocol shell over our sans-IO codec): :class:`Connection` *is* the
+``asyncio.Protocol``. ``data_received`` feeds :class:`FrameDecoder` and settles the waiting request
+futures right there, in the callback: no reader task, no task per frame, no task per request. A
+request registers a future under its opaque (responses may come out of order), writes its frame
+with ``transport.write`` (awaiting only while the transport has paused writing) and arms one
+``call_later`` timer that fails the future with :class:`RequestTimeout`. ``max_timeouts``
+consecutive timeouts mean a half-open peer and close the connection; any inbound frame resets the
+count. Closing, for whatever reason, is one synchronous step (:meth:`Connection._shutdown`): every
+pending future fails at once with :class:`ConnectionClosed` chained to the original error.
+
+Requests the server sends us (40, 220, 221, 307, 309) go to the ``handler``, run through ``spawn``
+(the owner's task group) or, by default, as a task the connection tracks and cancels at close.
+OSError and timeouts are mapped to our errors here, ``from exc``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from typing import cast
+
+import anyio
+
+from ..errors import ConnectError, ConnectionClosed, ProtocolError, RequestTimeout
+from ..protocol.codes import ResponseCode
+from ..protocol.command import DEFAULT_MAX_FRAME, FLAG_ONEWAY, FLAG_RESPONSE, FrameDecoder, RemotingCommand
+
+__all__ = [
+    "CLOSE_TIMEOUT",
+    "Connection",
+    "ServerRequestHandler",
+    "Spawn",
+    "format_addr",
+    "parse_addr",
+    "run_awaitable",
+]
+
+log = logging.getLogger(__name__)
+
+#: ``handler(conn, request)``: the answer to a server-initiated request, or None for no answer.
+ServerRequestHandler = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
+#: Runs a zero-argument coroutine function in the owner's task group (``tg.start_soon``).
+Spawn = Callable[[Callable[[], Awaitable[None]]], None]
+
+#: Bound (seconds) on a graceful close: flushing our buffer and waiting for handler tasks.
+CLOSE_TIMEOUT = 1.0
+_OPAQUE_MASK = 0x7FFFFFFF
+_LANG = "PYTHON"  # language of the answers the transport writes itself
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    """``"host:port"`` or ``"[v6]:port"`` -> ``(host, port)``; raises :class:`ConnectError` if malformed."""
+    host, sep, port_text = addr.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        port = int(port_text)
+    except ValueError:
+        port = -1
+    if not sep or not host or not 0 < port < 65536:
+        raise ConnectError(f"bad address {addr!r}: expected host:port or [ipv6]:port", addr)
+    return host, port
+
+
+def format_addr(sockaddr: object) -> str:
+    """A socket address tuple as ``host:port`` (``[host]:port`` for IPv6)."""
+    if isinstance(sockaddr, tuple) and len(sockaddr) >= 2:
+        host, port = str(sockaddr[0]), sockaddr[1]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return str(sockaddr)
+
+
+async def run_awaitable(fn: Callable[[], Awaitable[None]]) -> None:
+    """``await fn()`` as a coroutine (task groups need a coroutine function)."""
+    await fn()
+
+
+class Connection(asyncio.Protocol):
+    """One remoting connection; open it with :meth:`connect`, close it with :meth:`aclose`."""
+
+    __slots__ = (
+        "_addr",
+        "_close_callbacks",
+        "_close_cause",
+        "_close_reason",
+        "_decoder",
+        "_handler",
+        "_local_addr",
+        "_loop",
+        "_lost",
+        "_max_timeouts",
+        "_next_opaque",
+        "_paused",
+        "_pending",
+        "_spawn",
+        "_tasks",
+        "_timeouts",
+        "_transport",
+        "_writable",
+    )
+
+    def __init__(
+        self,
+        addr: str,
+        *,
+        handler: ServerRequestHandler | None = None,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        max_timeouts: int = 3,
+        spawn: Spawn | None = None,
+    ) -> None:
+        """Use :meth:`connect`; the constructor only builds the protocol object."""
+        self._addr = addr
+        self._handler = handler
+        self._spawn: Spawn = spawn if spawn is not None else self._spawn_tracked
+        self._max_timeouts = max_timeouts
+        self._decoder = FrameDecoder(max_frame)
+        self._loop = asyncio.get_running_loop()
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._next_opaque = 0
+        self._timeouts = 0
+        self._transport: asyncio.Transport | None = None
+        self._local_addr = ""
+        self._paused = False
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._lost = asyncio.Event()
+        self._close_reason: str | None = None
+        self._close_cause: BaseException | None = None
+        self._close_callbacks: list[Callable[[Connection], object]] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    async def connect(
+        cls,
+        addr: str,
+        *,
+        handler: ServerRequestHandler | None = None,
+        connect_timeout: float = 3.0,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        max_timeouts: int = 3,
+        spawn: Spawn | None = None,
+    ) -> Connection:
+        """Open a TCP connection to ``addr`` (``host:port`` or ``[v6]:port``), TCP_NODELAY on.
+
+        ``handler`` answers server-initiated requests (none: they get code 3); ``spawn`` runs its
+        calls in the owner's task group. ``max_timeouts`` consecutive request timeouts close the
+        connection (0 disables that). Raises :class:`ConnectError` if it cannot connect in time.
+        """
+        host, port = parse_addr(addr)
+        conn = cls(addr, handler=handler, max_frame=max_frame, max_timeouts=max_timeouts, spawn=spawn)
+        try:
+            with anyio.fail_after(connect_timeout):
+                await conn._loop.create_connection(lambda: conn, host, port)
+        except TimeoutError as exc:
+            raise ConnectError(f"cannot connect: no connection within {connect_timeout:.3f}s", addr) from exc
+        except OSError as exc:
+            raise ConnectError(f"cannot connect: {exc}", addr) from exc
+        return conn
+
+    # -- properties -----------------------------------------------------------------------------
+
+    @property
+    def addr(self) -> str:
+        """The address this connection was opened to, as given."""
+        return self._addr
+
+    @property
+    def local_addr(self) -> str:
+        """Our end of the connection, ``host:port``."""
+        return self._local_addr
+
+    @property
+    def closed(self) -> bool:
+        """True once the connection is closing or closed (requests fail with ConnectionClosed)."""
+        return self._close_reason is not None
+
+    @property
+    def in_flight(self) -> int:
+        """Number of requests waiting for their response."""
+        return len(self._pending)
+
+    def __repr__(self) -> str:
+        state = f"closed: {self._close_reason}" if self._close_reason else f"in_flight={len(self._pending)}"
+        return f"<Connection {self._local_addr} -> {self._addr} {state}>"
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def _closed_error(self) -> ConnectionClosed:
+        err = ConnectionClosed(f"connection {self._close_reason}", self._addr)
+        err.__cause__ = self._close_cause
+        return err
+
+    def _take_opaque(self) -> int:
+        opaque = self._next_opaque
+        while opaque in self._pending:  # only after a wrap, with a request pending for 2**31 requests
+            opaque = (opaque + 1) & _OPAQUE_MASK
+        self._next_opaque = (opaque + 1) & _OPAQUE_MASK
+        return opaque
+
+    async def request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send ``cmd`` and return its response; its ``opaque`` is assigned here.
+
+        Raises :class:`RequestTimeout` after ``timeout`` seconds without an answer (a late answer is
+        dropped) and :class:`ConnectionClosed` when the connection is or becomes closed.
+        """
+        if self._close_reason is not None:
+            raise self._closed_error()
+        cmd.flag &= ~(FLAG_ONEWAY | FLAG_RESPONSE)
+        cmd.opaque = opaque = self._take_opaque()
+        frame = cmd.encode()
+        loop = self._loop
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
+        self._pending[opaque] = fut
+        timer = loop.call_later(timeout, self._on_timeout, opaque, fut, cmd.code, timeout)
+        try:
+            if self._paused:
+                # Back-pressure: wait until the transport drains, or the timer/close settles fut.
+                with anyio.move_on_after(timeout):
+                    await self._writable.wait()
+                if fut.done():
+                    return fut.result()
+            assert self._transport is not None
+            self._transport.write(frame)
+            return await fut
+        finally:
+            timer.cancel()
+            if self._pending.get(opaque) is fut:
+                del self._pending[opaque]
+            if not fut.done():  # cancelled while waiting for the drain
+                fut.cancel()
+            elif not fut.cancelled():
+                fut.exception()  # mark a close/timeout error seen even if we were cancelled meanwhile
+
+    async def oneway(self, cmd: RemotingCommand, timeout: float = 3.0) -> None:
+        """Send ``cmd`` with the oneway flag; nothing is awaited unless writing is paused.
+
+        ``timeout`` bounds only that wait (then :class:`RequestTimeout`).
+        """
+        if self._close_reason is not None:
+            raise self._closed_error()
+        cmd.flag = (cmd.flag | FLAG_ONEWAY) & ~FLAG_RESPONSE
+        cmd.opaque = self._take_opaque()
+        frame = cmd.encode()
+        if self._paused:
+            try:
+                with anyio.fail_after(timeout):
+                    await self._writable.wait()
+            except TimeoutError:
+                raise RequestTimeout(cmd.code, self._addr, timeout) from None
+            if self._close_reason is not None:
+                raise self._closed_error()
+        assert self._transport is not None
+        self._transport.write(frame)
+
+    def _on_timeout(
+        self, opaque: int, fut: asyncio.Future[RemotingCommand], code: int, timeout: float
+    ) -> None:
+        if fut.done():
+            return
+        if self._pending.get(opaque) is fut:
+            del self._pending[opaque]
+        fut.set_exception(RequestTimeout(code, self._addr, timeout))
+        self._timeouts += 1
+        if 0 < self._max_timeouts <= self._timeouts:
+            cause = RequestTimeout(code, self._addr, timeout)
+            self._shutdown(f"closed after {self._timeouts} consecutive request timeouts (half-open?)", cause)
+
+    # -- server-initiated requests --------------------------------------------------------------
+
+    def _on_server_request(self, cmd: RemotingCommand) -> None:
+        handler = self._handler
+        if handler is None:
+            if not cmd.is_oneway:
+                remark = f" request type {cmd.code} not supported"
+                self._answer(
+                    cmd, cmd.make_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark, language=_LANG)
+                )
+            return
+        try:
+            self._spawn(functools.partial(self._serve, handler, cmd))
+        except Exception as exc:  # the owner's task group is closing
+            log.warning("%s: cannot run handler for request %d: %r", self._addr, cmd.code, exc)
+            if not cmd.is_oneway:
+                self._answer(
+                    cmd, cmd.make_response(ResponseCode.SYSTEM_BUSY, f"client busy: {exc}", language=_LANG)
+                )
+
+    async def _serve(self, handler: ServerRequestHandler, cmd: RemotingCommand) -> None:
+        try:
+            response = await handler(self, cmd)
+        except Exception as exc:
+            log.warning("%s: handler for request %d failed: %r", self._addr, cmd.code, exc)
+            remark = f"{type(exc).__name__}: {exc}"
+            response = cmd.make_response(ResponseCode.SYSTEM_ERROR, remark, language=_LANG)
+        if response is not None and not cmd.is_oneway:
+            self._answer(cmd, response)
+
+    def _answer(self, request: RemotingCommand, response: RemotingCommand) -> None:
+        """Write ``response`` with the request's opaque and serialize type (as Java does)."""
+        if self._close_reason is not None or self._transport is None:
+            return
+        response.opaque = request.opaque
+        response.flag = (response.flag | FLAG_RESPONSE) & ~FLAG_ONEWAY
+        response.serialize_type = request.serialize_type
+        try:
+            frame = response.encode()
+        except ProtocolError as exc:
+            remark = f"cannot encode the answer: {exc}"
+            frame = request.make_response(ResponseCode.SYSTEM_ERROR, remark, language=_LANG).encode()
+        self._transport.write(frame)
+
+    def _spawn_tracked(self, fn: Callable[[], Awaitable[None]]) -> None:
+        task = self._loop.create_task(run_awaitable(fn))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- closing --------------------------------------------------------------------------------
+
+    def add_close_callback(self, cb: Callable[[Connection], object]) -> None:
+        """Call ``cb(conn)`` once when the connection closes (at once if it already has)."""
+        if self._close_reason is not None:
+            self._call_close_callback(cb)
+        else:
+            self._close_callbacks.append(cb)
+
+    def _call_close_callback(self, cb: Callable[[Connection], object]) -> None:
+        try:
+            cb(self)
+        except Exception:
+            log.exception("%s: close callback %r failed", self._addr, cb)
+
+    def _shutdown(self, reason: str, cause: BaseException | None, *, graceful: bool = False) -> None:
+        """Close now (idempotent): fail pending requests, cancel tracked handlers, run callbacks."""
+        if self._close_reason is not None:
+            return
+        self._close_reason = reason
+        self._close_cause = cause
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(self._closed_error())
+        self._writable.set()  # wake writers waiting for a drain: they see the close
+        for task in self._tasks:
+            task.cancel()
+        transport = self._transport
+        if transport is not None and not self._lost.is_set():
+            if graceful:
+                transport.close()
+            else:
+                transport.abort()
+        callbacks, self._close_callbacks = self._close_callbacks, []
+        for cb in callbacks:
+            self._call_close_callback(cb)
+
+    def abort(self) -> None:
+        """Close at once without flushing (idempotent); pending requests fail with ConnectionClosed."""
+        self._shutdown("aborted by the client", None)
+
+    async def aclose(self) -> None:
+        """Close the connection (idempotent), bounded by :data:`CLOSE_TIMEOUT` even if cancelled."""
+        self._shutdown("closed by the client", None, graceful=True)
+        with anyio.move_on_after(CLOSE_TIMEOUT, shield=True):
+            await self._lost.wait()
+            others = self._tasks - {asyncio.current_task()}  # aclose() may run inside a handler
+            if others:
+                await asyncio.wait(others)
+        if not self._lost.is_set() and self._transport is not None:
+            self._transport.abort()  # the peer does not read: drop our unsent bytes
+
+    async def wait_closed(self) -> None:
+        """Wait until the socket is closed (whoever closed it)."""
+        await self._lost.wait()
+
+    # -- asyncio.Protocol -----------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's TCPTransport implements asyncio.Transport without subclassing it
+        self._transport = transport = cast(asyncio.Transport, transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError, AttributeError):  # not a TCP socket
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._local_addr = format_addr(transport.get_extra_info("sockname"))
+
+    def data_received(self, data: bytes) -> None:
+        if self._close_reason is not None:
+            return
+        try:
+            commands = self._decoder.feed(data)
+        except ProtocolError as exc:
+            self._shutdown(f"closed on a protocol error: {exc}", exc)
+            return
+        if commands:
+            self._timeouts = 0  # the peer is alive
+        pending = self._pending
+        for cmd in commands:
+            if cmd.flag & FLAG_RESPONSE:
+                fut = pending.pop(cmd.opaque, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(cmd)
+                # else: a late answer to a request that timed out or was cancelled: dropped
+            else:
+                self._on_server_request(cmd)
+
+    def eof_received(self) -> bool:
+        return False  # close our side too; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost.set()
+        if exc is None:
+            self._shutdown("closed by the peer", None)
+        else:
+            self._shutdown(f"lost: {exc}", exc)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._writable.set()

@@ -1,0 +1,114 @@
+"""Offsets and admin requests, and the requests the broker forwards to a consumer (307, 309, 220, 221)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from rmq_async.embedded import EmbeddedCluster
+
+from .rawclient import RawClient, decode_messages
+
+
+async def test_offsets(cluster: EmbeddedCluster, broker: RawClient, topic: str) -> None:
+    await cluster.create_topic(topic)
+    before = int(time.time() * 1000) - 1000
+    for i in range(3):
+        await broker.send(topic, f"o{i}".encode(), queue_id=0)
+    q = {"topic": topic, "queueId": "0"}
+    assert (await broker.request(30, q)).ext_fields == {"offset": "3"}
+    assert (await broker.request(31, q)).ext_fields == {"offset": "0"}
+    assert (await broker.request(30, {**q, "queueId": "3"})).ext_fields == {"offset": "0"}
+    r = await broker.request(29, {**q, "timestamp": str(before)})
+    assert r.code == 0 and r.ext_fields == {"offset": "0"}
+    r = await broker.request(29, {**q, "timestamp": str(before + 10_000_000)})
+    assert r.ext_fields == {"offset": "2"}  # the nearest entry: the last one
+    r = await broker.request(32, q)
+    assert int(r.ext_fields["timestamp"]) >= before
+    assert (await broker.request(32, {**q, "queueId": "2"})).ext_fields == {"timestamp": "-1"}
+    # never committed: 4.9.8 answers 0 (not 22)
+    cq = {"consumerGroup": "og", "topic": topic, "queueId": "1"}
+    r = await broker.request(14, cq)
+    assert (r.code, r.ext_fields) == (0, {"offset": "0"})
+    r = await broker.request(15, {**cq, "commitOffset": "106"})
+    assert r.code == 0 and r.ext_fields_present and r.ext_fields == {}
+    await broker.request(15, {**cq, "commitOffset": "107"}, oneway=True)
+    await asyncio.sleep(0.05)
+    assert (await broker.request(14, cq)).ext_fields == {"offset": "107"}
+
+
+async def _member(cluster: EmbeddedCluster, group: str, cid: str) -> RawClient:
+    c = RawClient(cluster.brokers[0].addr)
+    await c.__aenter__()
+    await c.heartbeat(cid, group, {"T": "*"})
+    await c.next_server_request()
+    return c
+
+
+async def test_running_info_and_consume_directly_forwarded(cluster: EmbeddedCluster, topic: str) -> None:
+    await cluster.create_topic(topic)
+    member = await _member(cluster, "fg", "127.0.0.1@m1")
+    try:
+        async with RawClient(cluster.brokers[0].addr) as admin:
+            ext = {"consumerGroup": "fg", "clientId": "127.0.0.1@m1", "jstackEnable": "false"}
+            fut = asyncio.ensure_future(admin.request(307, ext))
+            req = await member.next_server_request()
+            assert req.code == 307 and req.ext_fields["clientId"] == "127.0.0.1@m1" and not req.is_oneway
+            member.reply(req, 0, b'{"mqTable":{}}', remark="not set any response code")
+            r = await asyncio.wait_for(fut, 2)
+            assert (r.code, r.body, r.remark) == (0, b'{"mqTable":{}}', "not set any response code")
+            mid = (await admin.send(topic, b"direct")).ext_fields["msgId"]
+            ext = {"consumerGroup": "fg", "clientId": "127.0.0.1@m1", "msgId": mid}
+            fut = asyncio.ensure_future(admin.request(309, ext))
+            req = await member.next_server_request()
+            assert req.code == 309 and req.ext_fields["brokerName"] == "broker-a"
+            assert [m.body for m in decode_messages(req.body)] == [b"direct"]
+            member.reply(req, 0, b'{"consumeResult":"CR_SUCCESS"}')
+            assert (await asyncio.wait_for(fut, 2)).code == 0
+            r = await admin.request(
+                307, {"consumerGroup": "fg", "clientId": "nobody", "jstackEnable": "false"}
+            )
+            assert (r.code, r.remark) == (1, "The Consumer <fg> <nobody> not online")
+    finally:
+        await member.close()
+
+
+async def test_reset_offset_and_consumer_status(cluster: EmbeddedCluster, topic: str) -> None:
+    await cluster.create_topic(topic, 2)
+    member = await _member(cluster, "rg", "127.0.0.1@r1")
+    try:
+        async with RawClient(cluster.brokers[0].addr) as admin:
+            for q in range(2):
+                await admin.send(topic, b"m", queue_id=q)
+                ext = {"consumerGroup": "rg", "topic": topic, "queueId": str(q), "commitOffset": "1"}
+                await admin.request(15, ext)
+            r = await admin.request(222, {"topic": topic, "group": "rg", "timestamp": "0", "isForce": "true"})
+            assert r.code == 0 and r.body.startswith(b'{"offsetTable":{{"brokerName":"broker-a","queueId":0')
+            req = await member.next_server_request()
+            assert (req.code, req.is_oneway, req.ext_fields["isForce"]) == (220, True, "false")
+            assert req.ext_fields["group"] == "rg" and b":0," in req.body
+            fut = asyncio.ensure_future(admin.request(223, {"topic": topic, "group": "rg"}))
+            req = await member.next_server_request()
+            assert req.code == 221 and req.ext_fields == {"topic": topic, "group": "rg"}
+            table = b'{"brokerName":"broker-a","queueId":0,"topic":"' + topic.encode() + b'"}:1'
+            member.reply(req, 0, b'{"consumerTable":{},"messageQueueTable":{' + table + b"}}")
+            r = await asyncio.wait_for(fut, 2)
+            assert r.code == 0 and r.body == b'{"consumerTable":{"127.0.0.1@r1":{' + table + b"}}}"
+            r = await admin.request(222, {"topic": topic, "group": "nogroup", "timestamp": "0"})
+            assert (r.code, r.remark) == (1, "THe consumer group <nogroup> not exist")
+    finally:
+        await member.close()
+
+
+async def test_create_topic_validation(cluster: EmbeddedCluster, broker: RawClient) -> None:
+    ext = {"topic": "TBW102", "readQueueNums": "4", "writeQueueNums": "4", "perm": "6"}
+    r = await broker.request(17, ext)
+    assert (r.code, r.remark) == (1, "The topic[TBW102] is conflict with system topic.")
+    r = await broker.request(17, {**ext, "topic": "bad topic!"})
+    assert r.code == 1 and r.remark is not None and "illegal characters" in r.remark
+    r = await broker.request(17, {**ext, "topic": "GoodTopic"})
+    assert r.code == 0 and not r.ext_fields_present
+    async with RawClient(cluster.namesrv_addr) as ns:
+        route = await ns.request(105, {"topic": "GoodTopic"})
+    assert route.code == 0 and json.loads(route.body)["queueDatas"][0]["perm"] == 6

@@ -1,0 +1,71 @@
+"""EmbeddedCluster(process=True) and the ``python -m rmq_async.embedded`` command line."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+
+from rmq_async.config import Timing
+from rmq_async.embedded import EmbeddedCluster
+
+from .rawclient import RawClient
+
+
+async def test_process_cluster_starts_and_stops() -> None:
+    cluster = EmbeddedCluster(brokers=2, timing=Timing.fast(), process=True)
+    async with cluster:
+        assert cluster.namesrv_addr.startswith("127.0.0.1:")
+        assert [b.name for b in cluster.brokers] == ["broker-a", "broker-b"]
+        proc = cluster._proc
+        assert proc is not None
+        async with RawClient(cluster.brokers[1].addr) as b:
+            r = await b.send("ProcTopic", b"x")
+            assert r.code == 0
+        await cluster.create_topic("ProcCreated")
+        async with RawClient(cluster.namesrv_addr) as ns:
+            r = await ns.request(105, {"topic": "ProcCreated"})
+            assert r.code == 0 and r.body.count(b'"brokerName"') == 4
+    assert proc.returncode == 0
+
+
+async def test_cli_prints_namesrv_first_and_exits_0_on_sigterm() -> None:
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rmq_async.embedded",
+        "--port",
+        "0",
+        "--timing",
+        "fast",
+        "--queues",
+        "2",
+        stdout=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        first = (await asyncio.wait_for(proc.stdout.readline(), 20)).decode()
+        assert first.startswith("namesrv=127.0.0.1:")
+        async with RawClient(first.strip().partition("=")[2]) as ns:
+            r = await ns.request(105, {"topic": "TBW102"})
+            assert r.code == 0 and b'"readQueueNums":2' in r.body
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 10) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_child_dies_with_stdin_eof() -> None:
+    cluster = EmbeddedCluster(timing=Timing.fast(), process=True)
+    await cluster.__aenter__()
+    proc = cluster._proc
+    assert proc is not None and proc.stdin is not None
+    proc.stdin.close()  # what the OS does when the parent dies
+    assert await asyncio.wait_for(proc.wait(), 10) == 0
+    await cluster.__aexit__(None, None, None)
