@@ -209,17 +209,21 @@ async def main(args: argparse.Namespace) -> dict[str, float]:
     return res
 
 
-NOTES = """What limits them (cProfile of the broker child, `--profile`): on the pull path the broker does
-one JSON header decode and one JSON header encode per pull, a tight loop over the consume-queue
-arrays, and hands the 32 message slices of the commit log to the transport (`writelines`, no copy
-or re-encode in Python); answers produced while one read chunk is processed go out in one write.
-At that point the two processes share the 2 cores: the puller decodes every frame header and copies
-each body once (FrameDecoder), about as much CPU again, so the served figure is bounded by the
-machine rather than by the broker alone. The send path costs per message: JSON header decode,
-property parsing and re-serialization in Java HashMap order, the stored-message encode, and one
-response; the producer here builds and encodes every request in Python as well. The long-poll
-wake-up is immediate (the put notifies parked pulls synchronously): its latency is two loopback
-round trips plus scheduling."""
+NOTES = """What limits them. A cProfile of the broker child (`--profile`, 200,000 messages; times are
+inflated about 2x by the profiler): serving 6,352 pulls cost the broker 0.47 s in `pull_message`
+(74 us a pull, 40 us of it the consume-queue loop that collects 32 slices) plus the JSON header
+decode and encode of each pull (about 30 us together): 0.66 s for 200,000 messages, about 3 us a
+message even under the profiler, so the broker side of the pull path could serve several times the
+figure above. The served rate is
+bounded by the puller process sharing the 2 cores (it decodes every frame header and copies each
+~33 KiB body once in FrameDecoder) and by the loopback copies. The send path is the broker's
+expensive one: 74 us a message under the profiler (`send_message`: JSON header decode 22 us,
+property parsing and re-serialization in Java HashMap order, the stored-message encode in
+`MessageStore.put` 21 us, the response header encode 11 us), i.e. about 30-35 us without it, so one
+broker accepts some 30,000 1 KiB messages/s; the Python producer here (one request object, one
+JSON encode and one future per message) is the other half of the accepted figure. The long-poll
+wake-up is immediate (a put notifies parked pulls synchronously); its latency is two loopback
+round trips plus scheduling in both processes."""
 
 
 def write_results(res: dict[str, float], args: argparse.Namespace) -> None:
@@ -244,8 +248,9 @@ def write_results(res: dict[str, float], args: argparse.Namespace) -> None:
     table = "\n".join(f"| {a} | {b} |" for a, b in rows)
     section = f"""## Embedded broker
 
-`python benchmarks/bench_broker.py --messages {args.messages} --write`: the embedded cluster in a child
-process (`EmbeddedCluster(process=True)`, uvloop), one raw client connection per role on 127.0.0.1.
+`python benchmarks/bench_broker.py --messages {args.messages} --runs {args.runs} --write`: the embedded
+cluster in a child process (`EmbeddedCluster(process=True)`, uvloop), one raw client connection per
+role on 127.0.0.1.
 {env}; a shared machine, so expect noise (best of several runs is reported).
 
 | measure | result |

@@ -1,8 +1,11 @@
 """EmbeddedCluster: a name server and N brokers on 127.0.0.1, in-process or in a child process.
 
-Strategy: in-process, the name server and each broker run in the cluster's task group (entered in
-``__aenter__``, left in ``__aexit__``), so tests can stop/start single brokers (same port, same data
-directory) and inject faults. With ``process=True`` the same cluster runs in a child started by exec
+Strategy: in-process, the name server and each broker run in one task group owned by a runner task
+that ``__aenter__`` starts and ``__aexit__`` stops and awaits (so the cluster may be entered and left
+from different tasks, as pytest-asyncio fixtures do); tests can stop/start single brokers (same
+port, same data directory: re-read ``cluster.brokers[i]`` afterwards, fault rules carry over) and the
+name server, and inject faults (``broker.faults``, ``cluster.namesrv_faults``).
+With ``process=True`` the same cluster runs in a child started by exec
 (``python -m rmq_async.embedded``): it prints ``namesrv=...`` then one ``<broker>=<addr>`` line per
 broker, dies when its stdin closes (so it never outlives this process), and is stopped with SIGTERM.
 """

@@ -59,9 +59,7 @@ class HeldPull:
         self.codes = codes
 
 
-def pull_message(
-    broker: Broker, conn: Connection, cmd: RemotingCommand, allow_suspend: bool
-) -> Reply:
+def pull_message(broker: Broker, conn: Connection, cmd: RemotingCommand, allow_suspend: bool) -> Reply:
     """Process one pull; None when it was parked (answered later) or is oneway."""
     store = broker.store
     assert store is not None
