@@ -15,8 +15,9 @@ Nothing is dropped silently.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import time
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -77,11 +78,13 @@ class ConcurrentConsumeService:
         self.running = 0
         #: running handlers' cancel scopes and start times: the consume timeout is their deadline
         self.scopes: dict[anyio.CancelScope, float] = {}
+        self.timeout = consumer.timing.consume_timeout
         self._idle = anyio.Event()
         self._idle.set()
 
     def set_timeout(self, timeout: float) -> None:
         """Apply a new consume timeout to the handlers already running."""
+        self.timeout = timeout
         for scope, start in self.scopes.items():
             scope.deadline = start + timeout
 
@@ -111,78 +114,124 @@ class ConcurrentConsumeService:
             self._send.close()
 
     async def _worker(self, recv: MemoryObjectReceiveStream[tuple[ProcessQueue, list[MessageExt]]]) -> None:
-        n = self.c.config.consume_batch_max_size
         with recv:
             async for pq, msgs in recv:
-                for i in range(0, len(msgs), n):
-                    if pq.dropped or self.c.stopping:
-                        break
-                    await self.consume(pq, msgs[i : i + n])
+                reset_retry_topic(msgs, self.c.retry_topic)
+                i = 0
+                while i < len(msgs) and not pq.dropped and not self.c.stopping:
+                    i = await self._consume_from(pq, msgs, i)
 
-    # -- one batch ----------------------------------------------------------------------------------
+    # -- consume batches ------------------------------------------------------------------------------
 
-    async def consume(self, pq: ProcessQueue, batch: list[MessageExt]) -> None:
+    async def _consume_from(self, pq: ProcessQueue, msgs: list[MessageExt], i: int) -> int:
+        """Consume ``msgs[i:]`` batch by batch under ONE cancel scope whose deadline is moved to each
+        batch's consume deadline (a scope per message costs more than the rest of the path). Returns
+        the index to continue from: past the end, or past a batch that timed out."""
         assert self.handler is not None
         c = self.c
-        reset_retry_topic(batch, c.retry_topic)
-        now_ms = str(int(time.time() * 1000))
-        for m in batch:
-            m.set_property(Prop.CONSUME_START_TIMESTAMP, now_ms)
-        ctx = ConsumeContext(pq.mq)
-        result: ConsumeResult | None
-        timed_out = False
-        self.running += 1
-        if self._idle.is_set():
-            self._idle = anyio.Event()
-        t0 = time.perf_counter()
-        start = anyio.current_time()
-        with anyio.CancelScope(deadline=start + c.deadlines.timeout) as scope:
-            self.scopes[scope] = start
-            try:
-                await c.hooks_before(batch, ctx)
-                result = await self.handler(batch, ctx)
-                if result is None:
-                    result = ConsumeResult.SUCCESS
-                elif not isinstance(result, ConsumeResult):
-                    log.error(
-                        "handler of group %s returned %r, not a ConsumeResult: reconsume later",
+        handler = self.handler
+        n = c.config.consume_batch_max_size
+        loop_time = asyncio.get_running_loop().time
+        hooks = bool(c.before_hooks or c.after_hooks)
+        done: tuple[list[MessageExt], ConsumeResult, ConsumeContext] | None = None
+        batch: list[MessageExt] = []
+        with anyio.CancelScope() as scope:
+            while i < len(msgs):
+                if pq.dropped or c.stopping:
+                    return len(msgs)
+                batch = msgs[i : i + n]
+                ctx = ConsumeContext(pq.mq)
+                start = loop_time()
+                self.scopes[scope] = start
+                # the deadline moves only when it would fall short of this batch's own deadline, and
+                # then a little further (slack): at most one timer re-arm per slack window, not two per
+                # message; a batch is never cancelled early, at most ``slack`` late
+                need = start + self.timeout
+                if scope.deadline < need or scope.deadline == math.inf:
+                    scope.deadline = need + min(0.05, self.timeout / 100)
+                self.running += 1
+                if self._idle.is_set():
+                    self._idle = anyio.Event()
+                try:
+                    if hooks:
+                        await c.hooks_before(batch, ctx)
+                    result = await handler(batch, ctx)
+                    if result is None:
+                        result = ConsumeResult.SUCCESS
+                    elif not isinstance(result, ConsumeResult):
+                        log.error("handler of group %s returned %r, not a ConsumeResult", c.group, result)
+                        result = ConsumeResult.RECONSUME_LATER
+                except Exception:
+                    log.exception(
+                        "handler of group %s raised on %s (msg ids %s): reconsume later",
                         c.group,
-                        result,
+                        pq.mq,
+                        [m.msg_id for m in batch],
                     )
                     result = ConsumeResult.RECONSUME_LATER
-            except Exception:
-                log.exception(
-                    "handler of group %s raised on %s (msg ids %s): reconsume later",
-                    c.group,
-                    pq.mq,
-                    [m.msg_id for m in batch],
-                )
-                result = ConsumeResult.RECONSUME_LATER
-            finally:
-                del self.scopes[scope]
-                self.running -= 1
-                if self.running == 0:
-                    self._idle.set()
+                finally:
+                    del self.scopes[scope]
+                    self.running -= 1
+                    if self.running == 0:
+                        self._idle.set()
+                i += n
+                if scope.cancel_called:
+                    # the deadline fired just as the handler returned: its result stands, but nothing
+                    # may be awaited inside a cancelled scope: finish it outside
+                    done = (batch, result, ctx)
+                    break
+                rt = loop_time() - start
+                if result is ConsumeResult.SUCCESS and ctx.ack_index is None and not c.after_hooks:
+                    # the common case finishes without a suspension point: the deadline cannot fire
+                    c.stats.consumed(pq.mq.topic, len(batch), rt, ok=True)
+                    if not pq.dropped:
+                        offset = pq.remove(batch)
+                        if offset >= 0:
+                            c.offset_store.update(pq.mq, offset, increase_only=True)
+                    continue
+                scope.deadline = math.inf  # send-backs and hooks must not be cut by the handler deadline
+                await self._finish(pq, batch, result, ctx, rt)
+        if done is not None:
+            await self._finish(pq, *done, 0.0)
+            return i
         if scope.cancelled_caught:
-            timed_out = True
             log.warning(
                 "handler of group %s ran past the consume timeout (%.1fs) on %s: sent back %s",
                 c.group,
-                c.deadlines.timeout,
+                self.timeout,
                 pq.mq,
                 [m.msg_id for m in batch],
             )
-            result = ConsumeResult.RECONSUME_LATER
-            ctx.ack_index = None
-        assert result is not None
-        c.stats.consumed(
-            pq.mq.topic, len(batch), time.perf_counter() - t0, ok=result is ConsumeResult.SUCCESS
-        )
-        await c.hooks_after(batch, ctx, result)
+            await self._finish(
+                pq, batch, ConsumeResult.RECONSUME_LATER, ConsumeContext(pq.mq), self.timeout, True
+            )
+            return i + n
+        return i
+
+    async def _finish(
+        self,
+        pq: ProcessQueue,
+        batch: list[MessageExt],
+        result: ConsumeResult,
+        ctx: ConsumeContext,
+        rt: float,
+        timed_out: bool = False,
+    ) -> None:
+        c = self.c
+        c.stats.consumed(pq.mq.topic, len(batch), rt, ok=result is ConsumeResult.SUCCESS)
+        if c.after_hooks:
+            await c.hooks_after(batch, ctx, result)
         if pq.dropped and not timed_out:
             # the queue moved to another member while we consumed: it will redeliver; don't ack
             return
         await self.process_result(pq, batch, result, ctx)
+
+    async def consume(self, pq: ProcessQueue, batch: list[MessageExt]) -> None:
+        """Consume one batch now (local retries and tests)."""
+        reset_retry_topic(batch, self.c.retry_topic)
+        i = 0
+        while i < len(batch) and not pq.dropped:
+            i = await self._consume_from(pq, batch, i)
 
     async def process_result(
         self, pq: ProcessQueue, batch: list[MessageExt], result: ConsumeResult, ctx: ConsumeContext
