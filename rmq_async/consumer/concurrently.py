@@ -79,8 +79,7 @@ class ConcurrentConsumeService:
         #: running handlers' cancel scopes and start times: the consume timeout is their deadline
         self.scopes: dict[anyio.CancelScope, float] = {}
         self.timeout = consumer.timing.consume_timeout
-        self._idle = anyio.Event()
-        self._idle.set()
+        self._idle: anyio.Event | None = None  # made only while someone waits for idleness
 
     def set_timeout(self, timeout: float) -> None:
         """Apply a new consume timeout to the handlers already running."""
@@ -91,6 +90,8 @@ class ConcurrentConsumeService:
     async def wait_idle(self) -> None:
         """Wait until no handler is running."""
         while self.running > 0:
+            if self._idle is None:
+                self._idle = anyio.Event()
             await self._idle.wait()
 
     # -- intake -------------------------------------------------------------------------------------
@@ -150,8 +151,6 @@ class ConcurrentConsumeService:
                 if scope.deadline < need or scope.deadline == math.inf:
                     scope.deadline = need + min(0.05, self.timeout / 100)
                 self.running += 1
-                if self._idle.is_set():
-                    self._idle = anyio.Event()
                 try:
                     if hooks:
                         await c.hooks_before(batch, ctx)
@@ -172,8 +171,9 @@ class ConcurrentConsumeService:
                 finally:
                     del self.scopes[scope]
                     self.running -= 1
-                    if self.running == 0:
+                    if self.running == 0 and self._idle is not None:
                         self._idle.set()
+                        self._idle = None
                 i += n
                 if scope.cancel_called:
                     # the deadline fired just as the handler returned: its result stands, but nothing
