@@ -144,7 +144,7 @@ async def test_pull_resumes_promptly_when_room_frees(
                 await anyio.sleep(0.001)
         delay = time.perf_counter() - t0
     if out := os.environ.get("RMQ_MEASURE_FILE"):  # figures for benchmarks/RESULTS.md
-        with open(out, "a") as fh:
+        with open(out, "a") as fh:  # noqa: ASYNC230 (test-only, tiny)
             fh.write(f"resume_delay_ms {delay * 1000:.2f}\n")
     assert delay < 0.1, f"pull resumed {delay * 1000:.1f} ms after room freed"
 
