@@ -285,8 +285,10 @@ async def test_three_consumers_share_and_take_over(
     assert sorted(len([q for q in m.assignment() if q.topic == topic]) for m in members) == [2, 3, 3]  # 3/3/2
     await produce(cluster.namesrv_addr, topic, 100, start=100)
     await col.wait_unique(200)
-    await members[0].stop()  # graceful: the others take its queues at once
+    await members[0].stop()  # graceful: unregister -> the broker's notice -> the others rebalance at once
+    t0 = anyio.current_time()
     await settled(members[1:])
+    assert anyio.current_time() - t0 < timing.rebalance_interval  # driven by the notice, not the timer
     await produce(cluster.namesrv_addr, topic, 100, start=200)
     await col.wait_unique(300)
     for m in members[1:]:

@@ -1,0 +1,91 @@
+"""PushConsumer API surface: rebalance listener, hooks, stats, uvloop, start/stop from other tasks."""
+
+from __future__ import annotations
+
+import asyncio
+
+import anyio
+from helpers import Collector, produce
+
+from rmq_async import (
+    ConsumeResult,
+    EmbeddedCluster,
+    MessageQueue,
+    PushConsumer,
+    Timing,
+)
+
+
+async def test_listener_hooks_and_stats(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, group = names
+    await produce(cluster.namesrv_addr, topic, 20)
+    assigned: set[MessageQueue] = set()
+    before: list[int] = []
+    after: list[ConsumeResult] = []
+    col = Collector()
+
+    async def on_assigned(t: str, mqs: set[MessageQueue]) -> None:
+        assigned.update(mqs)
+
+    c = PushConsumer(
+        group,
+        namesrv_addr=cluster.namesrv_addr,
+        handler=col,
+        subscriptions={topic: "*"},
+        timing=timing,
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+        on_assigned=on_assigned,
+    )
+    c.before_hooks.append(lambda msgs, ctx: before.append(len(msgs)))
+    c.after_hooks.append(lambda msgs, ctx, result: after.append(result))
+    async with c:
+        await col.wait_unique(20)
+        snap = c.stats.snapshot()
+    assert {mq.queue_id for mq in assigned if mq.topic == topic} == {0, 1, 2, 3}
+    assert sum(before) == 20 and after.count(ConsumeResult.SUCCESS) == 20
+    assert snap[topic]["consumedOK"] == 20 and snap[topic]["pulled"] >= 20
+
+
+async def test_start_and_stop_from_different_tasks(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, group = names
+    await produce(cluster.namesrv_addr, topic, 5)
+    col = Collector()
+    c = PushConsumer(
+        group,
+        namesrv_addr=cluster.namesrv_addr,
+        handler=col,
+        subscriptions={topic: "*"},
+        timing=timing,
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+    )
+    await asyncio.create_task(c.start())  # e.g. an ASGI lifespan starting it
+    await col.wait_unique(5)
+    await asyncio.create_task(c.stop())
+    assert not c.running and c.health()["running"] is False
+
+
+def test_runs_on_uvloop(tmp_path: object) -> None:
+    import uvloop
+
+    async def main() -> int:
+        async with EmbeddedCluster(timing=Timing.fast()) as cluster:
+            await produce(cluster.namesrv_addr, "UvTopic", 10)
+            col = Collector()
+            async with PushConsumer(
+                "uv_group",
+                namesrv_addr=cluster.namesrv_addr,
+                handler=col,
+                subscriptions={"UvTopic": "*"},
+                timing=Timing.fast(),
+                consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+            ):
+                with anyio.fail_after(20):
+                    await col.wait_unique(10)
+            assert isinstance(asyncio.get_running_loop(), uvloop.Loop)
+            return col.unique
+
+    assert uvloop.run(main()) == 10
