@@ -247,12 +247,28 @@ class Producer:
             res = await self._send_to(mq, self._header(msg, mq, props, sys_flag), body, deadline, uniq)
             assert res is not None
             return res
+        return await self._send_retrying(
+            msg.topic, info, lambda mq: self._header(msg, mq, props, sys_flag), body, deadline, uniq
+        )
+
+    async def _send_retrying(
+        self,
+        topic: str,
+        info: TopicPublishInfo,
+        header_for: Callable[[MessageQueue], H.SendMessageRequestHeader],
+        body: bytes,
+        deadline: float,
+        msg_id: str,
+        *,
+        batch: bool = False,
+    ) -> SendResult:
+        """Rotate queues, retrying on another broker after a retriable failure, within the deadline."""
         last_broker: str | None = None
         error: Exception | None = None
         for attempt in range(1 + self.config.retries):
             mq = info.select(next(self._counter), last_broker)
             try:
-                res = await self._send_to(mq, self._header(msg, mq, props, sys_flag), body, deadline, uniq)
+                res = await self._send_to(mq, header_for(mq), body, deadline, msg_id, batch=batch)
                 assert res is not None
                 return res
             except BrokerError as exc:
@@ -266,8 +282,8 @@ class Producer:
                 break
             log.debug("send to %s failed (attempt %d): %s", mq, attempt + 1, error)
             if isinstance(error, BrokerError) and error.code == ResponseCode.TOPIC_NOT_EXIST:
-                info = await self.publish_info(msg.topic, refresh=True)
-        raise MQClientError(f"send to topic {msg.topic!r} failed after retries: {error}") from error
+                info = await self.publish_info(topic, refresh=True)
+        raise MQClientError(f"send to topic {topic!r} failed after retries: {error}") from error
 
     async def _send_to(
         self,
@@ -324,11 +340,9 @@ class Producer:
         timeout = timeout or self.config.send_timeout
         deadline = time.monotonic() + timeout
         info = await self.publish_info(topic)
-        last_broker: str | None = None
-        error: Exception | None = None
-        for _ in range(1 + (0 if queue else self.config.retries)):
-            mq = queue or info.select(next(self._counter), last_broker)
-            header = H.SendMessageRequestHeader(
+
+        def header_for(mq: MessageQueue) -> H.SendMessageRequestHeader:
+            return H.SendMessageRequestHeader(
                 producer_group=self.config.group,
                 topic=topic,
                 default_topic=self.config.create_topic_key,
@@ -343,17 +357,9 @@ class Producer:
                 batch=True,
                 bname=mq.broker_name,
             )
-            try:
-                res = await self._send_to(mq, header, body, deadline, ",".join(ids), batch=True)
-                assert res is not None
-                return res
-            except BrokerError as exc:
-                if exc.code not in _RETRY_CODES:
-                    raise
-                error = exc
-            except (RemotingError, MQClientError) as exc:
-                error = exc
-            last_broker = mq.broker_name
-            if time.monotonic() >= deadline:
-                break
-        raise MQClientError(f"batch send to topic {topic!r} failed after retries: {error}") from error
+
+        if queue is not None:
+            res = await self._send_to(queue, header_for(queue), body, deadline, ",".join(ids), batch=True)
+            assert res is not None
+            return res
+        return await self._send_retrying(topic, info, header_for, body, deadline, ",".join(ids), batch=True)
