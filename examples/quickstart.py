@@ -5,6 +5,7 @@ broker in this process, so it runs on a fresh machine with nothing else installe
 
     python examples/quickstart.py                 # embedded cluster
     python examples/quickstart.py 127.0.0.1:9876  # a real cluster
+    python examples/quickstart.py --no-uvloop     # the default asyncio loop instead of uvloop
 """
 
 from __future__ import annotations
@@ -82,8 +83,11 @@ async def main(namesrv: str | None) -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    addr = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("NAMESRV_ADDR")
+    args = [a for a in sys.argv[1:] if a != "--no-uvloop"]
+    addr = args[0] if args else os.environ.get("NAMESRV_ADDR")
     try:
+        if "--no-uvloop" in sys.argv:
+            raise ImportError
         import uvloop
 
         summary = uvloop.run(main(addr))
