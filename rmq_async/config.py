@@ -14,9 +14,18 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from .errors import ConfigError
 
@@ -65,7 +74,17 @@ def _config_error(model: str, exc: ValidationError) -> ConfigError:
 class ConfigModel(BaseModel):
     """Base of every config model: frozen, no unknown fields, errors raised as ConfigError."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, v: Any, info: ValidationInfo) -> Any:
+        # pydantic turns True into 1: a bool where a number is expected is a mistake
+        if isinstance(v, bool) and info.field_name is not None:
+            ann = cls.model_fields[info.field_name].annotation
+            if ann in (int, float):
+                raise ValueError(f"expected a number, got the bool {v}")
+        return v
 
     def __init__(self, /, **values: Any) -> None:
         try:
@@ -182,7 +201,21 @@ class ClientConfig(ConfigModel):
     namespace: str | None = None
     timing: Timing = Field(default_factory=Timing)
     serialize_type: Literal["JSON", "ROCKETMQ"] = "JSON"
-    language: str = "PYTHON"
+    language: Literal[
+        "JAVA",
+        "CPP",
+        "DOTNET",
+        "PYTHON",
+        "DELPHI",
+        "ERLANG",
+        "RUBY",
+        "OTHER",
+        "HTTP",
+        "GO",
+        "PHP",
+        "OMS",
+        "RUST",
+    ] = "PYTHON"
     #: the header ``version``: 409 is the 4.9.8 client's; name servers format routes and brokers forward
     #: admin requests by it
     version: int = Field(409, ge=0, le=32767)
@@ -241,8 +274,8 @@ class ConsumerConfig(ConfigModel):
     consume_batch_max_size: int = Field(1, ge=1, le=1024, description="consumeMessageBatchMaxSize")
     pull_threshold_for_queue: int = Field(1000, ge=1, le=65535)
     pull_threshold_size_for_queue: int = Field(100, ge=1, le=1024, description="MiB")
-    pull_threshold_for_topic: int = Field(-1, ge=-1, description="-1: no topic-level limit")
-    pull_threshold_size_for_topic: int = Field(-1, ge=-1, description="MiB; -1: no topic-level limit")
+    pull_threshold_for_topic: int = Field(-1, ge=-1, le=6553500, description="-1: no topic-level limit")
+    pull_threshold_size_for_topic: int = Field(-1, ge=-1, le=102400, description="MiB; -1: no limit")
     consume_concurrently_max_span: int = Field(2000, ge=1, le=65535)
     max_reconsume_times: int = Field(-1, ge=-1, description="-1: 16 for concurrent, unbounded for orderly")
     concurrency: int = Field(20, ge=1, le=10000, description="handlers running at once (consumeThreadMin)")
@@ -251,9 +284,48 @@ class ConsumerConfig(ConfigModel):
     #: seconds a new member list must stay unchanged before allocation uses it (0: off, as Java)
     rebalance_stability_window: float = Field(0.0, ge=0)
     #: orderly: seconds a consume task keeps a queue before yielding (MAX_TIME_CONSUME_CONTINUOUSLY)
+    #: (the time slice itself is ``Timing.orderly_time_slice``)
+    #: orderly: seconds a rebalance waits for a queue's running handler before dropping it (Java's
+    #: ``consumeLock.tryLock(1000 ms)``); past it, the queue is unlocked once the handler has ended
+    orderly_drop_wait: float = Field(1.0, ge=0)
     offset_store_dir: str | None = Field(
         None, description="broadcasting: local offsets dir (~/.rocketmq_offsets)"
     )
+
+    @field_validator("allocate_strategy")
+    @classmethod
+    def _check_strategy(cls, v: str) -> str:
+        from .consumer.allocate import strategy_by_name  # the strategies' own name table
+
+        try:
+            strategy_by_name(v)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return v
+
+    @field_validator("consume_timestamp")
+    @classmethod
+    def _check_timestamp(cls, v: str | int | None) -> str | int | None:
+        if v is None:
+            return v
+        if isinstance(v, int):
+            if isinstance(v, bool) or v < 0:
+                raise ValueError("an epoch timestamp in milliseconds must be >= 0")
+            return v
+        if len(v) != 14 or not v.isdigit():
+            raise ValueError(f"expected yyyyMMddHHmmss (Java consumeTimestamp), got {v!r}")
+        try:
+            time.strptime(v, "%Y%m%d%H%M%S")
+        except ValueError:
+            raise ValueError(f"not a valid yyyyMMddHHmmss time: {v!r}") from None
+        return v
+
+    @field_validator("pull_threshold_for_topic", "pull_threshold_size_for_topic")
+    @classmethod
+    def _check_topic_thresholds(cls, v: int) -> int:
+        if v == 0:
+            raise ValueError("must be -1 (no topic-level limit) or >= 1")
+        return v
 
     @property
     def clustering(self) -> bool:
@@ -272,7 +344,7 @@ class ConsumerConfig(ConfigModel):
 class ProducerConfig(ConfigModel):
     """``DefaultMQProducer`` settings with the Java defaults."""
 
-    group: str = Field("DEFAULT_PRODUCER", min_length=1, max_length=255)
+    group: str = Field("DEFAULT_PRODUCER", min_length=1, max_length=255, pattern=r"^[%|a-zA-Z0-9_-]+$")
     send_timeout: float = Field(3.0, gt=0, description="sendMsgTimeout")
     retries: int = Field(2, ge=0, description="retryTimesWhenSendFailed")
     max_message_size: int = Field(4 * 1024 * 1024, gt=0, le=4 * 1024 * 1024)
