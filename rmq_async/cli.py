@@ -174,14 +174,15 @@ async def _consume(args: argparse.Namespace) -> int:
     from .consumer.push import PushConsumer
     from .protocol.message import MessageExt
 
-    if args.orderly:
-        return _fail("--orderly: orderly consumption is not available in this version yet")
     where = {
         "first": "CONSUME_FROM_FIRST_OFFSET",
         "last": "CONSUME_FROM_LAST_OFFSET",
         "timestamp": "CONSUME_FROM_TIMESTAMP",
     }[args.from_]
     seen: dict[str, int] = {}
+    # order check: per queue, the send index (a key's trailing integer) must not go down
+    last_index: dict[tuple[str, int], int] = {}
+    order_violations = 0
     first_seen: set[str] = set()
     consumed = 0
     first_delivery = 0
@@ -191,7 +192,7 @@ async def _consume(args: argparse.Namespace) -> int:
     activity = anyio.Event()
 
     async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
-        nonlocal consumed, first_delivery, t_first, t_last, activity
+        nonlocal consumed, first_delivery, t_first, t_last, activity, order_violations
         for m in msgs:
             key = m.keys or m.msg_id
             if key not in first_seen:
@@ -206,6 +207,13 @@ async def _consume(args: argparse.Namespace) -> int:
             key = m.keys or m.msg_id
             seen[key] = seen.get(key, 0) + 1
             consumed += 1
+            idx = _TRAILING_INT.search(key)
+            if idx is not None:
+                q = (m.topic, m.queue_id)
+                prev = last_index.get(q)
+                if prev is not None and int(idx.group(1)) < prev:
+                    order_violations += 1
+                last_index[q] = int(idx.group(1))
             if args.print:
                 print(
                     json.dumps(
@@ -235,6 +243,7 @@ async def _consume(args: argparse.Namespace) -> int:
         message_model="BROADCASTING" if args.broadcast else "CLUSTERING",
         consume_from_where=where,
         consume_timestamp=args.timestamp,
+        orderly=args.orderly,  # the handler's results map onto SUCCESS / SUSPEND_CURRENT_QUEUE_A_MOMENT
     )
     try:
         await consumer.start()
@@ -260,6 +269,7 @@ async def _consume(args: argparse.Namespace) -> int:
         "consumed": consumed,
         "unique_keys": len(seen),
         "duplicates": consumed - len(seen),
+        "order_violations": order_violations,
         "seconds": round(secs, 3),
         "msgs_per_s": round(consumed / secs, 1) if secs > 0 else 0.0,
     }
@@ -280,6 +290,11 @@ def build_parser() -> argparse.ArgumentParser:
     from .embedded import cli as embedded_cli
 
     embedded_cli.add_arguments(emb)
+
+    be = sub.add_parser("bench", help="run benchmark scenarios and print one JSON line per scenario")
+    from .bench import cli as bench_cli
+
+    bench_cli.add_arguments(be)
 
     pr = sub.add_parser("produce", help="send N messages and print a JSON summary")
     pr.add_argument("--namesrv")
@@ -307,7 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--from", dest="from_", choices=["first", "last", "timestamp"], default="first")
     co.add_argument("--timestamp", type=int)
     co.add_argument("--broadcast", action="store_true")
-    co.add_argument("--orderly", action="store_true")
+    co.add_argument(
+        "--orderly", action="store_true", help="orderly consumption (per-queue order under broker locks)"
+    )
     co.add_argument("--fail-every", type=int, default=0)
     co.add_argument("--print", action="store_true")
     return p
@@ -326,6 +343,10 @@ def main(argv: list[str] | None = None) -> int:
             from .embedded import cli as embedded_cli
 
             return _run(lambda: embedded_cli.run(args), use_uvloop)
+        if args.command == "bench":
+            from .bench import cli as bench_cli
+
+            return bench_cli.run(args)
         if args.command == "produce":
             return _run(lambda: _produce(args), use_uvloop)
         if args.command == "consume":

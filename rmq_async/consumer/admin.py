@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ProtocolError, RocketMQError
 from ..protocol.bodies import (
@@ -39,7 +39,7 @@ def running_info(c: PushConsumer) -> ConsumerRunningInfo:
             int(time.time() * 1000 - (time.monotonic() - c.stats.started) * 1000)
         ),
         "PROP_CONSUME_TYPE": "CONSUME_PASSIVELY",
-        "PROP_CONSUMEORDERLY": "false",
+        "PROP_CONSUMEORDERLY": "true" if getattr(c, "orderly", False) else "false",
         "PROP_THREADPOOL_CORE_SIZE": str(c.config.concurrency),
         "PROP_NAMESERVER_ADDR": ";".join(c.client_config.namesrv_list()),
         "PROP_CLIENT_VERSION": "V4_9_8",
@@ -148,16 +148,27 @@ async def _consume_directly(c: PushConsumer, cmd: RemotingCommand) -> RemotingCo
         return cmd.make_response(ResponseCode.SYSTEM_ERROR, "no message or no handler to consume it")
     m = msgs[0]
     m.broker_name = cmd.ext_fields.get("brokerName", "")
-    ctx = ConsumeContext(MessageQueue(m.topic, m.broker_name, m.queue_id))
+    mq = MessageQueue(m.topic, m.broker_name, m.queue_id)
+    orderly = bool(getattr(c, "orderly", False))
     t0 = time.perf_counter()
     try:
-        res = await c.handler([m], ctx)
-        outcome = "CR_SUCCESS" if res in (None, ConsumeResult.SUCCESS) else "CR_LATER"
+        res: Any
+        if orderly:  # [orderly] ConsumeMessageOrderlyService.consumeMessageDirectly
+            from .orderly import OrderlyContext
+
+            res = await c.handler([m], OrderlyContext(mq))  # type: ignore[arg-type]
+            name = getattr(res, "name", "SUCCESS" if res is None else "")
+            outcome = {"SUCCESS": "CR_SUCCESS", "COMMIT": "CR_COMMIT", "ROLLBACK": "CR_ROLLBACK"}.get(
+                name, "CR_LATER"
+            )
+        else:
+            res = await c.handler([m], ConsumeContext(mq))  # type: ignore[arg-type]
+            outcome = "CR_SUCCESS" if res in (None, ConsumeResult.SUCCESS) else "CR_LATER"
         remark = None
     except Exception as exc:
         outcome, remark = "CR_THROW_EXCEPTION", repr(exc)
     result = ConsumeMessageDirectlyResult(
-        order=False,
+        order=orderly,
         auto_commit=True,
         consume_result=outcome,
         remark=remark,

@@ -37,6 +37,7 @@ from .allocate import strategy_by_name
 from .concurrently import ConcurrentConsumeService, ConsumeContext, ConsumeResult, Handler, send_back
 from .deadlines import DeadlineTracker
 from .offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
+from .orderly import OrderlyConsumeService, OrderlyContext, OrderlyHandler, OrderlyResult  # [orderly]
 from .process_queue import ProcessQueue
 from .pulling import PullLoop
 from .rebalance import StabilityWindow, allocate_topic, diff
@@ -63,6 +64,10 @@ class PushConsumer:
     subscribe first (``subscriptions={"Topic": "TagA || TagB"}``) and enter. ``handler`` is an
     ``async def handler(msgs, ctx) -> ConsumeResult | None``; without a handler, iterate
     :meth:`deliveries` instead.
+
+    ``orderly=True`` consumes each queue strictly in offset order, one batch at a time, under a broker
+    lock (clustering); the handler gets an ``OrderlyContext`` and returns an ``OrderlyResult``
+    (see :mod:`rmq_async.consumer.orderly`).
     """
 
     def __init__(
@@ -70,7 +75,7 @@ class PushConsumer:
         group: str,
         *,
         namesrv_addr: str | None = None,
-        handler: Handler | None = None,
+        handler: Handler | OrderlyHandler | None = None,
         subscriptions: dict[str, str] | None = None,
         config: ConsumerConfig | None = None,
         client_config: ClientConfig | None = None,
@@ -78,6 +83,7 @@ class PushConsumer:
         instance_name: str | None = None,
         on_assigned: RebalanceListener | None = None,
         on_revoked: RebalanceListener | None = None,
+        orderly: bool = False,
         **options: Any,
     ) -> None:
         if config is not None and options:
@@ -94,7 +100,9 @@ class PushConsumer:
         self.group = self.config.group
         self.retry_topic = self.config.retry_topic
         self.handler = handler
-        self.max_reconsume_times = self.config.effective_max_reconsume_times(orderly=False)
+        # [orderly] per-queue ordering under broker lock leases (``MessageListenerOrderly``)
+        self.orderly = orderly
+        self.max_reconsume_times = self.config.effective_max_reconsume_times(orderly=orderly)
         self.strategy = strategy_by_name(self.config.allocate_strategy)
         self._subs: dict[str, SubscriptionData] = {}
         self.running = False
@@ -117,7 +125,11 @@ class PushConsumer:
         self._rebalanced = anyio.Event()
         self._stopping = False
         self.running = False
-        self.consume_service = ConcurrentConsumeService(self, handler)
+        self.consume_service: Any
+        if orderly:  # [orderly]
+            self.consume_service = OrderlyConsumeService(self, handler)  # type: ignore[arg-type]
+        else:
+            self.consume_service = ConcurrentConsumeService(self, handler)  # type: ignore[arg-type]
         self.puller = PullLoop(self)
         self._deliveries: Any = None
         for topic, expr in (subscriptions or {}).items():
@@ -348,6 +360,8 @@ class PushConsumer:
         mqs = list(self.pqs)
         with anyio.move_on_after(self.timing.request_timeout * 2):
             await self.offset_store.persist_all(mqs, sync=True)
+        if self.orderly:  # [orderly] offsets are on the broker: release the queue locks (sync 42)
+            await self.consume_service.shutdown()
         self.client.unregister_consumer_local(self.group)
         with anyio.move_on_after(self.timing.request_timeout * 2):
             await self.client.unregister_everywhere(consumer_group=self.group)
@@ -407,11 +421,16 @@ class PushConsumer:
 
     # -- hooks ----------------------------------------------------------------------------------------
 
-    async def hooks_before(self, batch: list[MessageExt], ctx: ConsumeContext) -> None:
+    async def hooks_before(self, batch: list[MessageExt], ctx: ConsumeContext | OrderlyContext) -> None:
         for h in self.before_hooks:
             await _call(h, batch, ctx)
 
-    async def hooks_after(self, batch: list[MessageExt], ctx: ConsumeContext, result: ConsumeResult) -> None:
+    async def hooks_after(
+        self,
+        batch: list[MessageExt],
+        ctx: ConsumeContext | OrderlyContext,
+        result: ConsumeResult | OrderlyResult,
+    ) -> None:
         for h in self.after_hooks:
             try:
                 await _call(h, batch, ctx, result)
@@ -422,10 +441,14 @@ class PushConsumer:
 
     async def before_pull(self, pq: ProcessQueue) -> bool:
         """Whether ``pq`` may pull now (orderly mode checks its broker lock lease here)."""
+        if self.orderly:  # [orderly] waits until the lease is valid; False once the queue is dropped
+            return bool(await self.consume_service.before_pull(pq))
         return True
 
     def dispatch(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        if self._deliveries is not None:
+        if self.orderly:  # [orderly] the orderly service feeds handlers and deliveries alike
+            self.consume_service.submit(pq, msgs)
+        elif self._deliveries is not None:
             self._deliveries.submit(pq, msgs)
         else:
             self.consume_service.submit(pq, msgs)
@@ -510,12 +533,16 @@ class PushConsumer:
         for mq in sorted(to_add):
             if self._stopping:
                 return
+            if self.orderly:  # [orderly] lock before the first pull; a refused queue waits for a rebalance
+                locked_pq = self._new_process_queue(mq)
+                if not await self.consume_service.lock_new(locked_pq):
+                    continue
             try:
                 offset = await self.compute_pull_from_where(mq)
             except RocketMQError as exc:
                 log.warning("rebalance: cannot compute the start offset of %s: %s", mq, exc)
                 continue
-            pq = self._new_process_queue(mq)
+            pq = locked_pq if self.orderly else self._new_process_queue(mq)
             pq.next_offset = offset
             added.append(pq)
         if to_drop or added:
@@ -553,21 +580,26 @@ class PushConsumer:
             max_count = max(1, cfg.pull_threshold_for_topic // n)
         if cfg.pull_threshold_size_for_topic > 0:
             max_mib = max(1, cfg.pull_threshold_size_for_topic // n)
-        return ProcessQueue(
-            mq, max_count=max_count, max_bytes=max_mib << 20, max_span=cfg.consume_concurrently_max_span
-        )
+        span = None if self.orderly else cfg.consume_concurrently_max_span  # [orderly] no span limit
+        return ProcessQueue(mq, max_count=max_count, max_bytes=max_mib << 20, max_span=span)
 
     async def drop_queue(self, mq: MessageQueue) -> None:
         """``removeUnnecessaryMessageQueue``: stop the queue, persist its offset, forget it."""
         pq = self.pqs.pop(mq, None)
         if pq is None:
             return
-        pq.drop()
+        idle = True
+        if self.orderly:  # [orderly] bounded wait for the running handler, then drop
+            idle = await self.consume_service.drop(pq, self.config.orderly_drop_wait)
+        else:
+            pq.drop()
         try:
-            await self.offset_store.persist(mq)
+            await self.offset_store.persist(mq, sync=self.orderly)
         except RocketMQError as exc:
             log.warning("persisting the offset of dropped %s failed: %s", mq, exc)
         self.offset_store.remove(mq)
+        if self.orderly:  # [orderly] persisted: now the next owner may lock it (oneway 42)
+            await self.consume_service.unlock_dropped(pq, idle)
 
     async def compute_pull_from_where(self, mq: MessageQueue) -> int:
         """``computePullFromWhere``: the committed offset, else by consume_from_where."""

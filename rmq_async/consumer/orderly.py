@@ -1,0 +1,551 @@
+"""Orderly consumption (Java ``ConsumeMessageOrderlyService``), asyncio-style.
+
+Strategy: one *drive* task per process queue at most (``_Queue.active``), started when a pull hands
+messages over and ending when the queue is empty. It takes ``consume_batch_max_size`` messages in
+offset order (``ProcessQueue.take``), runs the handler while holding the queue's ``consume_lock`` (what
+a rebalance waits for before dropping the queue), settles the result under the same lock, and goes on.
+Queues progress concurrently (one task each, bounded by ``concurrency``); a task gives way after
+``Timing.orderly_time_slice``.
+
+Clustering mode consumes a queue only while its broker lock lease is valid (:mod:`.orderly_locks`):
+a handler runs in a cancel scope whose deadline is the lease end (moved on every renewal), so a
+handler still running when the lease ends is cancelled and its batch is put back, never committed;
+the queue then waits to be locked again, and its start offset is re-read from the broker at the first
+pull after (re)locking. Broadcasting mode keeps per-queue ordering without broker locks.
+
+Results: SUCCESS commits up to the batch end (auto-commit; COMMIT/ROLLBACK are for manual-commit
+mode); SUSPEND_CURRENT_QUEUE_A_MOMENT puts the batch back and retries it after the suspend time,
+unless a message reached ``max_reconsume_times``: that one goes to the DLQ through a send to
+``%RETRY%group`` (the broker redirects it) and the queue moves on. Without a handler, the ``async
+for`` delivery API gets one message at a time per queue and the next is handed out only once the
+previous one is settled (``ack`` = SUCCESS, ``retry`` = SUSPEND).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+
+from ..errors import RocketMQError
+from ..protocol.codes import Prop
+from ..protocol.message import Message, MessageExt
+from ..protocol.mq import MessageQueue
+from .concurrently import ConsumeContext, ConsumeResult, reset_retry_topic
+from .orderly_locks import LockKeeper
+from .process_queue import ProcessQueue
+
+if TYPE_CHECKING:
+    from .push import PushConsumer
+
+__all__ = ["OrderlyConsumeService", "OrderlyContext", "OrderlyHandler", "OrderlyResult"]
+
+log = logging.getLogger("rmq_async.consumer")
+
+
+class OrderlyResult(Enum):
+    """``ConsumeOrderlyStatus``."""
+
+    SUCCESS = "SUCCESS"
+    SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
+    #: manual-commit mode (``ctx.auto_commit = False``) only
+    COMMIT = "COMMIT"
+    ROLLBACK = "ROLLBACK"
+
+
+@dataclass(slots=True)
+class OrderlyContext:
+    """``ConsumeOrderlyContext``: ``auto_commit`` and a per-call suspend time (seconds)."""
+
+    mq: MessageQueue
+    auto_commit: bool = True
+    #: None: ``Timing.suspend_current_queue``
+    suspend_time: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+OrderlyHandler = Callable[
+    [list[MessageExt], OrderlyContext], Awaitable["OrderlyResult | ConsumeResult | None"]
+]
+
+_SUSPEND = OrderlyResult.SUSPEND_CURRENT_QUEUE_A_MOMENT
+
+
+class _Pending:
+    __slots__ = ("done", "message", "result")
+
+    def __init__(self, message: MessageExt) -> None:
+        self.message = message
+        self.result = _SUSPEND
+        self.done = anyio.Event()
+
+
+class _Queue:
+    """Orderly bookkeeping of one process queue."""
+
+    __slots__ = ("active", "pending", "pq", "refresh_offset", "relock", "revoking", "scope", "start")
+
+    def __init__(self, pq: ProcessQueue) -> None:
+        self.pq = pq
+        self.active = False  # a drive task runs (or waits to run) for this queue
+        self.revoking = False  # a rebalance is taking the queue away: no new batch
+        self.refresh_offset = True  # re-read the start offset from the broker before the next pull
+        self.scope: anyio.CancelScope | None = None  # the running handler's
+        self.start = 0.0
+        self.pending: _Pending | None = None  # delivery API: the message handed out
+        self.relock = anyio.Lock()
+
+
+class OrderlyConsumeService:
+    """The orderly consume service of one :class:`PushConsumer` (``orderly=True``)."""
+
+    def __init__(self, consumer: PushConsumer, handler: OrderlyHandler | None) -> None:
+        self.c = consumer
+        self.handler = handler
+        self.clustering = consumer.config.clustering
+        self.locks = LockKeeper(consumer, on_locked=self._on_locked, on_lost=self._on_lost)
+        self.timeout = consumer.timing.consume_timeout
+        self.running = 0
+        self._states: dict[ProcessQueue, _Queue] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._limiter = anyio.CapacityLimiter(consumer.config.concurrency)
+        self._closed = False
+        self._idle = anyio.Event()
+        self._idle.set()
+
+    # -- lifecycle (the same surface as ConcurrentConsumeService) ----------------------------------
+
+    async def run(self, tg: anyio.abc.TaskGroup) -> None:
+        self._tg = tg
+        self.timeout = self.c.deadlines.timeout
+        if self.clustering:
+            tg.start_soon(self._renew_loop)
+
+    def close(self) -> None:
+        """Stop starting batches (running handlers finish; see :meth:`wait_idle`)."""
+        self._closed = True
+
+    async def wait_idle(self) -> None:
+        while self.running > 0:
+            await self._idle.wait()
+
+    def set_timeout(self, timeout: float) -> None:
+        self.timeout = timeout
+        for st in self._states.values():
+            if st.scope is not None:
+                st.scope.deadline = self._deadline(st)
+
+    # -- intake -------------------------------------------------------------------------------------
+
+    def _state(self, pq: ProcessQueue) -> _Queue:
+        st = self._states.get(pq)
+        if st is None:
+            st = self._states[pq] = _Queue(pq)
+        return st
+
+    def submit(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        """Pulled messages are in ``pq``: make sure a drive task consumes them."""
+        if self._closed or pq.dropped or self._tg is None:
+            return
+        st = self._state(pq)
+        if not st.active:
+            st.active = True
+            self._tg.start_soon(self._drive, st, 0.0)
+
+    # -- locks and leases ----------------------------------------------------------------------------
+
+    def _deadline(self, st: _Queue) -> float:
+        deadline = st.start + self.timeout
+        if self.clustering:
+            deadline = min(deadline, anyio.current_time() + self.locks.lease_remaining(st.pq))
+        return deadline
+
+    def _on_locked(self, pq: ProcessQueue) -> None:
+        st = self._states.get(pq)
+        if st is not None and st.scope is not None:
+            st.scope.deadline = self._deadline(st)
+
+    def _on_lost(self, pq: ProcessQueue) -> None:
+        st = self._states.get(pq)
+        if st is not None and st.scope is not None:
+            st.scope.cancel()  # the broker gave the queue to another member: stop now
+
+    def lease_valid(self, pq: ProcessQueue) -> bool:
+        return not self.clustering or self.locks.lease_valid(pq)
+
+    async def lock_new(self, pq: ProcessQueue) -> bool:
+        """Lock a newly assigned queue before its first pull (broadcasting: nothing to lock)."""
+        if not self.clustering:
+            return True
+        return await self.locks.lock(pq)
+
+    async def ensure_locked(self, pq: ProcessQueue) -> bool:
+        """Wait until ``pq``'s lease is valid, locking it again as needed; False once it is dropped."""
+        if self.lease_valid(pq):
+            return True
+        st = self._state(pq)
+        async with st.relock:  # one lock attempt at a time per queue (pull loop and drive share it)
+            while not pq.dropped and not self._closed:
+                if self.locks.lease_valid(pq):
+                    return True
+                st.refresh_offset = True  # someone else may have consumed meanwhile
+                if await self.locks.lock(pq):
+                    return True
+                # the broker does not tell us when the holder lets go: try again after the pull delay
+                await anyio.sleep(self.c.timing.pull_error_delay)
+        return False
+
+    async def before_pull(self, pq: ProcessQueue) -> bool:
+        """Pull only under a valid lease; the first pull after (re)locking re-reads the start offset."""
+        if not self.clustering:
+            return True
+        if not await self.ensure_locked(pq):
+            return False
+        st = self._state(pq)
+        if st.refresh_offset:
+            st.refresh_offset = False
+            await self._refresh_offset(pq)
+        return True
+
+    async def _refresh_offset(self, pq: ProcessQueue) -> None:
+        c = self.c
+        try:
+            stored = await c.offset_store.read_store(pq.mq)
+        except RocketMQError as exc:
+            log.warning(
+                "re-reading the offset of %s failed (%s): pulling on from %d", pq.mq, exc, pq.next_offset
+            )
+            return
+        if stored is None or stored < 0:
+            return
+        async with pq.consume_lock:
+            local = c.offset_store.read_memory(pq.mq)
+            if stored <= max(local, pq.committable_offset() if pq.count else -1) or stored == pq.next_offset:
+                return
+            # another member consumed past what we hold: forget the cache and start from its offset
+            log.info("%s: the broker's offset %d is ahead of ours: pulling from there", pq.mq, stored)
+            pq.clear()
+            pq.next_offset = stored
+            c.offset_store.update(pq.mq, stored, increase_only=False)
+
+    async def _renew_loop(self) -> None:
+        while True:
+            await anyio.sleep(self.c.timing.lock_renew_interval)
+            if self._closed or self.c.stopping:
+                return
+            await self.locks.lock_all(list(self.c.pqs.values()))
+            for pq in [p for p, st in self._states.items() if p.dropped and not st.active]:
+                self._states.pop(pq, None)
+
+    # -- rebalance and shutdown -------------------------------------------------------------------------
+
+    async def drop(self, pq: ProcessQueue, wait: float) -> bool:
+        """Stop taking batches from ``pq``, wait up to ``wait`` s for its running handler, drop it.
+
+        True when no handler was running at the end (the queue can be unlocked at once)."""
+        st = self._states.get(pq)
+        if st is not None:
+            st.revoking = True
+        idle = False
+        with anyio.move_on_after(wait):
+            await pq.consume_lock.acquire()
+            idle = True
+        pq.drop()
+        if idle:
+            pq.consume_lock.release()
+            self._states.pop(pq, None)
+        elif st is not None and st.scope is not None and not self.clustering:
+            st.scope.cancel()  # broadcasting: nobody else owns the queue; no need to let it run on
+        return idle
+
+    async def unlock_dropped(self, pq: ProcessQueue, idle: bool) -> None:
+        """After a drop (offset persisted): release the broker lock with a oneway 42."""
+        if not self.clustering:
+            return
+        if idle:
+            await self.locks.unlock([pq.mq], oneway=True)
+        elif self._tg is not None:
+            log.warning("%s is still consuming after the rebalance wait: unlocking it when it ends", pq.mq)
+            self._tg.start_soon(self._unlock_when_idle, pq)
+
+    async def _unlock_when_idle(self, pq: ProcessQueue) -> None:
+        # the lease is no longer renewed, so the handler is cancelled at its end at the latest
+        async with pq.consume_lock:
+            pass
+        self._states.pop(pq, None)
+        if pq.mq not in self.c.pqs:
+            await self.locks.unlock([pq.mq], oneway=True)
+
+    async def shutdown(self) -> None:
+        """At shutdown, after offsets were persisted: cancel stragglers, then a sync 42 of all queues."""
+        self._closed = True
+        for st in self._states.values():
+            if st.scope is not None:
+                st.scope.cancel()
+        with anyio.move_on_after(self.c.timing.request_timeout):
+            await self.wait_idle()
+        if not self.clustering:
+            return
+        mqs = [mq for mq, pq in self.c.pqs.items() if not pq.consume_lock.locked()]
+        if mqs:
+            with anyio.move_on_after(self.c.timing.request_timeout * 2):
+                await self.locks.unlock(mqs, oneway=False)
+        for pq in self.c.pqs.values():
+            pq.locked = False
+
+    # -- consumption --------------------------------------------------------------------------------------
+
+    async def _drive(self, st: _Queue, delay: float) -> None:
+        try:
+            while True:
+                if delay > 0:
+                    await anyio.sleep(delay)
+                else:
+                    await anyio.lowlevel.checkpoint()
+                nxt = await self._round(st)
+                if nxt is None:
+                    return
+                delay = nxt
+        finally:
+            st.active = False
+            if st.pq.dropped and self._states.get(st.pq) is st and not st.pq.consume_lock.locked():
+                self._states.pop(st.pq, None)
+
+    async def _round(self, st: _Queue) -> float | None:
+        """Consume batches until the queue is empty (None) or must wait (the delay before the next round)."""
+        pq = st.pq
+        n = self.c.config.consume_batch_max_size if self.handler is not None else 1
+        began = time.monotonic()
+        while True:
+            if pq.dropped or st.revoking or self._closed or self.c.stopping:
+                return None
+            if not self.lease_valid(pq):
+                log.debug("%s: lease not valid: consuming after it is locked again", pq.mq)
+                if not await self.ensure_locked(pq):
+                    return None
+                continue
+            if time.monotonic() - began > self.c.timing.orderly_time_slice:
+                return 0.0  # give way; the next round starts at once
+            batch = pq.take(n)
+            if not batch:
+                return None
+            delay = await self._consume(st, batch)
+            if delay is not None:
+                return delay
+
+    def _busy(self, delta: int) -> None:
+        self.running += delta
+        if self.running == 0:
+            self._idle.set()
+        elif self._idle.is_set():
+            self._idle = anyio.Event()
+
+    async def _consume(self, st: _Queue, batch: list[MessageExt]) -> float | None:
+        """One batch; returns a suspend delay, or None to go on with the next batch."""
+        c = self.c
+        pq = st.pq
+        reset_retry_topic(batch, c.retry_topic)
+        now_ms = str(int(time.time() * 1000))
+        for m in batch:
+            m.set_property(Prop.CONSUME_START_TIMESTAMP, now_ms)
+        ctx = OrderlyContext(pq.mq)
+        # fast path: no checkpoint when the limiter and the lock are free (a checkpoint per batch sends
+        # the task to the back of the ready queue, behind every other queue's work)
+        try:
+            self._limiter.acquire_nowait()
+        except anyio.WouldBlock:
+            await self._limiter.acquire()
+        try:
+            try:
+                pq.consume_lock.acquire_nowait()
+            except anyio.WouldBlock:
+                await pq.consume_lock.acquire()
+            try:
+                return await self._consume_locked(st, batch, ctx)
+            finally:
+                pq.consume_lock.release()
+        finally:
+            self._limiter.release()
+
+    async def _consume_locked(self, st: _Queue, batch: list[MessageExt], ctx: OrderlyContext) -> float | None:
+        c = self.c
+        pq = st.pq
+        if pq.dropped or st.revoking:
+            pq.put_back(batch)
+            return None
+        result: OrderlyResult | None = None
+        t0 = time.perf_counter()
+        self._busy(1)
+        st.start = anyio.current_time()
+        try:
+            with anyio.CancelScope(deadline=self._deadline(st)) as scope:
+                st.scope = scope
+                try:
+                    if c.before_hooks:
+                        await c.hooks_before(batch, ctx)
+                    result = await self._call(st, batch, ctx)
+                except Exception:
+                    log.exception(
+                        "orderly handler of group %s raised on %s (offsets %d..%d): suspending the queue",
+                        c.group,
+                        pq.mq,
+                        batch[0].queue_offset,
+                        batch[-1].queue_offset,
+                    )
+                    result = _SUSPEND
+        except BaseException:
+            pq.put_back(batch)  # shutdown: nothing committed
+            raise
+        finally:
+            st.scope = None
+            self._busy(-1)
+        if not self.lease_valid(pq):
+            # the lease ended while the handler ran: the batch must not be committed, the next owner
+            # (or we, once locked again) consumes it again
+            log.warning(
+                "%s: the lock lease ended while consuming offsets %d..%d: not committed",
+                pq.mq,
+                batch[0].queue_offset,
+                batch[-1].queue_offset,
+            )
+            pq.put_back(batch)
+            return None
+        if scope.cancelled_caught or result is None:
+            log.warning(
+                "orderly handler of group %s ran past the consume timeout (%.1fs) on %s: suspending",
+                c.group,
+                self.timeout,
+                pq.mq,
+            )
+            result = _SUSPEND
+        if self.handler is not None:
+            ok = result in (OrderlyResult.SUCCESS, OrderlyResult.COMMIT)
+            c.stats.consumed(pq.mq.topic, len(batch), time.perf_counter() - t0, ok=ok)
+        if c.after_hooks:
+            await c.hooks_after(batch, ctx, result)
+        if pq.dropped:
+            pq.put_back(batch)
+            return None
+        return await self._settle(pq, batch, result, ctx)
+
+    async def _call(self, st: _Queue, batch: list[MessageExt], ctx: OrderlyContext) -> OrderlyResult:
+        if self.handler is None:
+            return await self._deliver(st, batch[0])
+        raw = await self.handler(batch, ctx)
+        if raw is None or raw is OrderlyResult.SUCCESS or raw is ConsumeResult.SUCCESS:
+            return OrderlyResult.SUCCESS
+        if isinstance(raw, OrderlyResult):
+            return raw
+        if raw is ConsumeResult.RECONSUME_LATER:
+            return _SUSPEND
+        log.error(
+            "orderly handler of group %s returned %r, not an OrderlyResult: suspending", self.c.group, raw
+        )
+        return _SUSPEND
+
+    async def _deliver(self, st: _Queue, m: MessageExt) -> OrderlyResult:
+        stream = self.c._deliveries
+        if stream is None:
+            return _SUSPEND
+        pending = st.pending = _Pending(m)
+        try:
+            stream.submit(st.pq, [m])
+            await pending.done.wait()
+        finally:
+            st.pending = None
+        return pending.result
+
+    async def process_result(
+        self, pq: ProcessQueue, batch: list[MessageExt], result: ConsumeResult, ctx: ConsumeContext
+    ) -> None:
+        """A delivery was settled (``ack``: SUCCESS, ``retry``: SUSPEND): wake its queue's drive task."""
+        st = self._states.get(pq)
+        pending = st.pending if st is not None else None
+        if pending is None or not batch or pending.message is not batch[0]:
+            return  # settled after its lease ended or its queue was dropped: it will be delivered again
+        pending.result = OrderlyResult.SUCCESS if result is ConsumeResult.SUCCESS else _SUSPEND
+        pending.done.set()
+
+    async def _settle(
+        self, pq: ProcessQueue, batch: list[MessageExt], result: OrderlyResult, ctx: OrderlyContext
+    ) -> float | None:
+        """``processConsumeResult``; returns the suspend delay when the queue must wait."""
+        c = self.c
+        commit = -1
+        delay: float | None = None
+        if ctx.auto_commit:
+            if result is _SUSPEND:
+                retry = await self._reconsume_or_dlq(batch)
+                if retry:
+                    pq.put_back(retry)
+                    delay = self._suspend_time(ctx)
+                else:
+                    commit = pq.commit()
+            else:
+                if result is not OrderlyResult.SUCCESS:
+                    log.warning("%s: %s is for manual-commit mode: taken as SUCCESS", pq.mq, result.name)
+                commit = pq.commit()
+        elif result is OrderlyResult.COMMIT:
+            commit = pq.commit()
+        elif result is OrderlyResult.ROLLBACK:
+            pq.put_back(list(pq.consuming.values()))
+            delay = self._suspend_time(ctx)
+        elif result is _SUSPEND:
+            retry = await self._reconsume_or_dlq(batch)
+            if retry:
+                pq.put_back(retry)
+                delay = self._suspend_time(ctx)
+        if commit >= 0 and not pq.dropped:
+            c.offset_store.update(pq.mq, commit, increase_only=False)
+        return delay
+
+    def _suspend_time(self, ctx: OrderlyContext) -> float:
+        t = self.c.timing.suspend_current_queue if ctx.suspend_time is None else ctx.suspend_time
+        return max(0.01, min(float(t), 30.0))  # Java clamps to 10 ms .. 30 s
+
+    async def _reconsume_or_dlq(self, batch: list[MessageExt]) -> list[MessageExt]:
+        """``checkReconsumeTimes``: the messages to consume again; those past the maximum go to the DLQ."""
+        retry: list[MessageExt] = []
+        limit = self.c.max_reconsume_times
+        for m in batch:
+            if m.reconsume_times >= limit and await self._send_to_dlq(m, limit):
+                continue
+            m.reconsume_times += 1
+            retry.append(m)
+        return retry
+
+    async def _send_to_dlq(self, m: MessageExt, limit: int) -> bool:
+        """``sendMessageBack``: a send to ``%RETRY%group`` with the reconsume count at the maximum, which
+        the broker redirects to ``%DLQ%group``."""
+        c = self.c
+        props = dict(m.properties)
+        props[Prop.ORIGIN_MESSAGE_ID] = props.get(Prop.ORIGIN_MESSAGE_ID) or m.msg_id
+        props[Prop.RETRY_TOPIC] = m.topic
+        props[Prop.RECONSUME_TIME] = str(m.reconsume_times)
+        props[Prop.MAX_RECONSUME_TIMES] = str(limit)
+        props.pop("TRAN_MSG", None)
+        props.pop(Prop.DELAY_TIME_LEVEL, None)
+        props.pop(Prop.CONSUME_START_TIMESTAMP, None)
+        try:
+            msg = Message(
+                c.retry_topic, m.body, properties=props, flag=m.flag, delay_level=3 + m.reconsume_times
+            )
+            await c.inner_producer.send(msg)
+        except (RocketMQError, ValueError) as exc:
+            log.error("moving %s to the DLQ of %s failed (%s): consuming it again", m.msg_id, c.group, exc)
+            return False
+        log.warning(
+            "%s reached max reconsume times (%d) in orderly group %s: moved to the DLQ",
+            m.msg_id,
+            limit,
+            c.group,
+        )
+        c.stats.sent_back += 1
+        return True
