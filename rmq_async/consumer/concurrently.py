@@ -74,7 +74,8 @@ class ConcurrentConsumeService:
         self.c = consumer
         self.handler = handler
         self._send: MemoryObjectSendStream[tuple[ProcessQueue, list[MessageExt]]] | None = None
-        self.running = 0
+        self.running = 0  # handlers running now
+        self.active = 0  # pulled batches a worker has started and not finished
         #: running handlers' cancel scopes and start times: the consume timeout is their deadline
         self.scopes: dict[anyio.CancelScope, float] = {}
         self.timeout = consumer.timing.consume_timeout
@@ -87,8 +88,8 @@ class ConcurrentConsumeService:
             scope.deadline = start + timeout
 
     async def wait_idle(self) -> None:
-        """Wait until no handler is running."""
-        while self.running > 0:
+        """Wait until no worker is inside a pulled batch."""
+        while self.active > 0:
             if self._idle is None:
                 self._idle = anyio.Event()
             await self._idle.wait()
@@ -116,10 +117,22 @@ class ConcurrentConsumeService:
     async def _worker(self, recv: MemoryObjectReceiveStream[tuple[ProcessQueue, list[MessageExt]]]) -> None:
         with recv:
             async for pq, msgs in recv:
+                if pq.dropped or self.c.stopping:
+                    continue  # not started: at shutdown only work already begun is finished
                 reset_retry_topic(msgs, self.c.retry_topic)
-                i = 0
-                while i < len(msgs) and not pq.dropped and not self.c.stopping:
-                    i = await self._consume_from(pq, msgs, i)
+                # a started pulled batch is finished even during a graceful stop (bounded by the
+                # shutdown timeout): stopping in its middle would leave a gap below batches other
+                # workers finished, and the committed offset would stay at the gap
+                self.active += 1
+                try:
+                    i = 0
+                    while i < len(msgs) and not pq.dropped:
+                        i = await self._consume_from(pq, msgs, i)
+                finally:
+                    self.active -= 1
+                    if self.active == 0 and self._idle is not None:
+                        self._idle.set()
+                        self._idle = None
 
     # -- consume batches ------------------------------------------------------------------------------
 
@@ -161,7 +174,7 @@ class ConcurrentConsumeService:
         ok_since = 0.0
         with anyio.CancelScope() as scope:
             while i < len(msgs):
-                if pq.dropped or c.stopping:
+                if pq.dropped:
                     return len(msgs)
                 batch = msgs[i : i + n]
                 ctx = ConsumeContext(pq.mq)
@@ -194,9 +207,6 @@ class ConcurrentConsumeService:
                 finally:
                     del self.scopes[scope]
                     self.running -= 1
-                    if self.running == 0 and self._idle is not None:
-                        self._idle.set()
-                        self._idle = None
                 i += n
                 if scope.cancel_called:
                     # the deadline fired just as the handler returned: its result stands, but nothing

@@ -5,7 +5,7 @@
 * :func:`diff` says which process queues to drop and which queues to start;
 * :class:`StabilityWindow` (an option, off by default as in Java) keeps a flapping member list from
   triggering a reallocation storm: a new list is used only once it has stayed the same for ``window``
-  seconds; until then the last stable list is kept (but never one without this member).
+  seconds, for every member alike (see :class:`StabilityWindow`).
 """
 
 from __future__ import annotations
@@ -46,30 +46,31 @@ def diff(
 
 @dataclass
 class StabilityWindow:
-    """Use a member list only after it has been seen unchanged for ``window`` seconds."""
+    """Count a member only once it has been listed without a break for ``window`` seconds.
+
+    Every member applies the same rule to the same broker list (joiners included, to themselves), so
+    all members switch to a new allocation at about the same moment: a flapping member is never
+    counted and never triggers a reallocation, and a joiner takes no queues while the others still
+    hold them. A member that leaves the list is forgotten at once, so its queues are reassigned
+    without waiting. With ``window`` 0 every list applies immediately, as in Java.
+    """
 
     window: float
-    _stable: tuple[str, ...] | None = None
-    _candidate: tuple[str, ...] | None = None
-    _since: float = 0.0
-    _by_topic: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    _first_seen: dict[str, float] = field(default_factory=dict)
 
     def observe(self, cids: Sequence[str], now: float, client_id: str) -> list[str]:
-        seen = tuple(sorted(cids))
         if self.window <= 0:
-            self._stable = seen
-            return list(seen)
-        if seen != self._candidate:
-            self._candidate, self._since = seen, now
-        if self._stable is None or now - self._since >= self.window:
-            self._stable = seen
-        elif client_id not in self._stable and client_id in seen:
-            # never keep a list that leaves this member out while the broker lists it
-            self._stable = seen
-        return list(self._stable)
+            return sorted(cids)
+        seen = set(cids)
+        for cid in [c for c in self._first_seen if c not in seen]:
+            del self._first_seen[cid]
+        for cid in seen:
+            self._first_seen.setdefault(cid, now)
+        return sorted(c for c, t in self._first_seen.items() if now - t >= self.window)
 
     def pending(self, now: float) -> float | None:
-        """Seconds until the candidate list becomes stable, or None when nothing is pending."""
-        if self.window <= 0 or self._candidate is None or self._candidate == self._stable:
+        """Seconds until the next listed member is counted, or None when every one is."""
+        if self.window <= 0:
             return None
-        return max(0.0, self.window - (now - self._since))
+        waits = [self.window - (now - t) for t in self._first_seen.values() if now - t < self.window]
+        return max(0.0, min(waits)) if waits else None

@@ -328,13 +328,6 @@ async def test_graceful_shutdown_mid_stream(
     ledger.record(stops=stops, bound=bound)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="graceful stop leaves gaps: each worker owns a whole pulled batch (32 msgs) and stops "
-    "mid-batch on c.stopping while another worker has consumed a later batch of the same queue, so "
-    "the committed offset stays at the gap and the later batch is redelivered (concurrently.py "
-    "_consume_loop / _worker check c.stopping)",
-)
 async def test_graceful_stop_duplicates_bounded_by_running_handlers(
     cluster: EmbeddedCluster, names: tuple[str, str], ledger: Ledger, timing: Timing
 ) -> None:
@@ -355,13 +348,6 @@ async def test_graceful_stop_duplicates_bounded_by_running_handlers(
     assert ledger.duplicates <= concurrency, ledger.duplicates
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="StabilityWindow.observe lets a joining member adopt the new member list at once (first "
-    "observation, or 'client_id not in stable') while the existing members keep the old list for the "
-    "window: the joiner's queues are pulled by two members for the whole window, so the window "
-    "multiplies duplicates instead of reducing them (rebalance.py StabilityWindow.observe)",
-)
 async def test_stability_window_does_not_add_duplicates(
     cluster: EmbeddedCluster, names: tuple[str, str], ledger: Ledger, timing: Timing
 ) -> None:

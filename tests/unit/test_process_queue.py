@@ -93,14 +93,18 @@ def test_diff() -> None:
     assert diff({a, b, other}, {b, c}, "T") == ({a}, {c})
 
 
-def test_stability_window_holds_a_flapping_list() -> None:
+def test_stability_window_counts_members_after_the_window() -> None:
     w = StabilityWindow(5.0)
-    assert w.observe(["c1", "c2"], 0.0, "c1") == ["c1", "c2"]
-    assert w.observe(["c1", "c2", "c3"], 1.0, "c1") == ["c1", "c2"]  # new member not yet trusted
-    assert w.observe(["c1", "c2"], 2.0, "c1") == ["c1", "c2"]
-    assert w.observe(["c1", "c2", "c3"], 3.0, "c1") == ["c1", "c2"]
-    assert w.pending(3.0) == pytest.approx(5.0)
-    assert w.observe(["c1", "c2", "c3"], 8.5, "c1") == ["c1", "c2", "c3"]
+    assert w.observe(["c1", "c2"], 0.0, "c1") == []  # nobody counted yet, this member included
+    assert w.pending(0.0) == pytest.approx(5.0)
+    assert w.observe(["c1", "c2"], 5.0, "c1") == ["c1", "c2"]
+    assert w.observe(["c1", "c2", "c3"], 6.0, "c1") == ["c1", "c2"]  # the joiner is not counted yet
+    assert w.observe(["c1", "c2"], 7.0, "c1") == ["c1", "c2"]  # it flapped away: forgotten
+    assert w.observe(["c1", "c2", "c3"], 8.0, "c1") == ["c1", "c2"]  # back: its window starts again
+    assert w.observe(["c1", "c2", "c3"], 12.9, "c1") == ["c1", "c2"]
+    assert w.observe(["c1", "c2", "c3"], 13.0, "c1") == ["c1", "c2", "c3"]
+    assert w.observe(["c1", "c3"], 14.0, "c1") == ["c1", "c3"]  # a member that leaves drops at once
+    assert w.pending(14.0) is None
     # without a window every change applies at once (Java)
     assert StabilityWindow(0).observe(["b", "a"], 0, "a") == ["a", "b"]
 
