@@ -10,7 +10,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ProtocolError, RocketMQError
+from ..errors import ProtocolError
 from ..protocol.bodies import (
     ConsumeMessageDirectlyResult,
     ConsumerRunningInfo,
@@ -98,19 +98,11 @@ def _snake(info: dict[str, object]) -> dict[str, object]:
 
 
 async def reset_offset(c: PushConsumer, topic: str, table: dict[MessageQueue, int]) -> None:
-    """``resetOffset``: drop the topic's queues, store the new offsets on the broker, rebalance."""
+    """``resetOffset``: drop the topic's owned queues with their new offsets stored on the broker
+    (orderly: unlocked too), then rebalance so they restart from there."""
     for mq, offset in table.items():
-        if mq.topic != topic:
-            continue
-        pq = c.pqs.pop(mq, None)
-        if pq is not None:
-            pq.drop()
-        c.offset_store.update(mq, int(offset), increase_only=False)
-        try:
-            await c.offset_store.persist(mq, sync=True)
-        except RocketMQError as exc:
-            log.warning("reset offset: persisting %s failed: %s", mq, exc)
-        c.offset_store.remove(mq)
+        if mq.topic == topic and mq in c.pqs:
+            await c.drop_queue(mq, offset=int(offset))
     c.rebalance_now()
 
 

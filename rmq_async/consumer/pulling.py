@@ -128,15 +128,9 @@ class PullLoop:
                     res.remark,
                     res.next_begin_offset,
                 )
-                pq.next_offset = res.next_begin_offset
-                c.offset_store.update(mq, res.next_begin_offset, increase_only=False)
-                try:
-                    await c.offset_store.persist(mq, sync=True)
-                except RocketMQError as exc:
-                    log.warning("persisting the corrected offset of %s failed: %s", mq, exc)
-                # drop the queue; the next rebalance (now) starts it again from the corrected offset
-                c.pqs.pop(mq, None)
-                pq.drop()
-                c.offset_store.remove(mq)
+                # drop the queue (persisting the corrected offset; orderly: unlock); the next
+                # rebalance, now, starts it again from there. Shielded: dropping cancels this loop.
+                with anyio.CancelScope(shield=True):
+                    await c.drop_queue(mq, offset=res.next_begin_offset)
                 c.rebalance_now()
                 return

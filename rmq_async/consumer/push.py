@@ -583,18 +583,22 @@ class PushConsumer:
         span = None if self.orderly else cfg.consume_concurrently_max_span  # [orderly] no span limit
         return ProcessQueue(mq, max_count=max_count, max_bytes=max_mib << 20, max_span=span)
 
-    async def drop_queue(self, mq: MessageQueue) -> None:
-        """``removeUnnecessaryMessageQueue``: stop the queue, persist its offset, forget it."""
+    async def drop_queue(self, mq: MessageQueue, *, offset: int | None = None) -> None:
+        """``removeUnnecessaryMessageQueue``: stop the queue, persist its offset, forget it (and in
+        orderly mode release its broker lock). ``offset`` replaces the committed offset first (an
+        illegal pull offset, a reset from an admin tool) and is then persisted synchronously."""
         pq = self.pqs.pop(mq, None)
         if pq is None:
             return
+        if offset is not None:
+            self.offset_store.update(mq, offset, increase_only=False)
         idle = True
         if self.orderly:  # [orderly] bounded wait for the running handler, then drop
             idle = await self.consume_service.drop(pq, self.config.orderly_drop_wait)
         else:
             pq.drop()
         try:
-            await self.offset_store.persist(mq, sync=self.orderly)
+            await self.offset_store.persist(mq, sync=self.orderly or offset is not None)
         except RocketMQError as exc:
             log.warning("persisting the offset of dropped %s failed: %s", mq, exc)
         self.offset_store.remove(mq)
