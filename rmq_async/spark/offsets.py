@@ -1,0 +1,113 @@
+"""Offset decisions of the Spark source, as pure functions (no I/O, hypothesis-testable).
+
+* :func:`to_json` / :func:`from_json`: the checkpoint form ``{"broker": {"qid": offset}}``;
+* :func:`resolve_start`: the start offset of one queue against the broker's [min, max] range, with
+  ``failOnDataLoss`` semantics (fail, or skip ahead / reset and log, like the Kafka source);
+* :func:`limit_offsets`: the end offsets of one micro-batch under ``maxRecordsPerTrigger``, shared out
+  fairly among the queues that have data;
+* :func:`split_range`: one queue's range cut into pieces of at most ``max_records``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ClientError
+from .options import QueueKey
+
+__all__ = ["DataLossError", "Range", "from_json", "limit_offsets", "resolve_start", "split_range", "to_json"]
+
+
+class DataLossError(ClientError):
+    """Requested messages are gone from the broker (and ``failOnDataLoss`` is true)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """Offsets [start, end) of one queue: one Spark input partition."""
+
+    broker_name: str
+    queue_id: int
+    start: int
+    end: int
+
+
+def to_json(offsets: Mapping[QueueKey, int]) -> dict[str, Any]:
+    out: dict[str, dict[str, int]] = {}
+    for (broker, qid), off in sorted(offsets.items()):
+        out.setdefault(broker, {})[str(qid)] = off
+    return out
+
+
+def from_json(data: Mapping[str, Any]) -> dict[QueueKey, int]:
+    return {(b, int(q)): int(o) for b, qs in data.items() for q, o in qs.items()}
+
+
+def resolve_start(
+    key: QueueKey, start: int, lo: int, hi: int, *, fail_on_data_loss: bool
+) -> tuple[int, str | None]:
+    """The offset to read ``key`` from, and a warning when messages were skipped.
+
+    ``start < lo``: the messages in between were deleted. ``start > hi``: the queue's offsets went
+    back (the topic or the broker's store was recreated), so the checkpoint does not match the data;
+    reading restarts at ``lo``. With ``fail_on_data_loss`` both raise :class:`DataLossError`.
+    """
+    if lo <= start <= hi:
+        return start, None
+    if start < lo:
+        msg = (
+            f"queue {key[0]}/{key[1]}: requested offset {start} is below the broker's min offset {lo}; "
+            f"{lo - start} messages were deleted"
+        )
+    else:
+        msg = (
+            f"queue {key[0]}/{key[1]}: requested offset {start} is past the broker's max offset {hi} "
+            "(the queue was recreated?)"
+        )
+    if fail_on_data_loss:
+        raise DataLossError(
+            msg + ". Some data may have been lost. Set the option failOnDataLoss to false to skip ahead "
+            "and go on reading."
+        )
+    return lo, msg + f"; reading from {lo} (failOnDataLoss=false)"
+
+
+def limit_offsets(
+    start: Mapping[QueueKey, int], latest: Mapping[QueueKey, int], max_rows: int | None
+) -> dict[QueueKey, int]:
+    """End offsets of the next micro-batch: ``latest``, or at most ``max_rows`` messages past ``start``
+    shared out round robin (each queue gets an equal share; what a short queue leaves goes to the rest)."""
+    ends = {k: max(v, start.get(k, v)) for k, v in latest.items()}
+    if max_rows is None:
+        return ends
+    begin = {k: min(start.get(k, v), ends[k]) for k, v in ends.items()}
+    avail = {k: ends[k] - begin[k] for k in ends}
+    if sum(avail.values()) <= max_rows:
+        return ends
+    take = dict.fromkeys(ends, 0)
+    left = max_rows
+    open_keys = sorted(k for k, a in avail.items() if a > 0)
+    while left > 0 and open_keys:
+        share = max(1, left // len(open_keys))
+        nxt = []
+        for k in open_keys:
+            n = min(share, avail[k] - take[k], left)
+            take[k] += n
+            left -= n
+            if take[k] < avail[k]:
+                nxt.append(k)
+            if left == 0:
+                break
+        open_keys = nxt
+    return {k: begin[k] + take[k] for k in ends}
+
+
+def split_range(r: Range, max_records: int | None) -> list[Range]:
+    if max_records is None or r.end - r.start <= max_records:
+        return [r]
+    return [
+        Range(r.broker_name, r.queue_id, s, min(s + max_records, r.end))
+        for s in range(r.start, r.end, max_records)
+    ]

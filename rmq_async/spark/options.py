@@ -1,0 +1,179 @@
+"""Options of the ``rocketmq`` Spark data source, validated once on the driver.
+
+Strategy: Spark hands options over as a case-insensitive map of strings; :func:`parse_options` turns
+them into a frozen, picklable :class:`SourceOptions` and raises :class:`ConfigError` naming the option
+and the value for anything wrong, before any query runs. Offsets given as JSON use the checkpoint's
+own shape, ``{"<broker name>": {"<queue id>": offset}}``, with -2 for earliest and -1 for latest (as
+the Kafka source).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..config import ClientConfig
+from ..errors import ConfigError
+from ..protocol.filter import parse_tag_expression
+
+__all__ = ["EARLIEST", "LATEST", "QueueKey", "SourceOptions", "parse_offsets_json", "parse_options"]
+
+#: a queue of the topic: (broker name, queue id)
+QueueKey = tuple[str, int]
+EARLIEST = -2
+LATEST = -1
+
+_KNOWN = {
+    "namesrv", "topic", "startingoffsets", "endingoffsets", "startingoffsetsbytimestamp",
+    "startingtimestamp", "maxrecordspertrigger", "maxrecordsperpartition", "failondataloss", "tags",
+    "group", "commitoffsets", "pullbatchsize", "requesttimeout", "path",
+}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """Everything a reader needs, on the driver and on executors (plain data: picklable)."""
+
+    namesrv: str
+    topic: str
+    starting: str | dict[QueueKey, int]  # "earliest" | "latest" | per queue
+    ending: str | dict[QueueKey, int]
+    starting_by_timestamp: dict[QueueKey, int] | None
+    starting_timestamp: int | None
+    max_records_per_trigger: int | None
+    max_records_per_partition: int | None
+    fail_on_data_loss: bool
+    tags: str
+    group: str
+    commit_offsets: bool
+    pull_batch_size: int
+    request_timeout: float
+
+
+def _fail(name: str, value: object, why: str) -> ConfigError:
+    return ConfigError(f"rocketmq source option '{name}': {why} (got {value!r})")
+
+
+def parse_offsets_json(name: str, text: str, *, allow_special: bool = True) -> dict[QueueKey, int]:
+    """``{"broker-a": {"0": 12, "1": -2}}`` -> ``{("broker-a", 0): 12, ("broker-a", 1): -2}``."""
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        raise _fail(name, text, f"not valid JSON ({exc})") from None
+    if not isinstance(raw, dict) or not raw:
+        raise _fail(name, text, 'expected {"<broker name>": {"<queue id>": <offset>}}')
+    out: dict[QueueKey, int] = {}
+    for broker, queues in raw.items():
+        if not isinstance(queues, dict):
+            raise _fail(name, text, f"broker {broker!r} must map queue ids to offsets")
+        for qid, off in queues.items():
+            if not str(qid).isdigit() or isinstance(off, bool) or not isinstance(off, int):
+                raise _fail(name, text, f"queue {broker}/{qid}: ids and offsets must be integers")
+            if off < (EARLIEST if allow_special else 0):
+                raise _fail(name, text, f"queue {broker}/{qid}: offset {off} is invalid")
+            out[(str(broker), int(qid))] = off
+    return out
+
+
+def _positive_int(opts: Mapping[str, str], name: str) -> int | None:
+    value = opts.get(name.lower())
+    if value is None:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        raise _fail(name, value, "expected a positive integer") from None
+    if n <= 0:
+        raise _fail(name, value, "expected a positive integer")
+    return n
+
+
+def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
+    value = opts.get(name.lower())
+    if value is None:
+        return default
+    v = value.strip().lower()
+    if v not in ("true", "false"):
+        raise _fail(name, value, "expected true or false")
+    return v == "true"
+
+
+def _offsets(
+    opts: Mapping[str, str], name: str, default: str, allowed: tuple[str, ...]
+) -> str | dict[QueueKey, int]:
+    value = opts.get(name.lower(), default).strip()
+    if value.lower() in allowed:
+        return value.lower()
+    if value.startswith("{"):
+        return parse_offsets_json(name, value)
+    raise _fail(name, value, f"expected {' or '.join(repr(a) for a in allowed)} or a JSON object per queue")
+
+
+def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    """Validate Spark's options (keys in any case) for a batch or a streaming read."""
+    opts = {k.lower(): v for k, v in raw.items()}
+    unknown = sorted(set(opts) - _KNOWN)
+    if unknown:
+        raise ConfigError(f"rocketmq source: unknown option(s) {unknown}")
+    namesrv = opts.get("namesrv")
+    if not namesrv:
+        raise ConfigError("rocketmq source option 'namesrv' is required (host:port of a name server)")
+    try:
+        ClientConfig(namesrv_addr=namesrv)
+    except ConfigError as exc:
+        raise _fail("namesrv", namesrv, str(exc)) from None
+    topic = opts.get("topic")
+    if not topic:
+        raise ConfigError("rocketmq source option 'topic' is required")
+    starting = _offsets(
+        opts, "startingOffsets", "latest" if streaming else "earliest", ("earliest", "latest")
+    )
+    if streaming and "endingoffsets" in opts:
+        raise _fail("endingOffsets", opts["endingoffsets"], "is for batch reads only")
+    ending = _offsets(opts, "endingOffsets", "latest", ("latest",))
+    by_ts = None
+    if "startingoffsetsbytimestamp" in opts:
+        by_ts = parse_offsets_json(
+            "startingOffsetsByTimestamp", opts["startingoffsetsbytimestamp"], allow_special=False
+        )
+    ts_value = opts.get("startingtimestamp")
+    starting_ts = None
+    if ts_value is not None:
+        try:
+            starting_ts = int(ts_value)
+        except ValueError:
+            raise _fail("startingTimestamp", ts_value, "expected epoch milliseconds") from None
+        if starting_ts < 0:
+            raise _fail("startingTimestamp", ts_value, "expected epoch milliseconds")
+    max_trigger = _positive_int(opts, "maxRecordsPerTrigger")
+    if max_trigger is not None and not streaming:
+        raise _fail("maxRecordsPerTrigger", max_trigger, "is for streaming reads only")
+    tags = opts.get("tags", "*")
+    parse_tag_expression(tags)
+    batch = _positive_int(opts, "pullBatchSize") or 32
+    if batch > 1024:
+        raise _fail("pullBatchSize", batch, "must be at most 1024")
+    timeout_s = opts.get("requesttimeout", "10")
+    try:
+        timeout = float(timeout_s)
+    except ValueError:
+        raise _fail("requestTimeout", timeout_s, "expected seconds") from None
+    if timeout <= 0:
+        raise _fail("requestTimeout", timeout_s, "expected seconds > 0")
+    return SourceOptions(
+        namesrv=namesrv,
+        topic=topic,
+        starting=starting,
+        ending=ending,
+        starting_by_timestamp=by_ts,
+        starting_timestamp=starting_ts,
+        max_records_per_trigger=max_trigger,
+        max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition"),
+        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+        tags=tags,
+        group=opts.get("group", "rmq_async_spark"),
+        commit_offsets=_bool(opts, "commitOffsets", False),
+        pull_batch_size=batch,
+        request_timeout=timeout,
+    )

@@ -1,0 +1,92 @@
+"""Pure offset decisions and option parsing of the Spark source (no Spark needed to run them)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rmq_async.errors import ConfigError
+from rmq_async.spark.offsets import (
+    DataLossError,
+    Range,
+    from_json,
+    limit_offsets,
+    resolve_start,
+    split_range,
+    to_json,
+)
+from rmq_async.spark.options import parse_options
+
+K = ("broker-a", 0)
+
+
+def test_resolve_start() -> None:
+    assert resolve_start(K, 5, 0, 10, fail_on_data_loss=True) == (5, None)
+    with pytest.raises(DataLossError, match=r"below the broker.s min offset 7.*failOnDataLoss"):
+        resolve_start(K, 5, 7, 10, fail_on_data_loss=True)
+    off, warning = resolve_start(K, 5, 7, 10, fail_on_data_loss=False)
+    assert off == 7 and warning is not None and "2 messages were deleted" in warning
+    with pytest.raises(DataLossError, match="past the broker's max offset"):
+        resolve_start(K, 50, 0, 10, fail_on_data_loss=True)
+    assert resolve_start(K, 50, 0, 10, fail_on_data_loss=False)[0] == 0
+
+
+def test_json_round_trip() -> None:
+    offs = {("broker-a", 0): 3, ("broker-b", 12): 0}
+    assert to_json(offs) == {"broker-a": {"0": 3}, "broker-b": {"12": 0}}
+    assert from_json(to_json(offs)) == offs
+
+
+offsets = st.dictionaries(
+    st.tuples(st.sampled_from("ab"), st.integers(0, 7)), st.integers(0, 100), min_size=1
+)
+
+
+@given(offsets, st.data(), st.one_of(st.none(), st.integers(1, 300)))
+def test_limit_offsets_bounds_rows(
+    start: dict[tuple[str, int], int], data: st.DataObject, limit: int | None
+) -> None:
+    latest = {k: v + data.draw(st.integers(0, 50)) for k, v in start.items()}
+    ends = limit_offsets(start, latest, limit)
+    assert all(start[k] <= ends[k] <= latest[k] for k in start)
+    total = sum(ends[k] - start[k] for k in start)
+    avail = sum(latest[k] - start[k] for k in start)
+    assert total == (avail if limit is None else min(avail, limit))
+
+
+def test_split_range() -> None:
+    r = Range("broker-a", 1, 10, 35)
+    assert split_range(r, None) == [r]
+    parts = split_range(r, 10)
+    assert [(p.start, p.end) for p in parts] == [(10, 20), (20, 30), (30, 35)]
+
+
+@pytest.mark.parametrize(
+    ("opts", "needle"),
+    [
+        ({"topic": "T"}, "'namesrv' is required"),
+        ({"namesrv": "nohost", "topic": "T"}, "'namesrv'"),
+        ({"namesrv": "h:1"}, "'topic' is required"),
+        ({"namesrv": "h:1", "topic": "T", "maxRecordsPerTrigger": "0"}, "'maxRecordsPerTrigger'"),
+        ({"namesrv": "h:1", "topic": "T", "startingOffsets": "{bad"}, "'startingOffsets': not valid JSON"),
+        ({"namesrv": "h:1", "topic": "T", "startingOffsets": '{"b": {"x": 1}}'}, "must be integers"),
+        ({"namesrv": "h:1", "topic": "T", "endingOffsets": "latest"}, "batch reads only"),
+        ({"namesrv": "h:1", "topic": "T", "startingTimestamp": "now"}, "'startingTimestamp'"),
+        ({"namesrv": "h:1", "topic": "T", "colour": "red"}, "unknown option"),
+    ],
+)
+def test_bad_options(opts: dict[str, str], needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        parse_options(opts, streaming=True)
+
+
+def test_good_options() -> None:
+    o = parse_options(
+        {"NAMESRV": "127.0.0.1:9876", "topic": "T", "startingOffsets": '{"broker-a": {"0": 5, "1": -2}}',
+         "failOnDataLoss": "False", "maxRecordsPerTrigger": "100", "tags": "A || B"},
+        streaming=True,
+    )  # fmt: skip
+    assert o.starting == {("broker-a", 0): 5, ("broker-a", 1): -2}
+    assert not o.fail_on_data_loss and o.max_records_per_trigger == 100 and o.tags == "A || B"
+    assert parse_options({"namesrv": "h:1", "topic": "T"}, streaming=False).starting == "earliest"
