@@ -18,6 +18,9 @@ from .config import Timing as Timing
 from .consumer.concurrently import ConsumeContext as ConsumeContext
 from .consumer.concurrently import ConsumeResult as ConsumeResult
 from .consumer.delivery import Delivery as Delivery
+from .consumer.lite_pull import LitePullConsumer as LitePullConsumer
+from .consumer.orderly import OrderlyContext as OrderlyContext
+from .consumer.orderly import OrderlyResult as OrderlyResult
 from .consumer.push import PushConsumer as PushConsumer
 from .errors import BrokerError as BrokerError
 from .errors import ClientError as ClientError
@@ -52,10 +55,13 @@ __all__ = [
     "ConsumerConfig",
     "Delivery",
     "EmbeddedCluster",
+    "LitePullConsumer",
     "MQClientError",
     "Message",
     "MessageExt",
     "MessageQueue",
+    "OrderlyContext",
+    "OrderlyResult",
     "Producer",
     "ProducerConfig",
     "ProtocolError",

@@ -42,6 +42,7 @@ from .process_queue import ProcessQueue
 from .pulling import PullLoop
 from .rebalance import StabilityWindow, allocate_topic, diff
 from .stats import ConsumerStats
+from .subcheck import SubscriptionChecker
 
 __all__ = ["PushConsumer", "RebalanceListener"]
 
@@ -114,6 +115,7 @@ class PushConsumer:
         self.stats = ConsumerStats()
         self.deadlines = DeadlineTracker(self.timing.consume_timeout)
         self.stability = StabilityWindow(self.config.rebalance_stability_window)
+        self.subcheck = SubscriptionChecker(self)
         self._client: ClientInstance | None = None
         self._offset_store: OffsetStore | None = None
         self._inner_producer: Producer | None = None
@@ -498,7 +500,11 @@ class PushConsumer:
             return None
         bd = random.choice(route.broker_datas)
         addr = bd.broker_addrs.get(0) or next(iter(bd.broker_addrs.values()))
-        return await client.api.get_consumer_id_list(addr, self.group, self.timing.request_timeout)
+        cids = await client.api.get_consumer_id_list(addr, self.group, self.timing.request_timeout)
+        if self._tg is not None and self.subcheck.new_members(cids):
+            # once per new member, in the background: warn if it subscribes differently
+            self._tg.start_soon(self.subcheck.check, addr, cids)
+        return cids
 
     async def do_rebalance(self) -> None:
         """One rebalance of every subscribed topic (``RebalanceImpl.doRebalance``)."""

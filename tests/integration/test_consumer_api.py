@@ -89,3 +89,29 @@ def test_runs_on_uvloop(tmp_path: object) -> None:
             return col.unique
 
     assert uvloop.run(main()) == 10
+
+
+async def test_warns_when_members_subscribe_differently(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing, caplog: object
+) -> None:
+    import logging
+
+    topic, group = names
+    await produce(cluster.namesrv_addr, topic, 1, tags="TagA")
+
+    def member(expr: str) -> PushConsumer:
+        return PushConsumer(
+            group,
+            namesrv_addr=cluster.namesrv_addr,
+            handler=Collector(),
+            subscriptions={topic: expr},
+            timing=timing,
+        )
+
+    caplog.set_level(logging.WARNING, logger="rmq_async.consumer")  # type: ignore[attr-defined]
+    async with member("TagA") as a, member("TagB") as b:
+        with anyio.fail_after(10):
+            while not (a.subcheck.mismatches and b.subcheck.mismatches):  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+    assert a.subcheck.mismatches[b.client_id] == {topic: ("TagA", "TagB")}
+    assert "must subscribe alike" in caplog.text  # type: ignore[attr-defined]
