@@ -18,6 +18,7 @@ from wire import CAPTURE_FILES, Frame, frames, pairs
 
 from rmq_async.errors import ProtocolError
 from rmq_async.protocol import message as message_mod
+from rmq_async.protocol import msgid as msgid_mod
 from rmq_async.protocol.codes import MessageSysFlag, Prop
 from rmq_async.protocol.message import (
     COMPRESS_THRESHOLD,
@@ -592,7 +593,7 @@ def test_new_uniq_id_is_unique_and_distinct_per_generator() -> None:
     ids = {new_uniq_id() for _ in range(20_000)}
     assert len(ids) == 20_000
     assert UniqIdGenerator().next()[:20] != UniqIdGenerator().next()[:20]  # random per generator
-    message_mod._reset_default_generator()
+    msgid_mod._reset_default_generator()
     assert new_uniq_id()[:20] not in {i[:20] for i in ids}
 
 
