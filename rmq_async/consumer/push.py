@@ -12,9 +12,7 @@ synchronously, unregister, close connections. Because the supervisor owns the gr
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
-import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -40,7 +38,8 @@ from .offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
 from .orderly import OrderlyConsumeService, OrderlyContext, OrderlyHandler, OrderlyResult  # [orderly]
 from .process_queue import ProcessQueue
 from .pulling import PullLoop
-from .rebalance import StabilityWindow, allocate_topic, diff
+from .rebalance import StabilityWindow
+from .rebalancer import PushRebalancer, _call
 from .stats import ConsumerStats
 from .subcheck import SubscriptionChecker
 
@@ -50,12 +49,6 @@ log = logging.getLogger("rmq_async.consumer")
 
 RebalanceListener = Callable[[str, set[MessageQueue]], "Awaitable[None] | None"]
 Hook = Callable[..., "Awaitable[None] | None"]
-
-
-async def _call(fn: Callable[..., Any], *args: Any) -> None:
-    res = fn(*args)
-    if inspect.isawaitable(res):
-        await res
 
 
 class PushConsumer:
@@ -116,6 +109,7 @@ class PushConsumer:
         self.deadlines = DeadlineTracker(self.timing.consume_timeout)
         self.stability = StabilityWindow(self.config.rebalance_stability_window)
         self.subcheck = SubscriptionChecker(self)
+        self.rebalancer = PushRebalancer(self)
         self._client: ClientInstance | None = None
         self._offset_store: OffsetStore | None = None
         self._inner_producer: Producer | None = None
@@ -339,7 +333,7 @@ class PushConsumer:
                 tg.start_soon(self.deadlines.run)
                 await self.consume_service.run(tg)
                 tg.start_soon(self._persist_loop)
-                tg.start_soon(self._rebalance_loop)
+                tg.start_soon(self.rebalancer.run)
                 self.running = True
                 assert self._ready is not None
                 self._ready.set_result(None)
@@ -477,117 +471,13 @@ class PushConsumer:
             await anyio.sleep(self.timing.persist_interval)
             await self.offset_store.persist_all(list(self.assignment()))
 
-    async def _rebalance_loop(self) -> None:
-        while True:
-            try:
-                await self.do_rebalance()
-            except RocketMQError as exc:
-                log.warning("rebalance of group %s failed: %s", self.group, exc)
-            done, self._rebalanced = self._rebalanced, anyio.Event()
-            done.set()
-            delay = self.timing.rebalance_interval
-            pending = self.stability.pending(time.monotonic())
-            if pending is not None:
-                delay = min(delay, pending + 0.01)
-            with anyio.move_on_after(delay):
-                await self._rebalance_wakeup.wait()
-            self._rebalance_wakeup = anyio.Event()
-
-    async def _consumer_ids(self, topic: str) -> list[str] | None:
-        client = self.client
-        route = client.routes.get(topic)
-        if route is None or not route.broker_datas:
-            return None
-        bd = random.choice(route.broker_datas)
-        addr = bd.broker_addrs.get(0) or next(iter(bd.broker_addrs.values()))
-        cids = await client.api.get_consumer_id_list(addr, self.group, self.timing.request_timeout)
-        if self._tg is not None and self.subcheck.new_members(cids):
-            # once per new member, in the background: warn if it subscribes differently
-            self._tg.start_soon(self.subcheck.check, addr, cids)
-        return cids
-
     async def do_rebalance(self) -> None:
         """One rebalance of every subscribed topic (``RebalanceImpl.doRebalance``)."""
-        if self._stopping:
-            return
-        topics = sorted(self.subscribed_topics())
-        for topic in topics:
-            try:
-                mq_all = await self.client.subscribe_queues(topic)
-            except RocketMQError as exc:
-                log.debug("rebalance: no route for %s: %s", topic, exc)
-                continue
-            if self.config.clustering:
-                cids = await self._consumer_ids(topic)
-                if not cids:
-                    log.debug("rebalance: no consumer ids for %s yet", self.group)
-                    continue
-                cids = self.stability.observe(cids, time.monotonic(), self.client.client_id)
-                allocated = allocate_topic(self.strategy, self.group, self.client.client_id, mq_all, cids)
-            else:
-                allocated = set(mq_all)
-            await self._apply(topic, allocated)
-        # queues of topics no longer subscribed (truncateMessageQueueNotMyTopic)
-        for mq in [mq for mq in self.pqs if mq.topic not in topics]:
-            await self.drop_queue(mq)
+        await self.rebalancer.do_rebalance()
 
-    async def _apply(self, topic: str, allocated: set[MessageQueue]) -> None:
-        to_drop, to_add = diff(self.pqs.keys(), allocated, topic)
-        for mq in sorted(to_drop):
-            await self.drop_queue(mq)
-        added: list[ProcessQueue] = []
-        for mq in sorted(to_add):
-            if self._stopping:
-                return
-            if self.orderly:  # [orderly] lock before the first pull; a refused queue waits for a rebalance
-                locked_pq = self._new_process_queue(mq)
-                if not await self.consume_service.lock_new(locked_pq):
-                    continue
-            try:
-                offset = await self.compute_pull_from_where(mq)
-            except RocketMQError as exc:
-                log.warning("rebalance: cannot compute the start offset of %s: %s", mq, exc)
-                continue
-            pq = locked_pq if self.orderly else self._new_process_queue(mq)
-            pq.next_offset = offset
-            added.append(pq)
-        if to_drop or added:
-            # messageQueueChanged: a new subscription version, registered by a heartbeat BEFORE the
-            # new queues pull, so the broker does not answer their first pulls with 25 (not latest)
-            sub = self.subscription(topic)
-            if sub is not None:
-                sub.sub_version = int(time.time() * 1000)
-            await self.client.send_heartbeat_to_all_brokers()
-        assert self._tg is not None
-        for pq in added:
-            self.pqs[pq.mq] = pq
-            self._tg.start_soon(self.puller.run, pq)
-        if to_drop or added:
-            log.info(
-                "group %s (%s) rebalanced %s: +%d -%d, now %d queues",
-                self.group,
-                self.client.client_id,
-                topic,
-                len(added),
-                len(to_drop),
-                len([m for m in self.pqs if m.topic == topic]),
-            )
-            if to_drop and self.on_revoked:
-                await _call(self.on_revoked, topic, set(to_drop))
-            if added and self.on_assigned:
-                await _call(self.on_assigned, topic, {pq.mq for pq in added})
-
-    def _new_process_queue(self, mq: MessageQueue) -> ProcessQueue:
-        cfg = self.config
-        max_count = cfg.pull_threshold_for_queue
-        max_mib = cfg.pull_threshold_size_for_queue
-        n = max(1, len([m for m in self.pqs if m.topic == mq.topic]) + 1)
-        if cfg.pull_threshold_for_topic > 0:
-            max_count = max(1, cfg.pull_threshold_for_topic // n)
-        if cfg.pull_threshold_size_for_topic > 0:
-            max_mib = max(1, cfg.pull_threshold_size_for_topic // n)
-        span = None if self.orderly else cfg.consume_concurrently_max_span  # [orderly] no span limit
-        return ProcessQueue(mq, max_count=max_count, max_bytes=max_mib << 20, max_span=span)
+    async def compute_pull_from_where(self, mq: MessageQueue) -> int:
+        """``computePullFromWhere``: the committed offset, else by consume_from_where."""
+        return await self.rebalancer.compute_pull_from_where(mq)
 
     async def drop_queue(self, mq: MessageQueue, *, offset: int | None = None) -> None:
         """``removeUnnecessaryMessageQueue``: stop the queue, persist its offset, forget it (and in
@@ -610,29 +500,6 @@ class PushConsumer:
         self.offset_store.remove(mq)
         if self.orderly:  # [orderly] persisted: now the next owner may lock it (oneway 42)
             await self.consume_service.unlock_dropped(pq, idle)
-
-    async def compute_pull_from_where(self, mq: MessageQueue) -> int:
-        """``computePullFromWhere``: the committed offset, else by consume_from_where."""
-        stored = await self.offset_store.read_store(mq)
-        if stored is not None and stored >= 0:
-            return stored
-        where = self.config.consume_from_where
-        client = self.client
-        if where == "CONSUME_FROM_FIRST_OFFSET" or mq.topic.startswith("%RETRY%"):
-            return 0
-        addr = await client.master_addr(mq.broker_name, mq.topic)
-        t = self.timing.request_timeout
-        if where == "CONSUME_FROM_LAST_OFFSET":
-            return await client.api.get_max_offset(addr, mq, t)
-        return await client.api.search_offset(addr, mq, self._consume_timestamp_ms(), t)
-
-    def _consume_timestamp_ms(self) -> int:
-        ts = self.config.consume_timestamp
-        if ts is None:
-            return int((time.time() - 1800) * 1000)
-        if isinstance(ts, int):
-            return ts
-        return int(time.mktime(time.strptime(ts, "%Y%m%d%H%M%S")) * 1000)
 
     def filter_tags(self, topic: str, msgs: Sequence[MessageExt]) -> list[MessageExt]:
         """Re-filter by tag string: the broker filters by hash code only (``processPullResult``)."""
