@@ -23,6 +23,7 @@ previous one is settled (``ack`` = SUCCESS, ``retry`` = SUSPEND).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -117,13 +118,13 @@ class OrderlyConsumeService:
         self._tg: anyio.abc.TaskGroup | None = None
         self._limiter = anyio.CapacityLimiter(consumer.config.concurrency)
         self._closed = False
-        self._idle = anyio.Event()
-        self._idle.set()
+        self._idle: anyio.Event | None = None  # made only while someone waits for idleness
 
     # -- lifecycle (the same surface as ConcurrentConsumeService) ----------------------------------
 
     async def run(self, tg: anyio.abc.TaskGroup) -> None:
         self._tg = tg
+        self._loop_time = asyncio.get_running_loop().time
         self.timeout = self.c.deadlines.timeout
         if self.clustering:
             tg.start_soon(self._renew_loop)
@@ -134,6 +135,8 @@ class OrderlyConsumeService:
 
     async def wait_idle(self) -> None:
         while self.running > 0:
+            if self._idle is None:
+                self._idle = anyio.Event()
             await self._idle.wait()
 
     def set_timeout(self, timeout: float) -> None:
@@ -164,7 +167,7 @@ class OrderlyConsumeService:
     def _deadline(self, st: _Queue) -> float:
         deadline = st.start + self.timeout
         if self.clustering:
-            deadline = min(deadline, anyio.current_time() + self.locks.lease_remaining(st.pq))
+            deadline = min(deadline, self._loop_time() + self.locks.lease_remaining(st.pq))
         return deadline
 
     def _on_locked(self, pq: ProcessQueue) -> None:
@@ -319,7 +322,20 @@ class OrderlyConsumeService:
                 self._states.pop(st.pq, None)
 
     async def _round(self, st: _Queue) -> float | None:
-        """Consume batches until the queue is empty (None) or must wait (the delay before the next round)."""
+        """Consume batches until the queue is empty (None) or must wait (the delay before the next round).
+
+        A round holds one slot of the concurrency limit for its whole run (at most the time slice), as
+        a Java ConsumeRequest holds its thread: taking the slot once per batch costs more than the batch."""
+        try:
+            self._limiter.acquire_nowait()
+        except anyio.WouldBlock:
+            await self._limiter.acquire()
+        try:
+            return await self._round_locked(st)
+        finally:
+            self._limiter.release()
+
+    async def _round_locked(self, st: _Queue) -> float | None:
         pq = st.pq
         n = self.c.config.consume_batch_max_size if self.handler is not None else 1
         began = time.monotonic()
@@ -342,37 +358,26 @@ class OrderlyConsumeService:
 
     def _busy(self, delta: int) -> None:
         self.running += delta
-        if self.running == 0:
+        if self.running == 0 and self._idle is not None:
             self._idle.set()
-        elif self._idle.is_set():
-            self._idle = anyio.Event()
+            self._idle = None
 
     async def _consume(self, st: _Queue, batch: list[MessageExt]) -> float | None:
         """One batch; returns a suspend delay, or None to go on with the next batch."""
         c = self.c
         pq = st.pq
         reset_retry_topic(batch, c.retry_topic)
-        now_ms = str(int(time.time() * 1000))
-        for m in batch:
-            m.set_property(Prop.CONSUME_START_TIMESTAMP, now_ms)
         ctx = OrderlyContext(pq.mq)
-        # fast path: no checkpoint when the limiter and the lock are free (a checkpoint per batch sends
-        # the task to the back of the ready queue, behind every other queue's work)
+        # fast path: no checkpoint when the lock is free (a checkpoint per batch sends the task to the
+        # back of the ready queue, behind every other queue's work)
         try:
-            self._limiter.acquire_nowait()
+            pq.consume_lock.acquire_nowait()
         except anyio.WouldBlock:
-            await self._limiter.acquire()
+            await pq.consume_lock.acquire()
         try:
-            try:
-                pq.consume_lock.acquire_nowait()
-            except anyio.WouldBlock:
-                await pq.consume_lock.acquire()
-            try:
-                return await self._consume_locked(st, batch, ctx)
-            finally:
-                pq.consume_lock.release()
+            return await self._consume_locked(st, batch, ctx)
         finally:
-            self._limiter.release()
+            pq.consume_lock.release()
 
     async def _consume_locked(self, st: _Queue, batch: list[MessageExt], ctx: OrderlyContext) -> float | None:
         c = self.c
@@ -383,7 +388,7 @@ class OrderlyConsumeService:
         result: OrderlyResult | None = None
         t0 = time.perf_counter()
         self._busy(1)
-        st.start = anyio.current_time()
+        st.start = self._loop_time()
         try:
             with anyio.CancelScope(deadline=self._deadline(st)) as scope:
                 st.scope = scope
