@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import anyio
-from conftest import in_own_task
 
 from rmq_async import EmbeddedCluster, Message, MessageQueue, Producer, PullStatus, Timing
 from rmq_async.client.instance import ClientInstance
@@ -58,7 +57,7 @@ async def test_held_pull_is_answered_by_a_send(
 async def test_locks_one_holder_and_expiry(names: tuple[str, str]) -> None:
     topic, group = names
     timing = Timing.fast(lock_renew_interval=0.2, lock_lease=0.3, broker_lock_expiry=0.6)
-    async with in_own_task(EmbeddedCluster(timing=timing)) as cluster:
+    async with EmbeddedCluster(timing=timing) as cluster:
         await cluster.create_topic(topic, queues=2)
         mq = MessageQueue(topic, cluster.brokers[0].name, 0)
         cfg = ClientConfig(namesrv_addr=cluster.namesrv_addr, timing=timing)

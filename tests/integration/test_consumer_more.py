@@ -9,7 +9,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import in_own_task
 from helpers import Collector, produce
 
 from rmq_async import (
@@ -153,7 +152,7 @@ async def test_offsets_survive_a_broker_restart_on_a_data_dir(
     tmp_path: Path, names: tuple[str, str], timing: Timing
 ) -> None:
     topic, group = names
-    async with in_own_task(EmbeddedCluster(timing=timing, data_dir=tmp_path)) as cluster:
+    async with EmbeddedCluster(timing=timing, data_dir=tmp_path) as cluster:
         await produce(cluster.namesrv_addr, topic, 40)
         col = Collector()
         async with make(cluster, group, topic, col, timing):
@@ -170,7 +169,7 @@ async def test_offsets_survive_a_broker_restart_on_a_data_dir(
 
 @pytest.fixture
 async def cluster5(timing: Timing):  # type: ignore[no-untyped-def]
-    async with in_own_task(EmbeddedCluster(timing=timing, flavour=5)) as c:
+    async with EmbeddedCluster(timing=timing, flavour=5) as c:
         yield c
 
 

@@ -4,7 +4,6 @@ compression, the size limit, and retries on another broker."""
 from __future__ import annotations
 
 import pytest
-from conftest import in_own_task
 from helpers import Collector
 
 from rmq_async import ClientError, EmbeddedCluster, Message, Producer, PushConsumer, Timing
@@ -48,7 +47,7 @@ async def test_new_topic_selector_batch_oneway_and_compression(
 
 async def test_retries_on_the_other_broker(names: tuple[str, str], timing: Timing) -> None:
     topic, _ = names
-    async with in_own_task(EmbeddedCluster(brokers=2, timing=timing)) as cluster:
+    async with EmbeddedCluster(brokers=2, timing=timing) as cluster:
         await cluster.create_topic(topic, queues=2)
         cluster.brokers[0].faults.refuse(RequestCode.SEND_MESSAGE_V2, ResponseCode.SYSTEM_BUSY, "busy")
         async with Producer("p", namesrv_addr=cluster.namesrv_addr) as p:

@@ -12,8 +12,6 @@ import asyncio
 import os
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +35,6 @@ __all__ = [
     "SCALE",
     "Ledger",
     "consumer",
-    "in_own_task",
     "n_msgs",
     "produce",
 ]
@@ -160,27 +157,3 @@ def consumer(
     return PushConsumer(
         group, namesrv_addr=namesrv, handler=handler, subscriptions={topic: "*"}, timing=timing, **options
     )
-
-
-@asynccontextmanager
-async def in_own_task(cm: Any) -> AsyncIterator[Any]:
-    """Enter and exit ``cm`` in one task (fixture setup and teardown run in different tasks)."""
-    ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-    stop = asyncio.Event()
-
-    async def runner() -> None:
-        try:
-            async with cm as value:
-                ready.set_result(value)
-                await stop.wait()
-        except BaseException as exc:
-            if not ready.done():
-                ready.set_exception(exc)
-            raise
-
-    task = asyncio.create_task(runner())
-    try:
-        yield await ready
-    finally:
-        stop.set()
-        await task

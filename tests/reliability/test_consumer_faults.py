@@ -45,9 +45,7 @@ async def query_offset(addr: str, group: str, topic: str, queue_id: int) -> int:
 
 @pytest.fixture
 async def cluster(timing: Timing) -> Any:
-    from .scenario import in_own_task
-
-    async with in_own_task(EmbeddedCluster(brokers=1, queues=4, timing=timing)) as c:
+    async with EmbeddedCluster(brokers=1, queues=4, timing=timing) as c:
         yield c
 
 
