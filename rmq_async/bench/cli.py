@@ -1,0 +1,206 @@
+"""``rmq-async bench``: run benchmark scenarios and report one JSON line per scenario and loop.
+
+Strategy: the harness process stays synchronous. It starts the embedded cluster in an exec'd child
+(unless ``--namesrv`` names a cluster), creates a topic and preloads ``--messages`` messages with the
+producer (progress bar on a terminal), then execs one worker per run (``rmq_async.bench.worker``),
+alternating the loops run by run so drift on a shared machine hits both alike. Workers print their
+result as JSON; the harness aggregates medians and spread, prints one JSON line per (scenario, loop)
+on stdout and the table on stderr, and writes ``result.json``, ``table.txt`` and PNG plots under
+``--out``. Every child dies with the harness (stdin EOF for the broker, PR_SET_PDEATHSIG for workers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .cluster import ChildCluster, create_topic, preload
+from .machine import machine_info
+from .report import format_table, plot, profile_text, summarize
+
+__all__ = ["DEFAULT_SUITE", "FULL_SUITE", "add_arguments", "run", "run_worker"]
+
+DEFAULT_SUITE = ("push", "raw-pull", "latency", "backlog")
+FULL_SUITE = (
+    "push",
+    "push-sleep",
+    "push-cpu",
+    "push-orderly",
+    "lite-pull",
+    "raw-pull",
+    "latency",
+    "backlog",
+    "rebalance",
+)
+_PRELOADED = {"push", "push-sleep", "push-cpu", "push-orderly", "lite-pull", "raw-pull", "backlog"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``bench`` options to ``parser``."""
+    parser.add_argument(
+        "scenario",
+        nargs="*",
+        default=["default"],
+        help=f"scenarios ({', '.join(FULL_SUITE)}) or 'default' ({', '.join(DEFAULT_SUITE)}) or 'all'",
+    )
+    parser.add_argument("--namesrv", help="use this cluster instead of starting an embedded one")
+    parser.add_argument("--messages", type=int, default=200_000, help="messages preloaded (default 200000)")
+    parser.add_argument("--size", type=int, default=1024, help="message body bytes (default 1024)")
+    parser.add_argument("--queues", type=int, default=8, help="queues of the topics (default 8)")
+    parser.add_argument("--runs", type=int, default=3, help="runs per scenario and loop (default 3)")
+    parser.add_argument(
+        "--loop", choices=("asyncio", "uvloop", "both"), default="both", help="event loop (default both)"
+    )
+    parser.add_argument("--out", default="bench-results", help="output directory (default bench-results)")
+    parser.add_argument("--batch", type=int, default=1, help="push: consume_batch_max_size (default 1)")
+    parser.add_argument("--sleep-ms", type=float, default=1.0, help="push-sleep: handler awaits this")
+    parser.add_argument("--cpu-us", type=float, default=100.0, help="push-cpu: CPU burnt per message")
+    parser.add_argument(
+        "--stall-s", type=float, default=2.0, help="backlog: handlers hold this long first (default 2)"
+    )
+    parser.add_argument(
+        "--rate", type=float, default=None, help="latency: offered msgs/s (default: half the push median)"
+    )
+    parser.add_argument("--duration", type=float, default=10.0, help="latency: seconds offered (default 10)")
+    parser.add_argument("--profile", action="store_true", help="add one cProfile'd push run (asyncio)")
+    parser.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
+
+
+def _scenarios(names: list[str]) -> list[str]:
+    out: list[str] = []
+    for n in names:
+        expand = {"default": DEFAULT_SUITE, "all": FULL_SUITE}.get(n, (n,))
+        for s in expand:
+            if s not in FULL_SUITE:
+                raise SystemExit(f"rmq-async bench: unknown scenario {s!r} (known: {', '.join(FULL_SUITE)})")
+            if s not in out:
+                out.append(s)
+    # push first: the latency scenario offers half of what push reached
+    return sorted(out, key=lambda s: FULL_SUITE.index(s))
+
+
+def run_worker(role: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Exec one worker run and return its result dict (``{"error": ...}`` if it failed)."""
+    params = {**params, "parent_pid": os.getpid()}
+    cmd = [sys.executable, "-m", "rmq_async.bench.worker", role, json.dumps(params)]
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    text = proc.stdout.decode(errors="replace")
+    for line in reversed(text.strip().splitlines()):
+        try:
+            result = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(result, dict):
+            return result
+    return {"error": f"worker exited {proc.returncode} without a result (stdout tail {text[-200:]!r})"}
+
+
+def _log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _short(r: dict[str, Any]) -> str:
+    if "error" in r or "skipped" in r:
+        return json.dumps(r)[:300]
+    keys = ("msgs_per_s", "p50_ms", "p99_ms", "peak_rss_mb", "join_s", "leave_s", "offered_msgs_per_s")
+    return ", ".join(f"{k}={r[k]:,.1f}" for k in keys if isinstance(r.get(k), (int, float)))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the scenarios in ``args``; returns the exit code (1 if a run failed)."""
+    scenarios = _scenarios(args.scenario)
+    loops = ["asyncio", "uvloop"] if args.loop == "both" else [args.loop]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    command = " ".join(shlex.quote(a) for a in [Path(sys.argv[0]).name, *sys.argv[1:]])
+    wall0 = time.perf_counter()
+    cluster = None if args.namesrv else ChildCluster(queues=args.queues)
+    results: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    summaries: list[dict[str, Any]] = []
+    profile = None
+    try:
+        namesrv = args.namesrv or cluster.start()  # type: ignore[union-attr]
+        _log(f"cluster: {namesrv}" + (" (embedded, child process)" if cluster else ""))
+        topic = f"Bench_{os.getpid()}_{int(time.time())}"
+        base = {
+            "namesrv": namesrv,
+            "topic": topic,
+            "messages": args.messages,
+            "size": args.size,
+            "queues": args.queues,
+            "batch": args.batch,
+            "sleep_ms": args.sleep_ms,
+            "cpu_us": args.cpu_us,
+            "duration": args.duration,
+            "stall_s": args.stall_s,
+            "timeout": max(60.0, args.messages / 1000),
+        }
+        preload_rate = None
+        if _PRELOADED & set(scenarios) or args.profile:
+            asyncio.run(create_topic(namesrv, topic, args.queues))
+            preload_rate = asyncio.run(preload(namesrv, topic, args.messages, args.size))
+            _log(f"preloaded {args.messages:,} x {args.size} B, {args.queues} queues: {preload_rate:,.0f}/s")
+        for sc in scenarios:
+            for r in range(args.runs):
+                for lp in loops:
+                    params = {**base, "scenario": sc, "loop": lp}
+                    if sc == "latency":
+                        push = results.get(("push", lp), [])
+                        rates = sorted(x["msgs_per_s"] for x in push if x.get("msgs_per_s"))
+                        params["rate"] = args.rate or (rates[len(rates) // 2] / 2 if rates else 2000.0)
+                    res = run_worker(sc, params, base["timeout"] + args.duration + 120)
+                    results.setdefault((sc, lp), []).append(res)
+                    _log(f"{sc} / {lp} run {r + 1}/{args.runs}: {_short(res)}")
+                    if "skipped" in res:
+                        break
+                if any("skipped" in x for lp in loops for x in results.get((sc, lp), [])):
+                    break
+        if args.profile:
+            with tempfile.TemporaryDirectory() as tmp:
+                pfile = str(Path(tmp) / "push.pstats")
+                res = run_worker("push", {**base, "loop": "asyncio", "profile": pfile}, base["timeout"] + 60)
+                profile = {"msgs_per_s_under_profiler": res.get("msgs_per_s"), "text": profile_text(pfile)}
+                _log(f"profiled push run: {_short(res)}")
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    for (sc, lp), runs in results.items():
+        summaries.append(summarize(sc, lp, namesrv, runs))
+    table = format_table(summaries)
+    wall = time.perf_counter() - wall0
+    plots = [] if args.no_plots else plot(results, out)
+    doc = {
+        "command": command,
+        "argv": sys.argv,
+        "args": {k: v for k, v in vars(args).items() if not callable(v)},
+        "machine": machine_info(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "wall_s": wall,
+        "preload_msgs_per_s": preload_rate,
+        "summaries": summaries,
+        "runs": {f"{sc}/{lp}": v for (sc, lp), v in results.items()},
+        "profile": profile,
+        "plots": plots,
+    }
+    (out / "result.json").write_text(json.dumps(doc, indent=1))
+    (out / "table.md").write_text(format_table(summaries, markdown=True) + "\n")
+    (out / "table.txt").write_text(f"{command}\n\n{table}\n" + (f"\n{profile['text']}" if profile else ""))
+    print(table, file=sys.stderr)
+    if profile:
+        print(profile["text"], file=sys.stderr)
+    _log(f"wall {wall:.0f} s; wrote {', '.join(['result.json', 'table.txt', *plots])} in {out}")
+    for s in summaries:
+        print(json.dumps({k: v for k, v in s.items() if k != "errors" or v}), flush=True)
+    return 1 if any(s["errors"] for s in summaries) else 0

@@ -1,0 +1,225 @@
+"""Aggregation and output for the benchmark harness: summary lines, the human table, plots, profiles.
+
+Strategy: pure functions over the per-run dicts the workers print. A summary is one JSON-ready dict
+per (scenario, loop) with medians and min-max spread; fields that do not apply are None. Plots use
+matplotlib (the ``bench`` extra), imported lazily with the Agg backend; without it the harness says
+so and writes everything else.
+"""
+
+from __future__ import annotations
+
+import itertools
+import pstats
+import re
+from collections.abc import Sequence
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+from .machine import spread
+
+__all__ = ["format_table", "plot", "profile_text", "summarize"]
+
+_SHORTEN = re.compile(r"\S*/(rmq_async|anyio|asyncio|sniffio|sortedcontainers)/")
+
+_EXTRA = (
+    "born_p50_ms",
+    "born_p99_ms",
+    "offered_msgs_per_s",
+    "target_rate",
+    "max_cached_msgs",
+    "max_cached_mb",
+    "rss_before_mb",
+    "startup_s",
+    "join_s",
+    "leave_s",
+    "a_released_s",
+    "b_startup_s",
+)
+
+
+def _round(x: Any) -> Any:
+    if isinstance(x, float):
+        return round(x, 1) if abs(x) >= 100 else round(x, 3)
+    if isinstance(x, list):
+        return [_round(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _round(v) for k, v in x.items()}
+    return x
+
+
+def summarize(scenario: str, loop: str, namesrv: str, runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One summary for a scenario on one loop: medians over the runs, with min and max."""
+    ok = [r for r in runs if "error" not in r and "skipped" not in r]
+    skipped = next((r["skipped"] for r in runs if "skipped" in r), None)
+    rate = spread([r.get("msgs_per_s") for r in ok])
+    out: dict[str, Any] = {
+        "scenario": scenario,
+        "msgs_per_s": rate["median"],
+        "msgs_per_s_min": rate["min"],
+        "msgs_per_s_max": rate["max"],
+        "runs": [
+            {
+                k: r.get(k)
+                for k in ("msgs_per_s", "p50_ms", "p99_ms", "peak_rss_mb", "seconds", *_EXTRA)
+                if k in r
+            }
+            for r in ok
+        ],
+        "p50_ms": spread([r.get("p50_ms") for r in ok])["median"],
+        "p99_ms": spread([r.get("p99_ms") for r in ok])["median"],
+        "peak_rss_mb": spread([r.get("peak_rss_mb") for r in ok])["median"],
+        "loop": loop,
+        "namesrv": namesrv,
+        "skipped": skipped,
+        "errors": [r["error"] for r in runs if "error" in r],
+    }
+    for k in _EXTRA:
+        vals = [r.get(k) for r in ok if r.get(k) is not None]
+        if vals:
+            s = spread(vals)
+            out[k] = s["median"]
+            if k in ("join_s", "leave_s"):
+                out[k + "_min"], out[k + "_max"] = s["min"], s["max"]
+    rounded: dict[str, Any] = _round(out)
+    return rounded
+
+
+def _num(x: Any, fmt: str = ",.0f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def format_table(summaries: Sequence[dict[str, Any]], *, markdown: bool = False) -> str:
+    """A fixed-width table of the summaries (what the harness prints and writes as table.txt), or a
+    Markdown table (table.md)."""
+    head = ("scenario", "loop", "msgs/s (median)", "min-max", "p50 ms", "p99 ms", "peak RSS MB", "notes")
+    rows: list[tuple[str, ...]] = []
+    for s in summaries:
+        notes: list[str] = []
+        if s.get("skipped"):
+            notes.append("skipped: " + s["skipped"])
+        if s.get("errors"):
+            notes.append(f"{len(s['errors'])} run(s) failed: {s['errors'][0]}")
+        if s.get("offered_msgs_per_s") is not None:
+            notes.append(
+                f"offered {s['offered_msgs_per_s']:,.0f}/s; born p50/p99 "
+                f"{_num(s.get('born_p50_ms'), '.1f')}/{_num(s.get('born_p99_ms'), '.1f')} ms"
+            )
+        if s.get("max_cached_msgs") is not None and s["scenario"] == "backlog":
+            notes.append(
+                f"max cached {s['max_cached_msgs']:,} msgs / {s['max_cached_mb']:.1f} MiB; "
+                f"RSS before start {_num(s.get('rss_before_mb'), '.1f')} MB"
+            )
+        if s.get("join_s") is not None:
+            notes.append(
+                f"join {s['join_s']:.2f} s ({s['join_s_min']:.2f}-{s['join_s_max']:.2f}), "
+                f"leave {_num(s.get('leave_s'), '.2f')} s ({_num(s.get('leave_s_min'), '.2f')}-"
+                f"{_num(s.get('leave_s_max'), '.2f')})"
+            )
+        rows.append(
+            (
+                s["scenario"],
+                s["loop"],
+                _num(s["msgs_per_s"]),
+                f"{_num(s['msgs_per_s_min'])}-{_num(s['msgs_per_s_max'])}" if s["msgs_per_s"] else "-",
+                _num(s["p50_ms"], ".1f"),
+                _num(s["p99_ms"], ".1f"),
+                _num(s["peak_rss_mb"], ".1f"),
+                "; ".join(notes),
+            )
+        )
+    if markdown:
+        md = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * 5 + "---|"]
+        return "\n".join(md + ["| " + " | ".join(r) + " |" for r in rows])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def profile_text(path: str | Path, top: int = 15) -> str:
+    """The top entries of a pstats file, by own time and by cumulative time, paths shortened."""
+
+    def table(key: str) -> str:
+        buf = StringIO()
+        pstats.Stats(str(path), stream=buf).sort_stats(key).print_stats(top)
+        lines = buf.getvalue().splitlines()
+        start = next((i for i, ln in enumerate(lines) if ln.lstrip().startswith("ncalls")), 0)
+        body = [ln for ln in lines[start:] if ln.strip()]
+        return "\n".join(_SHORTEN.sub(r"\1/", ln) for ln in body)
+
+    return f"By own time (tottime):\n{table('tottime')}\n\nBy cumulative time:\n{table('cumulative')}\n"
+
+
+def plot(results: dict[tuple[str, str], list[dict[str, Any]]], out: Path) -> list[str]:
+    """Throughput over time, latency CDF and RSS over time, as PNGs in ``out``; returns the files
+    written (an empty list, with the reason on stderr, when matplotlib is not installed)."""
+    try:
+        import importlib
+
+        matplotlib: Any = importlib.import_module("matplotlib")
+        matplotlib.use("Agg")
+        plt: Any = importlib.import_module("matplotlib.pyplot")
+    except ImportError:
+        import sys
+
+        print("rmq-async bench: no plots (pip install 'rmq_async[bench]' for matplotlib)", file=sys.stderr)
+        return []
+    written: list[str] = []
+
+    def first_ok(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+        return next((r for r in runs if "error" not in r and "skipped" not in r), None)
+
+    series = {k: first_ok(v) for k, v in results.items()}
+    tl = {k: r["timeline"] for k, r in series.items() if r and len(r.get("timeline") or []) > 2}
+    if tl:
+        fig, ax = plt.subplots(figsize=(9, 5))
+        for (sc, lp), rows in sorted(tl.items()):
+            ts = [r[0] for r in rows]
+            rates = [0.0] + [(b[1] - a[1]) / max(1e-9, b[0] - a[0]) for a, b in itertools.pairwise(rows)]
+            ax.plot(ts, rates, label=f"{sc} / {lp}", linewidth=1)
+        ax.set(xlabel="seconds since consumer start", ylabel="messages / s", title="Throughput (run 1)")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "throughput.png", dpi=110)
+        plt.close(fig)
+        written.append("throughput.png")
+    lat = {k: r for k, r in series.items() if r and r.get("samples_store_ms")}
+    if lat:
+        fig, ax = plt.subplots(figsize=(9, 5))
+        for (_, lp), r in sorted(lat.items()):
+            for key, style in (("samples_store_ms", "-"), ("samples_born_ms", "--")):
+                xs = r[key]
+                ax.plot(
+                    xs,
+                    [(i + 1) / len(xs) for i in range(len(xs))],
+                    style,
+                    label=f"{lp}: {key.split('_')[1]}->handler",
+                    linewidth=1,
+                )
+        ax.set_xscale("log")
+        ax.set(xlabel="ms (log)", ylabel="fraction of messages", title="End-to-end latency CDF (run 1)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "latency_cdf.png", dpi=110)
+        plt.close(fig)
+        written.append("latency_cdf.png")
+    mem = {k: v for k, v in tl.items() if k[0] == "backlog"}
+    if mem:
+        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+        for (_, lp), rows in sorted(mem.items()):
+            ax1.plot([r[0] for r in rows], [r[2] for r in rows], label=f"RSS, {lp}", linewidth=1)
+            ax2.plot(
+                [r[0] for r in rows], [r[4] / 2**20 for r in rows], label=f"cached bodies, {lp}", linewidth=1
+            )
+        ax1.set(ylabel="RSS MiB", title="Backlog drain: memory over time (run 1)")
+        ax2.set(xlabel="seconds since consumer start", ylabel="cached MiB")
+        ax1.legend(fontsize=8)
+        ax2.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "rss.png", dpi=110)
+        plt.close(fig)
+        written.append("rss.png")
+    return written
