@@ -205,9 +205,7 @@ class MQClientAPI:
         rh = H.PullMessageResponseHeader.from_ext_fields(resp.ext_fields)
         msgs: list[MessageExt] = []
         if status is PullStatus.FOUND and resp.body:
-            msgs = decode_messages(resp.body)
-            for m in msgs:
-                m.broker_name = broker_name
+            msgs = decode_messages(resp.body, broker_name=broker_name)
         return PullResult(
             status=status,
             next_begin_offset=rh.next_begin_offset,

@@ -119,7 +119,8 @@ class ConcurrentConsumeService:
             async for pq, msgs in recv:
                 if pq.dropped or self.c.stopping:
                     continue  # not started: at shutdown only work already begun is finished
-                reset_retry_topic(msgs, self.c.retry_topic)
+                if pq.mq.topic == self.c.retry_topic:  # only retry queues hold retry copies
+                    reset_retry_topic(msgs, self.c.retry_topic)
                 # a started pulled batch is finished even during a graceful stop (bounded by the
                 # shutdown timeout): stopping in its middle would leave a gap below batches other
                 # workers finished, and the committed offset would stay at the gap
