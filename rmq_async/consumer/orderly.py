@@ -500,7 +500,7 @@ class OrderlyConsumeService:
         elif result is OrderlyResult.COMMIT:
             commit = pq.commit()
         elif result is OrderlyResult.ROLLBACK:
-            pq.put_back(list(pq.consuming.values()))
+            pq.put_back(pq.consuming_messages())
             delay = self._suspend_time(ctx)
         elif result is _SUSPEND:
             retry = await self._reconsume_or_dlq(batch)

@@ -125,3 +125,16 @@ async def test_deadline_tracker_fires_in_order_and_applies_new_timeout() -> None
             await done.wait()
         assert fired == ["a"]
         tg.cancel_scope.cancel()
+
+
+def test_out_of_order_put_and_put_back_keep_offset_order() -> None:
+    pq = ProcessQueue(MQ)
+    pq.put([Msg(o) for o in (10, 11, 12)])  # type: ignore[misc]
+    pq.put([Msg(o) for o in (5, 6)])  # type: ignore[misc]  # below what is held
+    assert pq.committable_offset() == 5 and pq.span == 7
+    taken = pq.take(3)
+    assert [m.queue_offset for m in taken] == [5, 6, 10]
+    pq.put_back(taken[1:])
+    assert [m.queue_offset for m in pq.messages()] == [6, 10, 11, 12]
+    assert pq.remove([Msg(6), Msg(10)]) == 11  # type: ignore[list-item]
+    assert pq.count == 3  # 11, 12 and the consuming 5
