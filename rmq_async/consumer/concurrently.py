@@ -79,11 +79,13 @@ class ConcurrentConsumeService:
         #: running handlers' cancel scopes and start times: the consume timeout is their deadline
         self.scopes: dict[anyio.CancelScope, float] = {}
         self.timeout = consumer.timing.consume_timeout
+        self._tver = 0  # bumped by set_timeout
         self._idle: anyio.Event | None = None  # made only while someone waits for idleness
 
     def set_timeout(self, timeout: float) -> None:
         """Apply a new consume timeout to the handlers already running."""
         self.timeout = timeout
+        self._tver += 1
         for scope, start in self.scopes.items():
             scope.deadline = start + timeout
 
@@ -173,6 +175,9 @@ class ConcurrentConsumeService:
         done: tuple[list[MessageExt], ConsumeResult, ConsumeContext] | None = None
         batch: list[MessageExt] = []
         ok_since = 0.0
+        scopes = self.scopes
+        dl = math.inf  # the scope's deadline as last set here (read back after a set_timeout)
+        tver = self._tver
         with anyio.CancelScope() as scope:
             while i < len(msgs):
                 if pq.dropped:
@@ -180,13 +185,15 @@ class ConcurrentConsumeService:
                 batch = msgs[i : i + n]
                 ctx = ConsumeContext(pq.mq)
                 start = loop_time()
-                self.scopes[scope] = start
+                scopes[scope] = start
+                if tver != self._tver:  # set_timeout moved the deadlines of running handlers
+                    tver, dl = self._tver, scope.deadline
                 # the deadline moves only when it would fall short of this batch's own deadline, and
                 # then a little further (slack): at most one timer re-arm per slack window, not two per
                 # message; a batch is never cancelled early, at most ``slack`` late
                 need = start + self.timeout
-                if scope.deadline < need or scope.deadline == math.inf:
-                    scope.deadline = need + min(0.05, self.timeout / 100)
+                if dl < need or dl == math.inf:
+                    dl = scope.deadline = need + min(0.05, self.timeout / 100)
                 self.running += 1
                 try:
                     if hooks:
@@ -206,7 +213,7 @@ class ConcurrentConsumeService:
                     )
                     result = ConsumeResult.RECONSUME_LATER
                 finally:
-                    del self.scopes[scope]
+                    del scopes[scope]
                     self.running -= 1
                 i += n
                 if scope.cancel_called:
@@ -225,7 +232,7 @@ class ConcurrentConsumeService:
                     continue
                 if ok:
                     self._ack(pq, ok)
-                scope.deadline = math.inf  # send-backs and hooks must not be cut by the handler deadline
+                dl = scope.deadline = math.inf  # send-backs and hooks must not be cut by the deadline
                 await self._finish(pq, batch, result, ctx, now - start)
         if ok:
             self._ack(pq, ok)
