@@ -12,6 +12,7 @@ import asyncio
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -105,11 +106,22 @@ class Ledger:
             while self.unique < n:
                 await self._changed.wait()
 
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
+        """Until ``predicate()`` holds, re-checked on every message seen (fails naming ``what``)."""
+        try:
+            with anyio.fail_after(timeout):
+                while not predicate():
+                    await self._changed.wait()
+        except TimeoutError:
+            raise AssertionError(f"{self.name}: not within {timeout}s: {what}") from None
+
     def mark_fault_end(self) -> None:
         self.fault_end = time.monotonic()
 
-    def record(self, **extra: Any) -> dict[str, Any]:
-        """Add this scenario's row to the report; asserts nothing was lost."""
+    def record(self, *, order_violations: str = "", handover_s: str = "", **extra: Any) -> dict[str, Any]:
+        """Add this scenario's row to the report; asserts nothing was lost.
+
+        ``order_violations`` and ``handover_s`` fill the orderly scenarios' columns (preformatted)."""
         recovery = None
         if self.fault_end is not None:
             recovery = max(0.0, self.last_new - self.fault_end)
@@ -122,6 +134,8 @@ class Ledger:
             "recovery_s": None if recovery is None else round(recovery, 2),
             "seconds": round(time.monotonic() - self.t0, 1),
             "notes": "; ".join(f"{k}={v}" for k, v in extra.items()),
+            "order_violations": order_violations,
+            "handover_s": handover_s,
         }
         RESULTS.append(row)
         assert not self.lost, f"{self.name}: lost {sorted(self.lost)[:5]}"

@@ -3,15 +3,24 @@
 Inputs are the captured frames and pull bodies, re-chunked or mutated (flipped bytes, rewritten
 length fields, cuts, junk), plus random bytes. The only exception allowed out is ProtocolError;
 re-chunking real frames must give exactly what decoding them one by one gives. The number of inputs
-is set by each test's hypothesis ``max_examples`` (no deadline: CI machines vary).
+is set by each test's hypothesis ``max_examples`` (no deadline: CI machines vary). The inputs each
+decoder was actually given are counted (``INPUTS``) and, when every fuzz test of this module ran and
+passed, written to ``tests/reliability/fuzz/hypothesis.json`` at module teardown; the reliability
+suite's README shows them next to the atheris figures.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import struct
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from wire import CAPTURE_FILES, frames
@@ -21,6 +30,17 @@ from rmq_async.protocol.command import FrameDecoder, RemotingCommand, decode_fra
 from rmq_async.protocol.message import decode_messages
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ_TESTS = (
+    "test_rechunked_real_frames_decode_identically",
+    "test_random_bytes",
+    "test_mutated_frames",
+    "test_mutated_pull_bodies",
+)
+COUNTS_FILE = Path(__file__).resolve().parents[1] / "reliability" / "fuzz" / "hypothesis.json"
+
+#: fuzzed inputs given to each decoder (names as in the atheris harness), and examples per test
+INPUTS: Counter[str] = Counter()
+EXAMPLES: Counter[str] = Counter()
 
 RAW_FRAMES: list[bytes] = [fr.raw for f in CAPTURE_FILES for fr in frames(f)]
 PULL_BODIES: list[bytes] = sorted(
@@ -36,8 +56,30 @@ PULL_BODIES: list[bytes] = sorted(
 )
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _write_counts(request: pytest.FixtureRequest) -> Iterator[None]:
+    t0, failed = time.monotonic(), request.session.testsfailed
+    yield
+    # a partial run (-k) or a failure keeps the last full figures
+    if set(EXAMPLES) == set(FUZZ_TESTS) and request.session.testsfailed == failed:
+        COUNTS_FILE.write_text(
+            json.dumps(
+                {
+                    "run_at": time.strftime("%Y-%m-%d %H:%M"),
+                    "max_examples": FUZZ.max_examples,
+                    "seconds": round(time.monotonic() - t0, 1),
+                    "inputs_per_decoder": dict(sorted(INPUTS.items())),
+                    "examples_per_test": {t: EXAMPLES[t] for t in FUZZ_TESTS},
+                },
+                indent=1,
+            )
+            + "\n"
+        )
+
+
 def feed_all(chunks: list[bytes], max_frame: int = 16 << 20) -> list[RemotingCommand]:
     """Feed chunks; only ProtocolError may escape, and after one the decoder stays failed."""
+    INPUTS["frame_decoder"] += 1
     decoder = FrameDecoder(max_frame)
     out: list[RemotingCommand] = []
     for chunk in chunks:
@@ -66,12 +108,14 @@ def test_rechunked_real_frames_decode_identically(data: st.DataObject) -> None:
     cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=60))
     decoded = feed_all(split(stream, cuts))
     assert decoded == [decode_frame(raw) for raw in picked]
+    EXAMPLES["test_rechunked_real_frames_decode_identically"] += 1
 
 
 @FUZZ
 @given(st.binary(max_size=2048), st.lists(st.integers(0, 2048), max_size=8))
 def test_random_bytes(blob: bytes, cuts: list[int]) -> None:
     feed_all(split(blob, cuts), max_frame=1 << 16)
+    EXAMPLES["test_random_bytes"] += 1
 
 
 def _mutate(data: st.DataObject, raw: bytes) -> bytes:
@@ -103,8 +147,10 @@ def test_mutated_frames(data: st.DataObject) -> None:
     stream = b"".join(_mutate(data, raw) for raw in picked)
     cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=10))
     feed_all(split(stream, cuts), max_frame=1 << 20)
+    INPUTS["decode_frame"] += 1
     with contextlib.suppress(ProtocolError):
         decode_frame(stream)
+    EXAMPLES["test_mutated_frames"] += 1
 
 
 def _mutate_body(data: st.DataObject, body: bytes) -> bytes:
@@ -139,6 +185,8 @@ def _mutate_body(data: st.DataObject, body: bytes) -> bytes:
 def test_mutated_pull_bodies(data: st.DataObject) -> None:
     body = data.draw(st.sampled_from(PULL_BODIES))
     mutated = _mutate_body(data, body)
+    INPUTS["decode_messages"] += 1  # one input, decoded with and without the properties check
+    EXAMPLES["test_mutated_pull_bodies"] += 1
     for check in (False, True):
         try:
             msgs = decode_messages(mutated, check_properties=check)
