@@ -27,9 +27,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
@@ -69,7 +69,6 @@ class OrderlyContext:
     auto_commit: bool = True
     #: None: ``Timing.suspend_current_queue``
     suspend_time: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 OrderlyHandler = Callable[
@@ -386,7 +385,6 @@ class OrderlyConsumeService:
             pq.put_back(batch)
             return None
         result: OrderlyResult | None = None
-        t0 = time.perf_counter()
         self._busy(1)
         st.start = self._loop_time()
         try:
@@ -432,7 +430,7 @@ class OrderlyConsumeService:
             result = _SUSPEND
         if self.handler is not None:
             ok = result in (OrderlyResult.SUCCESS, OrderlyResult.COMMIT)
-            c.stats.consumed(pq.mq.topic, len(batch), time.perf_counter() - t0, ok=ok)
+            c.stats.consumed(pq.mq.topic, len(batch), self._loop_time() - st.start, ok=ok)
         if c.after_hooks:
             await c.hooks_after(batch, ctx, result)
         if pq.dropped:
