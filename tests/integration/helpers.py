@@ -7,7 +7,17 @@ from collections.abc import Sequence
 
 import anyio
 
-from rmq_async import ConsumeContext, ConsumeResult, Message, MessageExt, Producer, SendResult
+from rmq_async import (
+    ConsumeContext,
+    ConsumeResult,
+    EmbeddedCluster,
+    Message,
+    MessageExt,
+    Producer,
+    PushConsumer,
+    SendResult,
+    Timing,
+)
 
 
 async def produce(
@@ -63,3 +73,18 @@ class Collector:
 
     async def wait_unique(self, n: int, timeout: float = 20.0) -> None:
         await self.wait_until(lambda: self.unique >= n, timeout)
+
+
+def consumer(
+    cluster: EmbeddedCluster, group: str, topic: str, handler: object, timing: Timing, **kw: object
+) -> PushConsumer:
+    """A push consumer of ``topic`` (expression ``expr``, default ``*``) from the first offset."""
+    kw.setdefault("consume_from_where", "CONSUME_FROM_FIRST_OFFSET")
+    return PushConsumer(
+        group,
+        namesrv_addr=cluster.namesrv_addr,
+        handler=handler,  # type: ignore[arg-type]
+        subscriptions={topic: kw.pop("expr", "*")},  # type: ignore[dict-item]
+        timing=timing,
+        **kw,
+    )

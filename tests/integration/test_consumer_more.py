@@ -9,14 +9,13 @@ from pathlib import Path
 
 import anyio
 import pytest
-from helpers import Collector, produce
+from helpers import Collector, consumer, produce
 
 from rmq_async import (
     ConsumeContext,
     ConsumeResult,
     EmbeddedCluster,
     MessageExt,
-    PushConsumer,
     Timing,
 )
 from rmq_async.client.instance import ClientInstance
@@ -24,20 +23,6 @@ from rmq_async.config import ClientConfig
 from rmq_async.protocol.bodies import ConsumeMessageDirectlyResult, ConsumerRunningInfo
 from rmq_async.protocol.codes import RequestCode
 from rmq_async.protocol.command import RemotingCommand
-
-
-def make(
-    cluster: EmbeddedCluster, group: str, topic: str, handler: object, timing: Timing, **kw: object
-) -> PushConsumer:
-    kw.setdefault("consume_from_where", "CONSUME_FROM_FIRST_OFFSET")
-    return PushConsumer(
-        group,
-        namesrv_addr=cluster.namesrv_addr,
-        handler=handler,  # type: ignore[arg-type]
-        subscriptions={topic: "*"},
-        timing=timing,
-        **kw,
-    )
 
 
 async def admin_call(
@@ -53,7 +38,7 @@ async def test_running_info_status_and_consume_directly(
     topic, group = names
     sent = await produce(cluster.namesrv_addr, topic, 8)
     col = Collector()
-    async with make(cluster, group, topic, col, timing) as c:
+    async with consumer(cluster, group, topic, col, timing) as c:
         await col.wait_unique(8)
         # 307 through the broker: the Java ConsumerRunningInfo shape mqadmin consumerStatus reads
         resp = await admin_call(
@@ -95,7 +80,7 @@ async def test_reset_offset_by_time_makes_the_group_consume_again(
     topic, group = names
     await produce(cluster.namesrv_addr, topic, 12)
     col = Collector()
-    async with make(cluster, group, topic, col, timing):
+    async with consumer(cluster, group, topic, col, timing):
         await col.wait_unique(12)
         await anyio.sleep(timing.persist_interval * 3)  # the broker resets only groups with committed offsets
         with anyio.fail_after(10):
@@ -126,7 +111,7 @@ async def test_pull_resumes_promptly_when_room_frees(
         consumed += len(msgs)
         return ConsumeResult.SUCCESS
 
-    async with make(
+    async with consumer(
         cluster, group, topic, handler, timing, pull_threshold_for_queue=40, pull_batch_size=16
     ) as c:
         with anyio.fail_after(10):
@@ -155,13 +140,13 @@ async def test_offsets_survive_a_broker_restart_on_a_data_dir(
     async with EmbeddedCluster(timing=timing, data_dir=tmp_path) as cluster:
         await produce(cluster.namesrv_addr, topic, 40)
         col = Collector()
-        async with make(cluster, group, topic, col, timing):
+        async with consumer(cluster, group, topic, col, timing):
             await col.wait_unique(40)
         await cluster.stop_broker(0)
         await cluster.start_broker(0)
         await produce(cluster.namesrv_addr, topic, 10, start=40)
         col2 = Collector()
-        async with make(cluster, group, topic, col2, timing):
+        async with consumer(cluster, group, topic, col2, timing):
             await col2.wait_unique(10)
             await anyio.sleep(timing.rebalance_interval)
         assert set(col2.seen) == {f"k-{i}" for i in range(40, 50)}
@@ -190,12 +175,12 @@ async def test_smoke_on_5x_flavour_consume_retry_and_restart(
             return ConsumeResult.RECONSUME_LATER
         return await col(msgs, ctx)
 
-    async with make(cluster5, group, topic, handler, timing):
+    async with consumer(cluster5, group, topic, handler, timing):
         await col.wait_unique(30)
     assert col.seen["k-3"] == 1 and col.seen["k-7"] == 1
     col2 = Collector()
     await produce(cluster5.namesrv_addr, topic, 5, start=30)
-    async with make(cluster5, group, topic, col2, timing):
+    async with consumer(cluster5, group, topic, col2, timing):
         await col2.wait_unique(5)
         await anyio.sleep(timing.rebalance_interval)
     assert set(col2.seen) == {f"k-{i}" for i in range(30, 35)}

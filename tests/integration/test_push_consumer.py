@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import anyio
 import pytest
-from helpers import Collector, produce
+from helpers import Collector, consumer, produce
 
 from rmq_async import (
     ConsumeContext,
@@ -14,20 +14,6 @@ from rmq_async import (
     PushConsumer,
     Timing,
 )
-
-
-def consumer(
-    cluster: EmbeddedCluster, group: str, topic: str, handler: object, timing: Timing, **kw: object
-) -> PushConsumer:
-    kw.setdefault("consume_from_where", "CONSUME_FROM_FIRST_OFFSET")
-    return PushConsumer(
-        group,
-        namesrv_addr=cluster.namesrv_addr,
-        handler=handler,  # type: ignore[arg-type]
-        subscriptions={topic: kw.pop("expr", "*")},  # type: ignore[dict-item]
-        timing=timing,
-        **kw,
-    )
 
 
 async def test_every_message_consumed_once_with_one_consumer(
