@@ -2,7 +2,7 @@
 
 Same as ``rmq-async bench`` (see ``rmq_async/bench/cli.py`` and benchmarks/RESULTS.md, section
 "Harness"): works from a fresh clone without installing the package. The older single-purpose
-scripts (bench_codec, bench_transport, bench_broker, bench_push) stay for their own sections.
+scripts (bench_codec, bench_transport, bench_broker, bench_orderly, bench_spark) stay for their own sections.
 """
 
 from __future__ import annotations
