@@ -20,7 +20,7 @@ import anyio
 import anyio.abc
 
 from ..config import ClientConfig
-from ..errors import BrokerError, MQClientError, RocketMQError, TopicNotExist
+from ..errors import MQClientError, RocketMQError, TopicNotExist
 from ..protocol.bodies import ConsumerData, HeartbeatData, ProducerData, TopicRouteData
 from ..protocol.codes import Perm, RequestCode, ResponseCode, SerializeType
 from ..protocol.command import RemotingCommand
@@ -346,10 +346,7 @@ class ClientInstance:
                 f"The Consumer Group <{group}> not exist in this consumer",
                 language=self.config.language,
             )
-        try:
-            resp = await consumer.handle_server_request(cmd)
-        except BrokerError:
-            raise
+        resp = await consumer.handle_server_request(cmd)
         if resp is None and not cmd.is_oneway:
             return cmd.make_response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
