@@ -115,3 +115,25 @@ async def test_warns_when_members_subscribe_differently(
                 await anyio.sleep(0.05)
     assert a.subcheck.mismatches[b.client_id] == {topic: ("TagA", "TagB")}
     assert "must subscribe alike" in caplog.text  # type: ignore[attr-defined]
+
+
+async def test_binary_header_serialization(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    """A client configured for the ROCKETMQ binary header (as -Drocketmq.serialize.type=ROCKETMQ)."""
+    from rmq_async import ClientConfig, Message, Producer
+
+    topic, group = names
+    cfg = ClientConfig(namesrv_addr=cluster.namesrv_addr, timing=timing, serialize_type="ROCKETMQ")
+    async with Producer("bin_p", client_config=cfg) as p:
+        for i in range(10):
+            await p.send(Message(topic, b"binary", keys=f"k-{i}"))
+    col = Collector()
+    async with PushConsumer(
+        group,
+        client_config=cfg,
+        handler=col,
+        subscriptions={topic: "*"},
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+    ):
+        await col.wait_unique(10)
