@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ..errors import RocketMQError
 from ..protocol import headers as H
 from ..protocol.codes import Prop
 from ..protocol.message import Message, MessageExt
 from ..protocol.mq import MessageQueue
+from .handoff import Handoff
 from .process_queue import ProcessQueue
 
 if TYPE_CHECKING:
@@ -69,12 +69,30 @@ def reset_retry_topic(msgs: Sequence[MessageExt], retry_topic: str) -> None:
                 m.topic = original
 
 
+class _Slot:
+    """One worker's state, kept across its cancel scopes: the pulled batch in hand (``msgs`` from
+    index ``i``), the consume batch that was running when the deadline fired (``batch``, or ``done``
+    when its handler had returned), and the plain successes not acknowledged yet (``ok``)."""
+
+    __slots__ = ("batch", "dl", "done", "i", "msgs", "ok", "pq", "scope", "tver")
+
+    def __init__(self) -> None:
+        self.scope = anyio.CancelScope()
+        self.dl = math.inf
+        self.tver = 0
+        self.pq: ProcessQueue | None = None
+        self.msgs: list[MessageExt] | None = None
+        self.i = 0
+        self.batch: list[MessageExt] = []
+        self.done: tuple[list[MessageExt], ConsumeResult, ConsumeContext, float] | None = None
+        self.ok: list[MessageExt] = []
+
+
 class ConcurrentConsumeService:
     def __init__(self, consumer: PushConsumer, handler: Handler | None) -> None:
         self.c = consumer
         self.handler = handler
-        self._send: MemoryObjectSendStream[tuple[ProcessQueue, list[MessageExt]]] | None = None
-        self.running = 0  # handlers running now
+        self._inbox: Handoff[tuple[ProcessQueue, list[MessageExt]]] = Handoff()
         self.active = 0  # pulled batches a worker has started and not finished
         #: running handlers' cancel scopes and start times: the consume timeout is their deadline
         self.scopes: dict[anyio.CancelScope, float] = {}
@@ -99,60 +117,75 @@ class ConcurrentConsumeService:
     # -- intake -------------------------------------------------------------------------------------
 
     def submit(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        # one stream item per pulled batch: the worker cuts it into consume batches, which keeps the
-        # per-message cost (stream hand-offs, wake-ups) off the hot path
-        if self._send is not None:
-            self._send.send_nowait((pq, msgs))
+        # one item per pulled batch: the worker cuts it into consume batches, which keeps the
+        # per-message cost (hand-offs, wake-ups) off the hot path
+        self._inbox.put((pq, msgs))
 
     async def run(self, tg: anyio.abc.TaskGroup) -> None:
-        """Start the workers; each owns a clone of the receive side, so closing the send side ends them."""
-        send, recv = anyio.create_memory_object_stream[tuple[ProcessQueue, list[MessageExt]]](float("inf"))
-        self._send = send
-        with recv:
-            for _ in range(self.c.config.concurrency):
-                tg.start_soon(self._worker, recv.clone())
+        """Start the workers; closing the hand-off ends them once it is drained."""
+        for _ in range(self.c.config.concurrency):
+            tg.start_soon(self._worker)
 
     def close(self) -> None:
-        if self._send is not None:
-            self._send.close()
+        self._inbox.close()
 
-    async def _worker(self, recv: MemoryObjectReceiveStream[tuple[ProcessQueue, list[MessageExt]]]) -> None:
-        with recv:
-            async for pq, msgs in recv:
-                if pq.dropped or self.c.stopping:
+    # -- workers --------------------------------------------------------------------------------------
+
+    async def _worker(self) -> None:
+        """Take pulled batches and consume them, under ONE cancel scope per worker whose deadline is
+        moved to each consume batch's deadline (a scope per pulled batch costs about 10 us with its
+        timer, a scope per message more than the rest of the path). A scope whose deadline fired is
+        replaced after the timed-out batch was settled; an outer cancellation propagates."""
+        w = _Slot()
+        try:
+            while True:
+                with anyio.CancelScope() as scope:
+                    w.scope, w.dl, w.tver = scope, math.inf, self._tver
+                    await self._take_and_consume(w)
+                    return  # the hand-off was closed
+                # only our own deadline gets here
+                self.scopes.pop(scope, None)
+                await self._settle_timed_out(w)
+        finally:
+            self.scopes.pop(w.scope, None)
+            if w.msgs is not None:
+                self._pulled_batch_done(w)
+
+    async def _take_and_consume(self, w: _Slot) -> None:
+        inbox = self._inbox
+        c = self.c
+        while True:
+            if w.msgs is None:
+                self.scopes.pop(w.scope, None)  # idle: no deadline to move
+                item = await inbox.get()
+                if item is None:
+                    return
+                pq, msgs = item
+                if pq.dropped or c.stopping:
                     continue  # not started: at shutdown only work already begun is finished
-                if pq.mq.topic == self.c.retry_topic:  # only retry queues hold retry copies
-                    reset_retry_topic(msgs, self.c.retry_topic)
+                if pq.mq.topic == c.retry_topic:  # only retry queues hold retry copies
+                    reset_retry_topic(msgs, c.retry_topic)
                 # a started pulled batch is finished even during a graceful stop (bounded by the
                 # shutdown timeout): stopping in its middle would leave a gap below batches other
                 # workers finished, and the committed offset would stay at the gap
+                w.pq, w.msgs, w.i = pq, msgs, 0
                 self.active += 1
-                try:
-                    i = 0
-                    while i < len(msgs) and not pq.dropped:
-                        i = await self._consume_from(pq, msgs, i)
-                finally:
-                    self.active -= 1
-                    if self.active == 0 and self._idle is not None:
-                        self._idle.set()
-                        self._idle = None
+            await self._consume(w)
+            self._pulled_batch_done(w)
+            if inbox:
+                # between pulled batches, let I/O and the pull loops run even when no handler
+                # suspended (taking the next batch does not)
+                await asyncio.sleep(0)
 
-    # -- consume batches ------------------------------------------------------------------------------
-
-    async def _consume_from(self, pq: ProcessQueue, msgs: list[MessageExt], i: int) -> int:
-        """Consume ``msgs[i:]`` batch by batch under ONE cancel scope whose deadline is moved to each
-        batch's consume deadline (a scope per message costs more than the rest of the path). Returns
-        the index to continue from: past the end, or past a batch that timed out.
-
-        Plain successes are acknowledged in small groups (whatever finished within about a
-        millisecond), so the process queue and the offset store are touched once per group, not once
-        per message; anything else is settled at once."""
-        ok: list[MessageExt] = []
-        try:
-            return await self._consume_loop(pq, msgs, i, ok)
-        finally:
-            if ok:
-                self._ack(pq, ok)
+    def _pulled_batch_done(self, w: _Slot) -> None:
+        assert w.pq is not None
+        if w.ok:
+            self._ack(w.pq, w.ok)
+        w.pq = w.msgs = None
+        self.active -= 1
+        if self.active == 0 and self._idle is not None:
+            self._idle.set()
+            self._idle = None
 
     def _ack(self, pq: ProcessQueue, ok: list[MessageExt]) -> None:
         c = self.c
@@ -163,44 +196,52 @@ class ConcurrentConsumeService:
                 c.offset_store.update(pq.mq, offset, increase_only=True)
         ok.clear()
 
-    async def _consume_loop(
-        self, pq: ProcessQueue, msgs: list[MessageExt], i: int, ok: list[MessageExt]
-    ) -> int:
-        assert self.handler is not None
+    async def _consume(self, w: _Slot) -> None:
+        """Consume ``w.msgs[w.i:]`` batch by batch inside the worker's scope.
+
+        Plain successes are acknowledged in small groups (whatever finished within about a
+        millisecond), so the process queue and the offset store are touched once per group, not once
+        per message; anything else is settled at once. The hot path keeps its state in locals and
+        writes it back to ``w`` only when it leaves by an exception (the deadline)."""
+        assert self.handler is not None and w.pq is not None and w.msgs is not None
         c = self.c
         handler = self.handler
+        pq, msgs, i, ok = w.pq, w.msgs, w.i, w.ok
+        mq = pq.mq
         n = c.config.consume_batch_max_size
+        end = len(msgs)
         loop_time = asyncio.get_running_loop().time
         hooks = bool(c.before_hooks or c.after_hooks)
-        done: tuple[list[MessageExt], ConsumeResult, ConsumeContext] | None = None
+        plain = not c.after_hooks
+        success = ConsumeResult.SUCCESS
+        scope, scopes = w.scope, self.scopes
+        dl, tver = w.dl, w.tver  # the scope's deadline as last set here (read back after set_timeout)
         batch: list[MessageExt] = []
-        ok_since = 0.0
-        scopes = self.scopes
-        dl = math.inf  # the scope's deadline as last set here (read back after a set_timeout)
-        tver = self._tver
-        with anyio.CancelScope() as scope:
-            while i < len(msgs):
+        ctx: ConsumeContext | None = None
+        ok_since = now = start = loop_time()
+        try:
+            while i < end:
                 if pq.dropped:
-                    return len(msgs)
-                batch = msgs[i : i + n]
-                ctx = ConsumeContext(pq.mq)
-                start = loop_time()
-                scopes[scope] = start
+                    i = end
+                    break
+                batch = msgs[i : i + n] if n > 1 else [msgs[i]]
+                ctx = ConsumeContext(mq)
+                start = now
+                scopes[scope] = start  # what set_timeout moves while the handler runs
                 if tver != self._tver:  # set_timeout moved the deadlines of running handlers
                     tver, dl = self._tver, scope.deadline
                 # the deadline moves only when it would fall short of this batch's own deadline, and
-                # then a little further (slack): at most one timer re-arm per slack window, not two per
-                # message; a batch is never cancelled early, at most ``slack`` late
+                # then a little further (slack): at most one timer re-arm per slack window, not two
+                # per message; a batch is never cancelled early, at most ``slack`` late
                 need = start + self.timeout
                 if dl < need or dl == math.inf:
                     dl = scope.deadline = need + min(0.05, self.timeout / 100)
-                self.running += 1
                 try:
                     if hooks:
                         await c.hooks_before(batch, ctx)
                     result = await handler(batch, ctx)
                     if result is None:
-                        result = ConsumeResult.SUCCESS
+                        result = success
                     elif not isinstance(result, ConsumeResult):
                         log.error("handler of group %s returned %r, not a ConsumeResult", c.group, result)
                         result = ConsumeResult.RECONSUME_LATER
@@ -208,21 +249,19 @@ class ConcurrentConsumeService:
                     log.exception(
                         "handler of group %s raised on %s (msg ids %s): reconsume later",
                         c.group,
-                        pq.mq,
+                        mq,
                         [m.msg_id for m in batch],
                     )
                     result = ConsumeResult.RECONSUME_LATER
-                finally:
-                    del scopes[scope]
-                    self.running -= 1
                 i += n
-                if scope.cancel_called:
-                    # the deadline fired just as the handler returned: its result stands, but nothing
-                    # may be awaited inside a cancelled scope: finish it outside
-                    done = (batch, result, ctx)
-                    break
                 now = loop_time()
-                if result is ConsumeResult.SUCCESS and ctx.ack_index is None and not c.after_hooks:
+                if (now + 0.001 >= dl or tver != self._tver) and scope.cancel_called:
+                    # the deadline fired just as the handler returned: its result stands, but
+                    # nothing may be awaited inside a cancelled scope: settle it outside
+                    w.done = (batch, result, ctx, now - start)
+                    batch = []
+                    await anyio.sleep_forever()  # raises the scope's cancellation at once
+                if result is success and ctx.ack_index is None and plain:
                     # the common case finishes without a suspension point: the deadline cannot fire
                     if not ok:
                         ok_since = now
@@ -232,14 +271,33 @@ class ConcurrentConsumeService:
                     continue
                 if ok:
                     self._ack(pq, ok)
-                dl = scope.deadline = math.inf  # send-backs and hooks must not be cut by the deadline
+                del scopes[scope]  # send-backs and hooks must not be cut by the deadline
+                dl = scope.deadline = math.inf
                 await self._finish(pq, batch, result, ctx, now - start)
-        if ok:
-            self._ack(pq, ok)
+                now = loop_time()
+        except BaseException:
+            # left by the deadline (or an outer cancellation) inside the handler or a hook: the
+            # batch it was running is the timed-out one
+            w.i, w.batch = i + (n if batch else 0), batch
+            raise
+        finally:
+            w.dl, w.tver = dl, tver
+        w.i = i
+
+    async def _settle_timed_out(self, w: _Slot) -> None:
+        """After the worker's deadline fired: settle the batch that ran past the consume timeout (or
+        that returned just as it fired), then go on with the rest of its pulled batch."""
+        c = self.c
+        pq = w.pq
+        if pq is None:
+            return  # fired while the worker was idle: nothing was running
+        if w.ok:
+            self._ack(pq, w.ok)
+        done, w.done = w.done, None
+        batch, w.batch = w.batch, []
         if done is not None:
-            await self._finish(pq, *done, 0.0)
-            return i
-        if scope.cancelled_caught:
+            await self._finish(pq, *done)
+        elif batch:
             log.warning(
                 "handler of group %s ran past the consume timeout (%.1fs) on %s: sent back %s",
                 c.group,
@@ -250,8 +308,6 @@ class ConcurrentConsumeService:
             await self._finish(
                 pq, batch, ConsumeResult.RECONSUME_LATER, ConsumeContext(pq.mq), self.timeout, True
             )
-            return i + n
-        return i
 
     async def _finish(
         self,
@@ -270,13 +326,6 @@ class ConcurrentConsumeService:
             # the queue moved to another member while we consumed: it will redeliver; don't ack
             return
         await self.process_result(pq, batch, result, ctx)
-
-    async def consume(self, pq: ProcessQueue, batch: list[MessageExt]) -> None:
-        """Consume one batch now (local retries and tests)."""
-        reset_retry_topic(batch, self.c.retry_topic)
-        i = 0
-        while i < len(batch) and not pq.dropped:
-            i = await self._consume_from(pq, batch, i)
 
     async def process_result(
         self, pq: ProcessQueue, batch: list[MessageExt], result: ConsumeResult, ctx: ConsumeContext

@@ -190,6 +190,66 @@ async def test_hung_handler_is_cancelled_and_message_sent_back(
     assert all(q["cached"] == 0 for q in health["queues"])
 
 
+async def test_hung_handlers_inside_one_pulled_batch_on_one_worker(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    # one worker (concurrency 1) consumes pulled batches; three first deliveries of one batch hang:
+    # each is cut at the timeout and sent back, and the worker goes on with the rest of the batch
+    topic, group = names
+    await produce(cluster.namesrv_addr, topic, 12)
+    hang = {"k-2", "k-5", "k-6"}
+    seen: dict[str, list[int]] = {}
+    done = anyio.Event()
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+        key = msgs[0].keys or ""
+        seen.setdefault(key, []).append(msgs[0].reconsume_times)
+        if key in hang and msgs[0].reconsume_times == 0:
+            await anyio.sleep(3600)  # cut by the consume timeout
+        if len(seen) == 12 and all(len(seen[k]) >= 2 for k in hang):
+            done.set()
+
+    async with consumer(cluster, group, topic, handler, timing, concurrency=1) as c:
+        c.set_consume_timeout(0.3)
+        with anyio.fail_after(30):
+            await done.wait()
+        health = c.health()
+    assert sorted(seen) == sorted(f"k-{i}" for i in range(12))
+    for k in hang:
+        assert seen[k][0] == 0 and seen[k][1] >= 1
+    assert all(q["cached"] == 0 for q in health["queues"])
+
+
+async def test_shorter_timeout_applies_to_running_handlers(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    # handlers already hanging under the default 15 min timeout are cut once it is shortened
+    topic, group = names
+    await produce(cluster.namesrv_addr, topic, 3)
+    started: list[str] = []
+    retried: set[str] = set()
+    all_hanging, all_retried = anyio.Event(), anyio.Event()
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+        key = msgs[0].keys or ""
+        if msgs[0].reconsume_times == 0:
+            started.append(key)
+            if len(started) == 3:
+                all_hanging.set()
+            await anyio.sleep(3600)
+        retried.add(key)
+        if len(retried) == 3:
+            all_retried.set()
+
+    async with consumer(cluster, group, topic, handler, timing) as c:
+        with anyio.fail_after(20):
+            await all_hanging.wait()
+        c.set_consume_timeout(0.2)
+        with anyio.fail_after(20):
+            await all_retried.wait()
+    assert sorted(retried) == ["k-0", "k-1", "k-2"]
+
+
 async def test_flow_control_bounds_the_cache(
     cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
 ) -> None:
