@@ -1,14 +1,15 @@
 """One TCP connection to a broker or name server.
 
 Strategy (asyncpg's protocol shell over our sans-IO codec): :class:`Connection` *is* the
-``asyncio.Protocol``. ``data_received`` feeds :class:`FrameDecoder` and settles the waiting request
-futures right there, in the callback: no reader task, no task per frame, no task per request. A
-request registers a future under its opaque (responses may come out of order), writes its frame
-with ``transport.write`` (awaiting only while the transport has paused writing) and arms one
-``call_later`` timer that fails the future with :class:`RequestTimeout`. ``max_timeouts``
-consecutive timeouts mean a half-open peer and close the connection; any inbound frame resets the
-count. Closing, for whatever reason, is one synchronous step (:meth:`Connection._shutdown`): every
-pending future fails at once with :class:`ConnectionClosed` chained to the original error.
+``asyncio.BufferedProtocol``: the transport reads straight into :class:`FrameDecoder`'s reused
+buffer, and ``buffer_updated`` settles the waiting request futures right there, in the callback: no
+reader task, no task per frame, no task per request, no allocation per read. A request registers a
+future under its opaque (responses may come out of order), writes its frame with ``transport.write``
+(awaiting only while the transport has paused writing) and arms one ``call_later`` timer that fails
+the future with :class:`RequestTimeout`. ``max_timeouts`` consecutive timeouts mean a half-open peer
+and close the connection; any inbound frame resets the count. Closing, for whatever reason, is one
+synchronous step (:meth:`Connection._shutdown`): every pending future fails at once with
+:class:`ConnectionClosed` chained to the original error.
 
 Requests the server sends us (40, 220, 221, 307, 309) go to the ``handler``, run through ``spawn``
 (the owner's task group) or, by default, as a task the connection tracks and cancels at close.
@@ -41,6 +42,7 @@ __all__ = [
     "run_awaitable",
 ]
 
+_DISCARD = bytearray(1 << 16)  # read into, and ignored, once a connection is closing
 log = logging.getLogger(__name__)
 
 #: ``handler(conn, request)``: the answer to a server-initiated request, or None for no answer.
@@ -81,7 +83,7 @@ async def run_awaitable(fn: Callable[[], Awaitable[None]]) -> None:
     await fn()
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
     """One remoting connection; open it with :meth:`connect`, close it with :meth:`aclose`."""
 
     __slots__ = (
@@ -377,7 +379,7 @@ class Connection(asyncio.Protocol):
         """Wait until the socket is closed (whoever closed it)."""
         await self._lost.wait()
 
-    # -- asyncio.Protocol -----------------------------------------------------------------------
+    # -- asyncio.BufferedProtocol -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's TCPTransport implements asyncio.Transport without subclassing it
@@ -388,7 +390,26 @@ class Connection(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._local_addr = format_addr(transport.get_extra_info("sockname"))
 
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._close_reason is None:
+            try:
+                return self._decoder.get_buffer(sizehint)
+            except ProtocolError as exc:
+                self._shutdown(f"closed on a protocol error: {exc}", exc)
+        return memoryview(_DISCARD)  # closing: whatever still arrives is dropped
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._close_reason is not None:
+            return
+        try:
+            commands = self._decoder.buffer_updated(nbytes)
+        except ProtocolError as exc:
+            self._shutdown(f"closed on a protocol error: {exc}", exc)
+            return
+        self._settle(commands)
+
     def data_received(self, data: bytes) -> None:
+        """The plain-protocol path (a transport that does not use the buffer interface)."""
         if self._close_reason is not None:
             return
         try:
@@ -396,6 +417,9 @@ class Connection(asyncio.Protocol):
         except ProtocolError as exc:
             self._shutdown(f"closed on a protocol error: {exc}", exc)
             return
+        self._settle(commands)
+
+    def _settle(self, commands: list[RemotingCommand]) -> None:
         if commands:
             self._timeouts = 0  # the peer is alive
         pending = self._pending

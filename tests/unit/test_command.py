@@ -76,6 +76,67 @@ def test_decoder_accepts_any_chunking(data: st.DataObject) -> None:
     assert dec.buffered == 0
 
 
+@settings(max_examples=50, deadline=None)
+@given(st.data())
+def test_buffer_interface_accepts_any_read_sizes(data: st.DataObject) -> None:
+    # what asyncio.BufferedProtocol does: read at most len(view) bytes into get_buffer()'s view;
+    # ten passes over the capture (370 KB) make the buffer compact and grow
+    src = [fr for fr in frames("push-concurrently.jsonl")][:60] * 10
+    stream = b"".join(fr.raw for fr in src)
+    reads = data.draw(
+        st.lists(st.integers(1, 100) | st.integers(1, 3 * FrameDecoder.MIN_READ), min_size=1, max_size=30)
+    )
+    dec = FrameDecoder()
+    out: list[RemotingCommand] = []
+    pos = i = 0
+    while pos < len(stream):
+        view = dec.get_buffer(-1)
+        assert len(view) >= FrameDecoder.MIN_READ
+        k = min(len(view), len(stream) - pos, reads[i % len(reads)])
+        i += 1
+        view[:k] = stream[pos : pos + k]
+        view.release()
+        out += dec.buffer_updated(k)
+        pos += k
+    assert [c.encode() for c in out] == [fr.raw for fr in src]
+    assert dec.buffered == 0
+
+
+def test_buffer_grows_for_a_large_frame_and_shrinks_after_it() -> None:
+    big = RemotingCommand(11, body=b"b" * (6 << 20), opaque=1).encode()
+    small = RemotingCommand(11, body=b"s" * 10, opaque=2).encode()
+    stream = small + big + small
+    dec = FrameDecoder()
+    out: list[RemotingCommand] = []
+    pos = 0
+    sizes = []
+    while pos < len(stream):
+        view = dec.get_buffer(-1)
+        sizes.append(len(view))
+        k = min(len(view), len(stream) - pos)
+        view[:k] = stream[pos : pos + k]
+        view.release()
+        out += dec.buffer_updated(k)
+        pos += k
+    assert [c.opaque for c in out] == [2, 1, 2]
+    assert out[1].body == b"b" * (6 << 20)
+    assert max(sizes) >= len(big) - 4 * FrameDecoder.MIN_READ  # room for the whole frame at once
+    assert len(dec.get_buffer(-1)) <= 4 * FrameDecoder.MIN_READ  # not kept at 6 MiB once it is parsed
+
+
+def test_buffer_interface_refuses_input_after_an_error() -> None:
+    dec = FrameDecoder(max_frame=1000)
+    view = dec.get_buffer(-1)
+    view[:4] = struct.pack(">i", 5000)
+    view.release()
+    with pytest.raises(FrameError):
+        dec.buffer_updated(4)
+    with pytest.raises(FrameError):
+        dec.get_buffer(-1)
+    with pytest.raises(FrameError):
+        dec.feed(b"x")
+
+
 _text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=30)
 
 
