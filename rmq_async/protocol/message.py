@@ -315,13 +315,12 @@ class MessageExt:
     then. ``broker_name`` is set by the client (the broker the message was pulled from).
     """
 
-    __slots__ = ("_f", "_props", "body", "broker_name", "raw_properties", "topic")
+    __slots__ = ("_f", "_props", "body", "broker_name", "queue_offset", "raw_properties", "topic")
 
     store_size = _Field[int](_SIZE)  # TOTALSIZE as stored
     body_crc = _Field[int](_CRC)
     queue_id = _Field[int](_QID)
     flag = _Field[int](_FLAG)  # the producer's flag
-    queue_offset = _Field[int](_QOFF)  # offset in the consume queue
     commit_log_offset = _Field[int](_PHYS)
     sys_flag = _Field[int](_SYSFLAG)  # MessageSysFlag bits
     born_timestamp = _Field[int](_BORN_TS)  # producer clock, ms
@@ -352,6 +351,8 @@ class MessageExt:
         values[_STORE_IP], values[_STORE_PORT] = _parse_host(store_host)
         values[_BODY_LEN] = len(body)
         self._f: tuple[Any, ...] = tuple(values)
+        #: offset in the consume queue (a plain attribute: the consumer reads it for every message)
+        self.queue_offset: int = values[_QOFF]
         self.topic = topic
         self.body = body
         self.raw_properties = encode_properties(properties) if properties else ""
@@ -542,6 +543,7 @@ def decode_messages(
                 f = (*f[:7], sys_flag & ~MessageSysFlag.COMPRESSED_FLAG, *f[8:])
             m = new(MessageExt)
             m._f = f
+            m.queue_offset = f[5]
             m.topic = topic
             m.body = msg_body
             m.raw_properties = raw

@@ -510,8 +510,10 @@ def test_message_ext_constructor_and_setters() -> None:
     assert (
         m.reconsume_times == 1 and m.get_property("CONSUME_START_TIME") == "1" and m.get_property("x") is None
     )
-    assert isinstance(MessageExt.queue_offset, message_mod._Field)
-    assert "queue_offset=7" in repr(m)
+    assert isinstance(MessageExt.reconsume_times, message_mod._Field)
+    m.queue_offset = 8  # a plain attribute (read for every message by the consumer)
+    assert m.queue_offset == 8
+    assert "queue_offset=8" in repr(m)
     with pytest.raises(ValueError):
         MessageExt(born_host="nohost")
     with pytest.raises(TypeError, match="queue_offst"):
