@@ -51,11 +51,13 @@ class PullLoop:
         client = c.client
         timing = c.timing
         cfg = c.config
+        orderly = c.orderly
         while not pq.dropped:
-            await pq.wait_for_room()
-            if pq.dropped:
-                return
-            if not await c.before_pull(pq):
+            if pq.over_threshold() is not None:
+                await pq.wait_for_room()
+                if pq.dropped:
+                    return
+            if orderly and not await c.before_pull(pq):
                 continue
             sub = c.subscription(mq.topic)
             if sub is None:

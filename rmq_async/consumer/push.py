@@ -505,6 +505,6 @@ class PushConsumer:
         """Re-filter by tag string: the broker filters by hash code only (``processPullResult``)."""
         sub = self.subscription(topic)
         if sub is None or not sub.tags_set:
-            return list(msgs)
+            return msgs if isinstance(msgs, list) else list(msgs)
         tags = set(sub.tags_set)
         return [m for m in msgs if m.tags in tags]

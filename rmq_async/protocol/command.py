@@ -31,6 +31,8 @@ __all__ = [
 
 FLAG_RESPONSE = 0x1  # RemotingCommand.RPC_TYPE bit
 FLAG_ONEWAY = 0x2  # RemotingCommand.RPC_ONEWAY bit
+#: one encoder for every JSON header (json.dumps with options builds a new one per call)
+_JSON_HEADER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 DEFAULT_MAX_FRAME = 16 << 20  # NettyDecoder FRAME_MAX_LENGTH default (com.rocketmq.remoting.frameMaxLength)
 
 _PREFIX = struct.Struct(">iI")  # total length; serialize type << 24 | header length
@@ -180,7 +182,7 @@ class RemotingCommand:
             obj["remark"] = self.remark
         obj["serializeTypeCurrentRPC"] = "JSON"
         obj["version"] = self.version
-        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        return _JSON_HEADER.encode(obj).encode("utf-8")
 
     def _encode_binary_header(self) -> bytes:
         lang = _LANG_BY_NAME.get(self.language, LanguageCode.OTHER)

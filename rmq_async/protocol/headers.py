@@ -176,7 +176,9 @@ class Header:
         for spec in specs:
             value = getattr(self, spec.attr)
             if value is not None:
-                out[keys[spec.attr] if keys else spec.key] = _to_text(value)
+                t = type(value)  # exact str and int first: the common cases, without isinstance
+                text = value if t is str else str(value) if t is int else _to_text(value)
+                out[keys[spec.attr] if keys else spec.key] = text
         return out
 
     def to_ext_fields(self) -> dict[str, str]:
