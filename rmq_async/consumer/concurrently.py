@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -99,6 +100,7 @@ class ConcurrentConsumeService:
         self.timeout = consumer.timing.consume_timeout
         self._tver = 0  # bumped by set_timeout
         self._idle: anyio.Event | None = None  # made only while someone waits for idleness
+        self._loop_time: Callable[[], float] = time.monotonic  # the running loop's clock, from run()
 
     def set_timeout(self, timeout: float) -> None:
         """Apply a new consume timeout to the handlers already running."""
@@ -123,6 +125,8 @@ class ConcurrentConsumeService:
 
     async def run(self, tg: anyio.abc.TaskGroup) -> None:
         """Start the workers; closing the hand-off ends them once it is drained."""
+        # looked up once: every asyncio.get_running_loop() costs a getpid() system call
+        self._loop_time = asyncio.get_running_loop().time
         for _ in range(self.c.config.concurrency):
             tg.start_soon(self._worker)
 
@@ -210,7 +214,7 @@ class ConcurrentConsumeService:
         mq = pq.mq
         n = c.config.consume_batch_max_size
         end = len(msgs)
-        loop_time = asyncio.get_running_loop().time
+        loop_time = self._loop_time
         hooks = bool(c.before_hooks or c.after_hooks)
         plain = not c.after_hooks
         success = ConsumeResult.SUCCESS

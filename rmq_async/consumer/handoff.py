@@ -26,9 +26,10 @@ T = TypeVar("T")
 
 
 class Handoff(Generic[T]):
-    __slots__ = ("_closed", "_items", "_waiters")
+    __slots__ = ("_closed", "_items", "_loop", "_waiters")
 
     def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None  # bound at the first wait
         self._items: deque[T] = deque()
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._closed = False
@@ -70,7 +71,10 @@ class Handoff(Generic[T]):
         while not items:
             if self._closed:
                 return None
-            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            loop = self._loop
+            if loop is None:  # looked up once: get_running_loop() costs a getpid() system call
+                loop = self._loop = asyncio.get_running_loop()
+            fut: asyncio.Future[None] = loop.create_future()
             self._waiters.append(fut)
             try:
                 await fut
