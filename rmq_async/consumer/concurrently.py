@@ -220,6 +220,7 @@ class ConcurrentConsumeService:
         success = ConsumeResult.SUCCESS
         scope, scopes = w.scope, self.scopes
         dl, tver = w.dl, w.tver  # the scope's deadline as last set here (read back after set_timeout)
+        timeout, inf = self.timeout, math.inf
         batch: list[MessageExt] = []
         ctx: ConsumeContext | None = None
         ok_since = now = start = loop_time()
@@ -233,13 +234,13 @@ class ConcurrentConsumeService:
                 start = now
                 scopes[scope] = start  # what set_timeout moves while the handler runs
                 if tver != self._tver:  # set_timeout moved the deadlines of running handlers
-                    tver, dl = self._tver, scope.deadline
+                    tver, dl, timeout = self._tver, scope.deadline, self.timeout
                 # the deadline moves only when it would fall short of this batch's own deadline, and
                 # then a little further (slack): at most one timer re-arm per slack window, not two
                 # per message; a batch is never cancelled early, at most ``slack`` late
-                need = start + self.timeout
-                if dl < need or dl == math.inf:
-                    dl = scope.deadline = need + min(0.05, self.timeout / 100)
+                need = start + timeout
+                if dl < need or dl == inf:
+                    dl = scope.deadline = need + min(0.05, timeout / 100)
                 try:
                     if hooks:
                         await c.hooks_before(batch, ctx)

@@ -408,17 +408,6 @@ class Connection(asyncio.BufferedProtocol):
             return
         self._settle(commands)
 
-    def data_received(self, data: bytes) -> None:
-        """The plain-protocol path (a transport that does not use the buffer interface)."""
-        if self._close_reason is not None:
-            return
-        try:
-            commands = self._decoder.feed(data)
-        except ProtocolError as exc:
-            self._shutdown(f"closed on a protocol error: {exc}", exc)
-            return
-        self._settle(commands)
-
     def _settle(self, commands: list[RemotingCommand]) -> None:
         if commands:
             self._timeouts = 0  # the peer is alive

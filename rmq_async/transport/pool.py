@@ -7,7 +7,7 @@ caller awaits (shielded: a cancelled caller does not cancel the shared connect).
 puts the address into exponential back-off (``initial_backoff`` doubling to ``max_backoff``, reset on
 success); while it lasts, ``get`` raises :class:`ConnectError` at once without dialing. The same
 task group runs the server-request handlers of every connection (handed over through a queue to a
-dispatcher task, because ``data_received`` runs outside any task, where anyio cannot spawn).
+dispatcher task, because ``buffer_updated`` runs outside any task, where anyio cannot spawn).
 Leaving the pool closes all connections under a shielded, bounded cancel scope, then cancels the
 group.
 """
@@ -134,7 +134,7 @@ class ConnectionPool:
     # -- getting connections --------------------------------------------------------------------
 
     def _spawn(self, fn: Callable[[], Awaitable[None]]) -> None:
-        # Called from Connection.data_received, a loop callback outside any task, where anyio
+        # Called from Connection.buffer_updated, a loop callback outside any task, where anyio
         # cannot start a task (it detects the backend from the current task): hand the job to
         # _run_jobs, which starts it in the group.
         if self._tg is None:

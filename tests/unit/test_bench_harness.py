@@ -15,6 +15,7 @@ from rmq_async.bench import cli
 from rmq_async.bench.cluster import ChildCluster
 from rmq_async.bench.machine import percentile, spread
 from rmq_async.bench.report import format_table, summarize
+from rmq_async.bench.scenarios import Meter
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -31,6 +32,21 @@ def test_scenario_lists_expand_in_suite_order() -> None:
         cli._scenarios(["nope"])
     args = parse()
     assert (args.scenario, args.loop, args.runs, args.messages) == (["default"], "both", 3, 200_000)
+
+
+async def test_meter_times_first_to_last_message() -> None:
+    m = Meter(5)
+    assert m.rate() is None
+    m.add(1)
+    first = m.first
+    m.add(2)
+    assert m.last == first and not m.done.is_set()  # no clock read between the first and the last
+    m.add(3)  # past the target: the last message's time is taken, done is set
+    assert m.done.is_set() and m.last > first
+    last = m.last
+    m.add(1)  # a duplicate after the end moves nothing
+    assert m.last == last and m.seen == 7
+    assert m.rate() == pytest.approx(6 / (last - first))
 
 
 def test_percentile_and_spread() -> None:
