@@ -10,6 +10,10 @@ for the whole run. What the stages do not cover (the pull request's encoding and
 header, task switches, the event loop) is the remainder.
 
     python benchmarks/bench_breakdown.py [--messages N] [--queues Q] [--runs R] [--loop uvloop|asyncio]
+                                         [--plain]
+
+``--plain`` leaves the stages unwrapped: msgs/s and process CPU per message only (how the session-2
+steps in RESULTS.md were compared).
 """
 
 from __future__ import annotations
@@ -106,8 +110,10 @@ def main() -> None:
     ap.add_argument("--queues", type=int, default=8)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
+    ap.add_argument("--plain", action="store_true", help="no stage wrappers: msgs/s and CPU only")
     args = ap.parse_args()
-    instrument()
+    if not args.plain:
+        instrument()
     topic = "BreakdownTopic"
     with ChildCluster(queues=args.queues) as cluster:
         ns = cluster.namesrv_addr
@@ -120,7 +126,7 @@ def main() -> None:
                 runs[kind].append(run_one(kind, params, args.loop))
     print(f"{args.messages:,} x 1 KiB over {args.queues} queues, {args.loop}, median of {args.runs} runs")
     print(f"{'us per message':40} {'push':>8} {'raw pull':>9}")
-    rows = ["msgs_per_s", "process CPU", *STAGES, "remainder"]
+    rows = ["msgs_per_s", "process CPU"] + ([] if args.plain else [*STAGES, "remainder"])
     for row in rows:
         vals = [statistics.median(r[row] for r in runs[k]) for k in runs]
         fmt = "{:>8,.0f} {:>9,.0f}" if row == "msgs_per_s" else "{:>8.2f} {:>9.2f}"
