@@ -96,6 +96,30 @@ async def test_request_response_json_and_rocketmq() -> None:
 
 
 @on_both_loops
+async def test_pipelined_responses_of_every_size_through_the_read_buffer() -> None:
+    # the transport reads into the decoder's reused buffer: frames that straddle reads, many frames
+    # in one read, and bodies larger than the buffer (it grows, then shrinks back) all come out whole
+    sizes = [0, 1, 100, 35_000, 70_000, 300_000, 3 << 20, 5, 64 << 10, 1 << 20, 33]
+    async with FrameServer() as server:
+        conn = await Connection.connect(server.addr)
+        try:
+            bodies = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
+            resps: list[RemotingCommand | None] = [None] * len(bodies)
+
+            async def one(i: int) -> None:
+                resps[i] = await conn.request(RemotingCommand.request(11, {"i": str(i)}, bodies[i]), 10)
+
+            async with anyio.create_task_group() as tg:
+                for i in range(len(bodies)):
+                    tg.start_soon(one, i)
+            for i, resp in enumerate(resps):
+                assert resp is not None and resp.ext_fields["i"] == str(i) and resp.body == bodies[i]
+            assert conn.in_flight == 0
+        finally:
+            await conn.aclose()
+
+
+@on_both_loops
 async def test_out_of_order_responses_correlate_by_opaque() -> None:
     async with FrameServer() as server:
         conn = await Connection.connect(server.addr)
