@@ -23,6 +23,7 @@ __all__ = ["format_table", "plot", "profile_text", "summarize"]
 _SHORTEN = re.compile(r"\S*/(rmq_async|anyio|asyncio|sniffio|sortedcontainers)/")
 
 _EXTRA = (
+    "cpu_us_per_msg",
     "born_p50_ms",
     "born_p99_ms",
     "offered_msgs_per_s",
@@ -100,6 +101,8 @@ def format_table(summaries: Sequence[dict[str, Any]], *, markdown: bool = False)
             notes.append("skipped: " + s["skipped"])
         if s.get("errors"):
             notes.append(f"{len(s['errors'])} run(s) failed: {s['errors'][0]}")
+        if s.get("cpu_us_per_msg") is not None and s["scenario"] in ("push", "raw-pull", "push-orderly"):
+            notes.append(f"consumer CPU {s['cpu_us_per_msg']:.2f} us/msg")
         if s.get("offered_msgs_per_s") is not None:
             notes.append(
                 f"offered {s['offered_msgs_per_s']:,.0f}/s; born p50/p99 "

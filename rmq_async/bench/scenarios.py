@@ -42,7 +42,7 @@ def group_name(kind: str) -> str:
 class Meter:
     """Counts handled messages; ``done`` is set once ``target`` are seen."""
 
-    __slots__ = ("done", "first", "last", "seen", "started", "target", "timeline")
+    __slots__ = ("cpu_first", "cpu_last", "done", "first", "last", "seen", "started", "target", "timeline")
 
     def __init__(self, target: int) -> None:
         self.target = target
@@ -50,6 +50,8 @@ class Meter:
         self.started = time.perf_counter()
         self.first = 0.0
         self.last = 0.0
+        self.cpu_first = 0.0  # process CPU time at the first and the last message
+        self.cpu_last = 0.0
         self.done = anyio.Event()
         self.timeline: list[list[float]] = []
 
@@ -58,9 +60,11 @@ class Meter:
         # for every message, and a clock read each time would be counted as push machinery
         if self.seen == 0:
             self.first = self.last = time.perf_counter()
+            self.cpu_first = time.process_time()
         self.seen += n
         if self.seen >= self.target and not self.done.is_set():
             self.last = time.perf_counter()
+            self.cpu_last = time.process_time()
             self.done.set()
 
     def rate(self) -> float | None:
@@ -68,9 +72,17 @@ class Meter:
         span = self.last - self.first
         return (self.seen - 1) / span if span > 0 and self.seen > 1 else None
 
+    def cpu_us_per_msg(self) -> float | None:
+        """This process's CPU time per message from the first to the last one (the consumer is
+        CPU-bound: unlike msgs/s, this does not depend on how fast the broker's process is)."""
+        if self.seen < 2 or not self.cpu_last:
+            return None
+        return (self.cpu_last - self.cpu_first) / (self.seen - 1) * 1e6
+
     def result(self) -> dict[str, Any]:
         return {
             "msgs_per_s": self.rate(),
+            "cpu_us_per_msg": self.cpu_us_per_msg(),
             "messages": self.seen,
             "seconds": self.last - self.first if self.seen else None,
             "startup_s": self.first - self.started if self.seen else None,

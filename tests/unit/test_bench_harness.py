@@ -47,6 +47,9 @@ async def test_meter_times_first_to_last_message() -> None:
     m.add(1)  # a duplicate after the end moves nothing
     assert m.last == last and m.seen == 7
     assert m.rate() == pytest.approx(6 / (last - first))
+    cpu = m.cpu_us_per_msg()
+    assert cpu is not None and cpu >= 0 and m.result()["cpu_us_per_msg"] == cpu
+    assert Meter(3).cpu_us_per_msg() is None  # nothing seen
 
 
 def test_percentile_and_spread() -> None:
