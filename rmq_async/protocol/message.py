@@ -58,6 +58,9 @@ _PROPS_MAX = 0x7FFF  # the properties length is a Java short
 # Stored message, both hosts IPv4: TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG
 # BORNTIMESTAMP BORNHOST(ip, port) STORETIMESTAMP STOREHOST(ip, port) RECONSUMETIMES PREPAREDOFFSET BODYLEN
 _FIXED4 = struct.Struct(">iiiiiqqiqIiqIiiqi")
+#: what decoding needs at once from that part (TOTALSIZE MAGIC QUEUEOFFSET SYSFLAG BODYLEN): the rest
+#: stays as its 88 bytes and is unpacked on first use (the hot path of a consumer never reads it)
+_LEAD4 = struct.Struct(">ii12xq8xi44xi")
 _HEAD = struct.Struct(">iiiiiqqiq")  # up to BORNTIMESTAMP, when a host is IPv6
 _HOST4, _HOST6 = struct.Struct(">Ii"), struct.Struct(">16si")
 _I64 = struct.Struct(">q")
@@ -297,12 +300,15 @@ class _Field(Generic[_T]):
     def __get__(self, obj: MessageExt | None, owner: type | None = None) -> _Field[_T] | _T:
         if obj is None:
             return self
-        value: _T = obj._f[self._index]
+        f = obj._t
+        if f is None:
+            f = obj._t = _FIXED4.unpack(obj._raw)
+        value: _T = f[self._index]
         return value
 
     def __set__(self, obj: MessageExt, value: _T) -> None:
         f, i = obj._f, self._index
-        obj._f = (*f[:i], value, *f[i + 1 :])
+        obj._t = (*f[:i], value, *f[i + 1 :])
 
 
 class MessageExt:
@@ -315,7 +321,8 @@ class MessageExt:
     then. ``broker_name`` is set by the client (the broker the message was pulled from).
     """
 
-    __slots__ = ("_f", "_props", "body", "broker_name", "queue_offset", "raw_properties", "topic")
+    # _t: the fixed part's fields, or None until first use, when they are unpacked from _raw (its bytes)
+    __slots__ = ("_props", "_raw", "_t", "body", "broker_name", "queue_offset", "raw_properties", "topic")
 
     store_size = _Field[int](_SIZE)  # TOTALSIZE as stored
     body_crc = _Field[int](_CRC)
@@ -350,7 +357,8 @@ class MessageExt:
         values[_BORN_IP], values[_BORN_PORT] = _parse_host(born_host)
         values[_STORE_IP], values[_STORE_PORT] = _parse_host(store_host)
         values[_BODY_LEN] = len(body)
-        self._f: tuple[Any, ...] = tuple(values)
+        self._t: tuple[Any, ...] | None = tuple(values)
+        self._raw = b""
         #: offset in the consume queue (a plain attribute: the consumer reads it for every message)
         self.queue_offset: int = values[_QOFF]
         self.topic = topic
@@ -358,6 +366,14 @@ class MessageExt:
         self.raw_properties = encode_properties(properties) if properties else ""
         self._props: dict[str, str] | None = dict(properties) if properties else None
         self.broker_name = broker_name
+
+    @property
+    def _f(self) -> tuple[Any, ...]:
+        """The fixed part's fields (``_FIXED4`` layout), unpacked on first use."""
+        f = self._t
+        if f is None:
+            f = self._t = _FIXED4.unpack(self._raw)
+        return f
 
     @property
     def born_host(self) -> str:
@@ -497,7 +513,7 @@ def decode_messages(
     n = len(buf)
     out: list[MessageExt] = []
     append = out.append
-    unpack = _FIXED4.unpack_from
+    unpack = _LEAD4.unpack_from
     new = object.__new__
     topics = _TOPICS
     pos = 0
@@ -505,21 +521,20 @@ def decode_messages(
         while pos < n:
             if n - pos < _MIN_STORED:
                 raise _bad(pos, f"truncated: {n - pos} bytes left, a message needs {_MIN_STORED} or more")
-            f = unpack(buf, pos)
-            total = f[0]
+            total, magic, queue_offset, sys_flag, body_len = unpack(buf, pos)
             end = pos + total
             if total < _MIN_STORED or end > n:
                 raise _bad(pos, f"store size {total} is out of range ({_MIN_STORED}..{n - pos})")
-            magic = f[1]
             if magic != MAGIC_CODE_V1 and magic != MAGIC_CODE_V2:
                 raise _bad(pos, f"bad magic code {magic:#x}")
-            sys_flag = f[7]
             fixed = 88
+            f: tuple[Any, ...] | None = None
             if sys_flag & _V6_FLAGS:
                 f, fixed = _unpack_v6(buf, pos, end)
-            q = pos + fixed + f[16]
-            if f[16] < 0 or q + 3 > end:
-                raise _bad(pos, f"body length {f[16]} does not fit in store size {total}")
+                body_len = f[_BODY_LEN]
+            q = pos + fixed + body_len
+            if body_len < 0 or q + 3 > end:
+                raise _bad(pos, f"body length {body_len} does not fit in store size {total}")
             msg_body = buf[pos + fixed : q]
             if magic == MAGIC_CODE_V1:
                 p = q + 1 + buf[q]
@@ -538,12 +553,15 @@ def decode_messages(
             raw = buf[p + 2 : end].decode()
             if check_properties and raw and not _check_property_items(raw):
                 raise _bad(pos, "a property item has no name/value separator")
+            m = new(MessageExt)
             if sys_flag & 1 and decompress:
                 msg_body = _decompress(msg_body, sys_flag, pos)
+                if f is None:
+                    f = _FIXED4.unpack_from(buf, pos)
                 f = (*f[:7], sys_flag & ~MessageSysFlag.COMPRESSED_FLAG, *f[8:])
-            m = new(MessageExt)
-            m._f = f
-            m.queue_offset = f[5]
+            m._raw = buf[pos : pos + 88] if f is None else b""
+            m._t = f
+            m.queue_offset = queue_offset
             m.topic = topic
             m.body = msg_body
             m.raw_properties = raw

@@ -489,6 +489,23 @@ def test_stored_round_trip(specs: list[dict[str, Any]]) -> None:
         assert any(k.sys_flag & 1 for k in kept)
 
 
+def test_fixed_part_is_unpacked_on_first_use() -> None:
+    body = b"".join(
+        encode_stored(
+            topic="T", body=b"abc", queue_offset=o, queue_id=3, reconsume_times=o, commit_log_offset=10 * o
+        )
+        for o in range(1, 4)
+    )
+    first, second, third = decode_messages(body)
+    assert first._t is None and first.queue_offset == 1  # what the consumer reads is eager
+    # a write before any read keeps every other field
+    first.reconsume_times += 5
+    assert (first.reconsume_times, first.queue_id, first.commit_log_offset) == (6, 3, 10)
+    assert second._f == struct.unpack_from(">iiiiiqqiqIiqIiiqi", body, first.store_size)
+    assert (second.store_size, second.queue_id, second.reconsume_times) == (first.store_size, 3, 2)
+    assert third._t is None  # untouched by reads of its neighbours
+
+
 def test_v2_magic_and_long_topic() -> None:
     topic = "T" * 300
     [m] = decode_messages(encode_stored(topic=topic, body=b"x", v2=True))
