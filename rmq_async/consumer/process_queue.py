@@ -1,10 +1,10 @@
 """ProcessQueue: the messages of one queue that were pulled and are not finished yet.
 
 Messages are kept per pulled run: a SortedDict (sortedcontainers) orders the runs by their first
-offset, and each run is a plain dict offset -> message in ascending order that knows its byte total.
-Adding a pulled batch builds one run in C (no per-message Python loop beyond reading the offsets);
-finishing a whole run, the common case when handlers keep up, drops it at once after an identity
-check of its messages; finishing part of a run finds the run by bisection once per run touched. The
+offset, and each run is a plain list of messages in ascending offset order that knows its byte total.
+Adding a pulled batch copies its list (no per-message Python loop beyond reading the offsets and
+sizes); finishing a whole run, the common case when handlers keep up, drops it at once after an
+identity check of its messages; finishing part of a run finds the run, then the message, by bisection. The
 committable offset is the smallest offset still held (or the largest offset seen + 1 once the queue is
 empty), so one slow message holds back the group's progress and a crash redelivers what came after
 it: at-least-once.
@@ -17,6 +17,7 @@ state changes are synchronous methods: called from the consume path without an a
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from itertools import islice
 from operator import attrgetter, is_, lt
@@ -31,23 +32,29 @@ __all__ = ["ProcessQueue"]
 
 
 _body = attrgetter("body")
+_offset = attrgetter("queue_offset")
 
 
 def _size(msgs: Iterable[MessageExt]) -> int:
     return sum(map(len, map(_body, msgs)))
 
 
-class _Run(dict[int, MessageExt]):
+class _Run(list[MessageExt]):
     """The unfinished messages of one pulled run (ascending offsets), filed under ``key``: its first
     offset when it was added, with ``nbytes`` their body bytes. Runs never overlap, so the runs' order
     by key is their offsets' order."""
 
     __slots__ = ("key", "nbytes")
 
-    def __init__(self, key: int, items: Iterable[tuple[int, MessageExt]] = ()) -> None:
-        super().__init__(items)
+    def __init__(self, key: int, msgs: Iterable[MessageExt] = ()) -> None:
+        super().__init__(msgs)
         self.key = key
-        self.nbytes = _size(self.values())
+        self.nbytes = _size(self)
+
+    def index_of(self, off: int) -> int:
+        """Where the message at ``off`` is, or -1."""
+        i = bisect_left(self, off, key=_offset)
+        return i if i < len(self) and self[i].queue_offset == off else -1
 
 
 class ProcessQueue:
@@ -84,7 +91,7 @@ class ProcessQueue:
         max_span: int | None = 2000,
     ) -> None:
         self.mq = mq
-        #: first offset of a pulled run -> that run's unfinished messages (offset -> message, ascending)
+        #: first offset of a pulled run -> that run's unfinished messages (ascending offsets)
         self._runs: SortedDict = SortedDict()
         self._count = 0  # messages in the runs
         #: orderly: taken out of the runs for the running batch, committed on success
@@ -122,11 +129,11 @@ class ProcessQueue:
 
     def _min_offset(self) -> int:
         run: _Run = self._runs.peekitem(0)[1]
-        return next(iter(run))
+        return run[0].queue_offset
 
     def _max_offset(self) -> int:
         run: _Run = self._runs.peekitem(-1)[1]
-        return next(reversed(run))
+        return run[-1].queue_offset
 
     @property
     def span(self) -> int:
@@ -137,7 +144,7 @@ class ProcessQueue:
 
     def messages(self) -> list[MessageExt]:
         """The cached messages not being consumed, in offset order."""
-        return [m for _, run in self._runs.items() for m in run.values()]
+        return [m for run in self._runs.values() for m in run]
 
     def over_threshold(self) -> str | None:
         """Why pulling must wait, or None."""
@@ -167,11 +174,11 @@ class ProcessQueue:
         """Add pulled messages (ascending offsets, as a pull returns them); returns how many were new."""
         if not msgs:
             return 0
-        offsets = [m.queue_offset for m in msgs]
+        offsets = list(map(_offset, msgs))
         first = offsets[0]
         if first <= self._top() or not all(map(lt, offsets, islice(offsets, 1, None))):
-            return self._put_merging(list(zip(offsets, msgs, strict=True)))
-        run = _Run(first, zip(offsets, msgs, strict=True))
+            return self._put_merging(list(msgs))
+        run = _Run(first, msgs)
         self._file(run)
         return len(run)
 
@@ -186,44 +193,43 @@ class ProcessQueue:
         self._runs[run.key] = run
         self._count += len(run)
         self.msg_bytes += run.nbytes
-        last = next(reversed(run))
+        last = run[-1].queue_offset
         if last > self.queue_offset_max:
             self.queue_offset_max = last
 
-    def _put_merging(self, items: list[tuple[int, MessageExt]]) -> int:
+    def _put_merging(self, msgs: list[MessageExt]) -> int:
         """Add messages that are not simply above everything held (never seen from a pull; kept
         correct anyway): offsets already held or being consumed are skipped, the rest refiled."""
-        held = {off for run in self._runs.values() for off in run}
+        held = {m.queue_offset for run in self._runs.values() for m in run}
         fresh: dict[int, MessageExt] = {}
-        for off, m in items:
+        for m in msgs:
+            off = m.queue_offset
             if off not in held and off not in self.consuming and off not in fresh:
                 fresh[off] = m
         if not fresh:
             return 0
-        merged = sorted([*((o, m) for run in self._runs.values() for o, m in run.items()), *fresh.items()])
+        merged = sorted([*(m for run in self._runs.values() for m in run), *fresh.values()], key=_offset)
         self._runs.clear()
         self._count = 0
         self.msg_bytes = _size(self.consuming.values())
-        self._file(_Run(merged[0][0], merged))
+        self._file(_Run(merged[0].queue_offset, merged))
         return len(fresh)
 
-    def _prepend(self, items: list[tuple[int, MessageExt]]) -> None:
-        """File messages below everything held (put back) into the first run, re-keyed if needed;
-        their bytes are already counted (they come from the consuming batch)."""
-        self._count += len(items)
-        size = _size(m for _, m in items)
+    def _prepend(self, msgs: list[MessageExt]) -> None:
+        """File messages below everything held (put back, ascending) into the first run, re-keyed if
+        needed; their bytes are already counted (they come from the consuming batch)."""
+        self._count += len(msgs)
         if not self._runs:
-            run = _Run(items[0][0], items)
+            run = _Run(msgs[0].queue_offset, msgs)
             self._runs[run.key] = run
             return
         run = self._runs.peekitem(0)[1]
-        merged = sorted([*run.items(), *items])
-        run.clear()
-        run.update(merged)
-        run.nbytes += size
-        if merged[0][0] < run.key:
+        run.nbytes += _size(msgs)
+        run[:0] = msgs
+        run.sort(key=_offset)
+        if run[0].queue_offset < run.key:
             del self._runs[run.key]
-            run.key = merged[0][0]
+            run.key = run[0].queue_offset
             self._runs[run.key] = run
 
     def _run_of(self, off: int) -> _Run | None:
@@ -240,7 +246,7 @@ class ProcessQueue:
         if not runs:
             return -1
         run: _Run | None = runs.get(msgs[0].queue_offset) if msgs else None
-        if run is not None and len(run) == len(msgs) and all(map(is_, run.values(), msgs)):
+        if run is not None and len(run) == len(msgs) and all(map(is_, run, msgs)):
             # a whole pulled run finished (the common case)
             del runs[run.key]
             self._count -= len(run)
@@ -256,14 +262,17 @@ class ProcessQueue:
         removed = size = 0
         for m in msgs:
             off = m.queue_offset
-            if run is None or off not in run:
+            i = run.index_of(off) if run is not None else -1
+            if i < 0:
                 if run is not None and not run:
                     del self._runs[run.key]
                 run = self._run_of(off)
-                if run is None or off not in run:
+                i = run.index_of(off) if run is not None else -1
+                if i < 0:
                     run = None
                     continue
-            n = len(run.pop(off).body)
+            assert run is not None
+            n = len(run.pop(i).body)
             run.nbytes -= n
             size += n
             removed += 1
@@ -299,13 +308,14 @@ class ProcessQueue:
         out: list[MessageExt] = []
         while self._runs and len(out) < n:
             run: _Run = self._runs.peekitem(0)[1]
-            while run and len(out) < n:
-                off = next(iter(run))
-                m = run.pop(off)
-                run.nbytes -= len(m.body)
-                self._count -= 1
-                self.consuming[off] = m
-                out.append(m)
+            k = min(n - len(out), len(run))
+            chunk = run[:k]
+            del run[:k]
+            size = _size(chunk)
+            run.nbytes -= size
+            self._count -= k
+            self.consuming.update(zip(map(_offset, chunk), chunk, strict=True))
+            out += chunk
             if not run:
                 del self._runs[run.key]
         return out
@@ -325,7 +335,7 @@ class ProcessQueue:
     def put_back(self, msgs: Iterable[MessageExt]) -> None:
         """Return messages of the consuming batch to the queue, to be consumed again."""
         back = sorted(
-            (m.queue_offset, m) for m in msgs if self.consuming.pop(m.queue_offset, None) is not None
+            (m for m in msgs if self.consuming.pop(m.queue_offset, None) is not None), key=_offset
         )
         if back:
             self._prepend(back)
