@@ -32,7 +32,8 @@ __all__ = [
 FLAG_RESPONSE = 0x1  # RemotingCommand.RPC_TYPE bit
 FLAG_ONEWAY = 0x2  # RemotingCommand.RPC_ONEWAY bit
 #: one encoder for every JSON header (json.dumps with options builds a new one per call)
-_JSON_HEADER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+# headers are plain dicts built here (no cycles): the circular-reference check would only cost time
+_JSON_HEADER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
 DEFAULT_MAX_FRAME = 16 << 20  # NettyDecoder FRAME_MAX_LENGTH default (com.rocketmq.remoting.frameMaxLength)
 
 _PREFIX = struct.Struct(">iI")  # total length; serialize type << 24 | header length

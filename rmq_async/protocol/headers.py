@@ -152,7 +152,9 @@ def _parse(cls: type, spec: _Spec, text: str) -> Any:
         if low == "false":
             return False
         raise ProtocolError(f"{cls.__name__}.{spec.key}: {text!r} is not a boolean")
-    if not _INT_TEXT.fullmatch(text):
+    # plain ASCII digits (the common case) go straight to int(); anything else must pass the regex,
+    # since int() alone would also take spaces, underscores and non-ASCII digits
+    if not (text.isascii() and text.isdigit()) and not _INT_TEXT.fullmatch(text):
         raise ProtocolError(f"{cls.__name__}.{spec.key}: {text!r} is not an integer")
     value = int(text)
     lo, hi = _RANGES[kind]
