@@ -334,9 +334,7 @@ class ProcessQueue:
 
     def put_back(self, msgs: Iterable[MessageExt]) -> None:
         """Return messages of the consuming batch to the queue, to be consumed again."""
-        back = sorted(
-            (m for m in msgs if self.consuming.pop(m.queue_offset, None) is not None), key=_offset
-        )
+        back = sorted((m for m in msgs if self.consuming.pop(m.queue_offset, None) is not None), key=_offset)
         if back:
             self._prepend(back)
 

@@ -1,0 +1,101 @@
+"""Paired A/B runs of the push or raw pull scenario between two source trees (e.g. two git worktrees).
+
+On a shared VM consecutive single runs differ by up to 30%, more than most single changes are worth.
+This alternates the two trees (ABBA order) so that each pair shares a spell of the machine, and reports
+the median of the per-pair ratios of the consumer's CPU per message (``cpu_us_per_msg``), plus the
+lowest and lower-quartile runs of each side.
+
+    git worktree add /tmp/base <base-commit>
+    python benchmarks/ab.py --a /tmp/base --b . [--scenario push|raw-pull] [--pairs 12]
+                            [--messages 300000] [--loop uvloop|asyncio]
+
+Each run is a fresh process with ``PYTHONPATH`` set to its tree, draining ``--messages`` preloaded
+1 KiB messages over 8 queues from one embedded cluster in its own process (fresh group, first offset).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+_CHILD = """
+import asyncio, json, sys
+from rmq_async.bench import scenarios
+kind, loop, namesrv, topic, n = sys.argv[1:6]
+p = {"scenario": kind, "namesrv": namesrv, "topic": topic, "messages": int(n), "timeout": 300}
+fn = scenarios.run_push if kind == "push" else scenarios.raw_pull
+if loop == "uvloop":
+    import uvloop
+    r = uvloop.run(fn(p))
+else:
+    r = asyncio.run(fn(p))
+print(json.dumps({"msgs_per_s": r["msgs_per_s"], "cpu_us_per_msg": r["cpu_us_per_msg"]}))
+"""
+
+
+def run(tree: str, args: argparse.Namespace, namesrv: str, topic: str) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve())}
+    cmd = [sys.executable, "-c", _CHILD, args.scenario, args.loop, namesrv, topic, str(args.messages)]
+    out = subprocess.run(cmd, env=env, cwd="/", capture_output=True, text=True, check=True).stdout
+    result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--a", required=True, help="base source tree (holds rmq_async/)")
+    ap.add_argument("--b", required=True, help="changed source tree")
+    ap.add_argument("--scenario", choices=["push", "raw-pull"], default="push")
+    ap.add_argument("--pairs", type=int, default=12)
+    ap.add_argument("--messages", type=int, default=300_000)
+    ap.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
+    args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from rmq_async.bench.cluster import ChildCluster, create_topic, preload
+
+    topic = "ABTopic"
+    a_runs: list[dict[str, float]] = []
+    b_runs: list[dict[str, float]] = []
+    with ChildCluster(queues=8) as cluster:
+        ns = cluster.namesrv_addr
+        asyncio.run(create_topic(ns, topic, 8))
+        asyncio.run(preload(ns, topic, args.messages, 1024))
+        for i in range(args.pairs):
+            if i % 2 == 0:
+                a = run(args.a, args, ns, topic)
+                b = run(args.b, args, ns, topic)
+            else:
+                b = run(args.b, args, ns, topic)
+                a = run(args.a, args, ns, topic)
+            a_runs.append(a)
+            b_runs.append(b)
+            print(
+                f"pair {i}: A {a['cpu_us_per_msg']:.2f} us ({a['msgs_per_s']:,.0f}/s)  "
+                f"B {b['cpu_us_per_msg']:.2f} us ({b['msgs_per_s']:,.0f}/s)  "
+                f"B/A {b['cpu_us_per_msg'] / a['cpu_us_per_msg']:.3f}",
+                flush=True,
+            )
+    ca = sorted(r["cpu_us_per_msg"] for r in a_runs)
+    cb = sorted(r["cpu_us_per_msg"] for r in b_runs)
+    ratio = statistics.median(
+        b["cpu_us_per_msg"] / a["cpu_us_per_msg"] for a, b in zip(a_runs, b_runs, strict=True)
+    )
+    q = len(ca) // 4
+    print(
+        f"{args.scenario}, {args.loop}, {args.pairs} pairs of {args.messages:,} messages: "
+        f"median paired CPU ratio B/A {ratio:.3f}; median A {statistics.median(ca):.2f} us, "
+        f"B {statistics.median(cb):.2f} us; lowest A {ca[0]:.2f}, B {cb[0]:.2f}; "
+        f"lower quartile A {ca[q]:.2f}, B {cb[q]:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
