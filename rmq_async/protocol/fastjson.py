@@ -228,7 +228,14 @@ def _hash_order(keys: tuple[str, ...], initial_capacity: int) -> tuple[int, ...]
         cap <<= 1
     while len(keys) > cap * 3 // 4:  # resized once size exceeds 0.75 * capacity
         cap <<= 1
-    mask = cap - 1
+    return java_bucket_order(keys, cap)
+
+
+def java_bucket_order(keys: tuple[str, ...], capacity: int) -> tuple[int, ...]:
+    """Indexes of ``keys`` (in insertion order) in the order a ``java.util.HashMap`` whose table has
+    ``capacity`` buckets (a power of two) iterates them. Leaving keys out keeps the others' order as
+    long as the capacity is the same."""
+    mask = capacity - 1
 
     def bucket(i: int) -> tuple[int, int]:
         h = _java_string_hash(keys[i])

@@ -25,7 +25,7 @@ from typing import Annotated, Any, ClassVar, Self
 
 from ..errors import ProtocolError
 from .codes import RequestCode
-from .fastjson import java_map_order
+from .fastjson import java_bucket_order, java_map_order
 
 __all__ = [
     "I32",
@@ -117,6 +117,18 @@ def _specs(cls: type) -> tuple[_Spec, ...]:
     return got if got is not None else _SPECS.setdefault(cls, _build_specs(cls))
 
 
+_SPECS16: dict[type, tuple[_Spec, ...]] = {}
+
+
+def _specs16(cls: type) -> tuple[_Spec, ...]:
+    """The specs in the order a 16-bucket Java HashMap filled in their order iterates their keys."""
+    got = _SPECS16.get(cls)
+    if got is None:
+        specs = _specs(cls)
+        got = _SPECS16[cls] = tuple(specs[i] for i in java_bucket_order(tuple(s.key for s in specs), 16))
+    return got
+
+
 def _build_specs(cls: type) -> tuple[_Spec, ...]:
     hints = typing.get_type_hints(cls, include_extras=True)
     out = []
@@ -185,7 +197,17 @@ class Header:
 
     def to_ext_fields(self) -> dict[str, str]:
         """The wire form: Java field names to strings, ``None`` left out, in Java HashMap order."""
-        return java_map_order(self._pairs(_specs(type(self))))
+        out: dict[str, str] = {}
+        # walk the fields in the order of a 16-bucket map (what up to 12 entries fill): no sorting
+        # per call; more entries than that resize the Java map, and the generic path orders them
+        for spec in _specs16(type(self)):
+            value = getattr(self, spec.attr)
+            if value is not None:
+                t = type(value)
+                out[spec.key] = value if t is str else str(value) if t is int else _to_text(value)
+        if len(out) > 12:
+            return java_map_order(self._pairs(_specs(type(self))))
+        return out
 
     @classmethod
     def _from(cls, ext: Mapping[str, str], keys: Mapping[str, str] | None = None) -> Self:
