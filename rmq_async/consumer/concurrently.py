@@ -178,6 +178,8 @@ class ConcurrentConsumeService:
                 self.active += 1
             await self._consume(w)
             self._pulled_batch_done(w)
+            # the batch is freed here, while it is still in the caches (see PullLoop)
+            item = msgs = None  # type: ignore[assignment]
             if inbox:
                 # between pulled batches, let I/O and the pull loops run even when no handler
                 # suspended (taking the next batch does not)
