@@ -34,6 +34,7 @@ from ..protocol import headers as H
 from ..protocol.codes import Prop
 from ..protocol.message import Message, MessageExt
 from ..protocol.mq import MessageQueue
+from .deadlines import loop_clock
 from .handoff import Handoff
 from .process_queue import ProcessQueue
 
@@ -128,7 +129,7 @@ class ConcurrentConsumeService:
     async def run(self, tg: anyio.abc.TaskGroup) -> None:
         """Start the workers; closing the hand-off ends them once it is drained."""
         # looked up once: every asyncio.get_running_loop() costs a getpid() system call
-        self._loop_time = asyncio.get_running_loop().time
+        self._loop_time = loop_clock()
         for _ in range(self.c.config.concurrency):
             tg.start_soon(self._worker)
 

@@ -23,7 +23,6 @@ previous one is settled (``ack`` = SUCCESS, ``retry`` = SUSPEND).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -40,6 +39,7 @@ from ..protocol.codes import Prop
 from ..protocol.message import Message, MessageExt
 from ..protocol.mq import MessageQueue
 from .concurrently import ConsumeContext, ConsumeResult, reset_retry_topic
+from .deadlines import loop_clock
 from .orderly_locks import LockKeeper
 from .process_queue import ProcessQueue
 
@@ -123,7 +123,7 @@ class OrderlyConsumeService:
 
     async def run(self, tg: anyio.abc.TaskGroup) -> None:
         self._tg = tg
-        self._loop_time = asyncio.get_running_loop().time
+        self._loop_time = loop_clock()
         self.timeout = self.c.deadlines.timeout
         if self.clustering:
             tg.start_soon(self._renew_loop)

@@ -138,3 +138,22 @@ def test_out_of_order_put_and_put_back_keep_offset_order() -> None:
     assert [m.queue_offset for m in pq.messages()] == [6, 10, 11, 12]
     assert pq.remove([Msg(6), Msg(10)]) == 11  # type: ignore[list-item]
     assert pq.count == 3  # 11, 12 and the consuming 5
+
+
+def test_loop_clock_is_the_loops_clock() -> None:
+    import asyncio
+    import time
+
+    import uvloop
+
+    from rmq_async.consumer.deadlines import loop_clock
+
+    async def check() -> tuple[object, float, float]:
+        loop = asyncio.get_running_loop()
+        clock = loop_clock()
+        return clock, clock(), loop.time()
+
+    clock, ours, theirs = asyncio.run(check())
+    assert clock is time.monotonic and abs(ours - theirs) < 0.01  # the default loop: its own time()
+    clock, ours, theirs = uvloop.run(check())
+    assert clock is not time.monotonic and abs(ours - theirs) < 0.01  # uvloop keeps loop.time
