@@ -226,12 +226,21 @@ class ConcurrentConsumeService:
         scope, scopes = w.scope, self.scopes
         dl, tver = w.dl, w.tver  # the scope's deadline as last set here (read back after set_timeout)
         timeout, inf = self.timeout, math.inf
+        # precomputed bounds, so the per-message checks are single comparisons: a batch starting
+        # after ``move_after`` needs the deadline moved; a clock past ``fired_after`` may mean it fired
+        move_after = -inf if dl == inf else dl - timeout
+        fired_after = dl - 0.001
         batch: list[MessageExt] = []
         ctx: ConsumeContext | None = None
-        ok_since = now = start = loop_time()
+        now = start = loop_time()
+        # plain successes not acknowledged yet: ok (carried in the slot) + msgs[ok_from:i]
+        ok_from, ok_until = -1, inf
         try:
             while i < end:
                 if pq.dropped:
+                    if ok_from >= 0:
+                        ok += msgs[ok_from:i]
+                        ok_from = -1
                     i = end
                     break
                 batch = msgs[i : i + n] if n > 1 else [msgs[i]]
@@ -240,12 +249,15 @@ class ConcurrentConsumeService:
                 scopes[scope] = start  # what set_timeout moves while the handler runs
                 if tver != self._tver:  # set_timeout moved the deadlines of running handlers
                     tver, dl, timeout = self._tver, scope.deadline, self.timeout
+                    move_after = -inf if dl == inf else dl - timeout
+                    fired_after = dl - 0.001
                 # the deadline moves only when it would fall short of this batch's own deadline, and
                 # then a little further (slack): at most one timer re-arm per slack window, not two
                 # per message; a batch is never cancelled early, at most ``slack`` late
-                need = start + timeout
-                if dl < need or dl == inf:
-                    dl = scope.deadline = need + min(0.05, timeout / 100)
+                if start > move_after:
+                    dl = scope.deadline = start + timeout + min(0.05, timeout / 100)
+                    move_after = dl - timeout
+                    fired_after = dl - 0.001
                 try:
                     if hooks:
                         await c.hooks_before(batch, ctx)
@@ -263,35 +275,46 @@ class ConcurrentConsumeService:
                         [m.msg_id for m in batch],
                     )
                     result = ConsumeResult.RECONSUME_LATER
-                i += n
                 now = loop_time()
-                if (now + 0.001 >= dl or tver != self._tver) and scope.cancel_called:
+                if (now >= fired_after or tver != self._tver) and scope.cancel_called:
                     # the deadline fired just as the handler returned: its result stands, but
                     # nothing may be awaited inside a cancelled scope: settle it outside
                     w.done = (batch, result, ctx, now - start)
                     batch = []
+                    i += n
                     await anyio.sleep_forever()  # raises the scope's cancellation at once
                 if result is success and ctx.ack_index is None and plain:
                     # the common case finishes without a suspension point: the deadline cannot fire
-                    if not ok:
-                        ok_since = now
-                    ok += batch
-                    if now - ok_since > 0.001:
+                    if ok_from < 0:
+                        ok_from, ok_until = i, now + 0.001
+                    i += n
+                    if now > ok_until:
+                        ok += msgs[ok_from:i]
+                        ok_from = -1
                         self._ack(pq, ok)
                     continue
+                if ok_from >= 0:
+                    ok += msgs[ok_from:i]
+                    ok_from = -1
+                i += n
                 if ok:
                     self._ack(pq, ok)
                 del scopes[scope]  # send-backs and hooks must not be cut by the deadline
                 dl = scope.deadline = math.inf
+                move_after = fired_after = -inf
                 await self._finish(pq, batch, result, ctx, now - start)
                 now = loop_time()
         except BaseException:
             # left by the deadline (or an outer cancellation) inside the handler or a hook: the
-            # batch it was running is the timed-out one
+            # batch it was running (from i) is the timed-out one; the successes before it are kept
+            if ok_from >= 0:
+                ok += msgs[ok_from:i]
             w.i, w.batch = i + (n if batch else 0), batch
             raise
         finally:
             w.dl, w.tver = dl, tver
+        if ok_from >= 0:
+            ok += msgs[ok_from:i]
         w.i = i
 
     async def _settle_timed_out(self, w: _Slot) -> None:

@@ -1,0 +1,106 @@
+"""ConcurrentConsumeService._consume on its own: acknowledgement grouping, a drop in the middle of a
+pulled batch, failures between successes. The consumer around it is a plain namespace (what the
+service reads from it); the integration tests run the same code against the embedded broker."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+
+from rmq_async.config import ConsumerConfig, Timing
+from rmq_async.consumer.concurrently import ConcurrentConsumeService, ConsumeContext, ConsumeResult, _Slot
+from rmq_async.consumer.offset_store import _MemoryTable
+from rmq_async.consumer.process_queue import ProcessQueue
+from rmq_async.consumer.stats import ConsumerStats
+from rmq_async.protocol.message import MessageExt
+from rmq_async.protocol.mq import MessageQueue
+
+MQ = MessageQueue("T", "b", 0)
+Handler = Callable[[list[MessageExt], ConsumeContext], Awaitable["ConsumeResult | None"]]
+
+
+def _consumer(sent_back: list[int]) -> Any:
+    async def send_back(m: MessageExt, delay_level: int) -> bool:
+        sent_back.append(m.queue_offset)
+        return True
+
+    return types.SimpleNamespace(
+        config=ConsumerConfig(group="g"),
+        timing=Timing(),
+        retry_topic="%RETRY%g",
+        stats=ConsumerStats(),
+        offset_store=_MemoryTable(),
+        before_hooks=[],
+        after_hooks=[],
+        stopping=False,
+        group="g",
+        send_back=send_back,
+    )
+
+
+async def _run(
+    handler: Handler, count: int = 32, pq: ProcessQueue | None = None
+) -> tuple[Any, ProcessQueue, list[int]]:
+    sent_back: list[int] = []
+    c = _consumer(sent_back)
+    svc = ConcurrentConsumeService(c, handler)
+    msgs = [MessageExt("T", b"x", queue_offset=100 + k) for k in range(count)]
+    pq = pq or ProcessQueue(MQ)
+    pq.put(msgs)
+    w = _Slot()
+    w.pq, w.msgs, w.i = pq, msgs, 0
+    svc.active += 1
+    with anyio.CancelScope() as scope:
+        w.scope = scope
+        await svc._consume(w)
+    svc._pulled_batch_done(w)
+    return c, pq, sent_back
+
+
+async def test_plain_successes_are_acknowledged_once_at_the_end() -> None:
+    c, pq, sent_back = await _run(lambda msgs, ctx: _none())
+    assert pq.count == 0 and c.offset_store.read_memory(MQ) == 132 and not sent_back
+    assert c.stats.topics["T"].consumed_ok == 32
+
+
+async def test_a_slow_message_splits_the_acknowledgements_and_none_is_lost() -> None:
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+        if msgs[0].queue_offset == 105:
+            await anyio.sleep(0.003)  # past the ~1 ms grouping: what came before is acknowledged
+
+    c, pq, _ = await _run(handler)
+    assert pq.count == 0 and c.offset_store.read_memory(MQ) == 132
+    assert c.stats.topics["T"].consumed_ok == 32
+
+
+async def test_a_drop_in_the_middle_stops_and_acknowledges_only_what_ran() -> None:
+    seen: list[int] = []
+    pq = ProcessQueue(MQ)
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+        seen.append(msgs[0].queue_offset)
+        if msgs[0].queue_offset == 110:
+            pq.drop()  # the queue moved to another member while this batch ran
+
+    c, _, _ = await _run(handler, pq=pq)
+    assert seen == list(range(100, 111))
+    assert c.stats.topics["T"].consumed_ok == 11  # the ones that ran, not the 21 after the drop
+    assert c.offset_store.read_memory(MQ) == -1  # a dropped queue commits nothing from here
+
+
+async def test_failures_between_successes_are_sent_back_and_progress_moves() -> None:
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
+        return ConsumeResult.RECONSUME_LATER if msgs[0].queue_offset in (103, 117) else ConsumeResult.SUCCESS
+
+    c, pq, sent_back = await _run(handler)
+    assert sent_back == [103, 117]
+    assert pq.count == 0 and c.offset_store.read_memory(MQ) == 132
+    t = c.stats.topics["T"]
+    assert (t.consumed_ok, t.consumed_failed) == (30, 2)
+
+
+async def _none() -> None:
+    return None
