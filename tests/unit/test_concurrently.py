@@ -104,3 +104,25 @@ async def test_failures_between_successes_are_sent_back_and_progress_moves() -> 
 
 async def _none() -> None:
     return None
+
+
+async def test_every_call_sees_a_pristine_context_and_a_kept_one_is_never_reused() -> None:
+    kept: list[ConsumeContext] = []
+    dirty: list[int] = []
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
+        off = msgs[0].queue_offset
+        if ctx.ack_index is not None or ctx.delay_level != 0 or ctx.mq != MQ:
+            dirty.append(off)
+        if off % 5 == 0:
+            kept.append(ctx)  # held by the handler: must not come back for another message
+        if off % 7 == 0:
+            ctx.delay_level = 3  # touched (a success ignores it): must not come back either
+        if off % 11 == 0:
+            ctx.ack_index = 0
+        return ConsumeResult.SUCCESS
+
+    c, pq, _ = await _run(handler, count=64)
+    assert not dirty
+    assert len({id(k) for k in kept}) == len(kept) and all(k.delay_level in (0, 3) for k in kept)
+    assert pq.count == 0 and c.offset_store.read_memory(MQ) == 164
