@@ -234,7 +234,9 @@ class ConcurrentConsumeService:
         # after ``move_after`` needs the deadline moved; a clock past ``fired_after`` may mean it fired
         move_after = -inf if dl == inf else dl - timeout
         fired_after = dl - 0.001
-        batch: list[MessageExt] = []
+        # what the running handler was given (None: no handler running); it may change that list, so
+        # the bookkeeping uses msgs[i : i + n], never this
+        batch: list[MessageExt] | None = None
         ctx: ConsumeContext | None = None
         now = start = loop_time()
         # plain successes not acknowledged yet: ok (carried in the slot) + msgs[ok_from:i]
@@ -247,7 +249,12 @@ class ConcurrentConsumeService:
                         ok_from = -1
                     i = end
                     break
-                batch = msgs[i : i + n] if n > 1 else [msgs[i]]
+                if n > 1:
+                    batch = msgs[i : i + n]
+                elif batch is not None and len(batch) == 1 and _refs(batch) == 2:  # reused as ctx below
+                    batch[0] = msgs[i]
+                else:
+                    batch = [msgs[i]]
                 if ctx is None or _refs(ctx) > 2 or ctx.ack_index is not None or ctx.delay_level:
                     # a context nothing else holds and the handler left untouched is as good as a
                     # new one (nobody can tell the difference): reused, it saves an allocation
@@ -279,15 +286,15 @@ class ConcurrentConsumeService:
                         "handler of group %s raised on %s (msg ids %s): reconsume later",
                         c.group,
                         mq,
-                        [m.msg_id for m in batch],
+                        [m.msg_id for m in msgs[i : i + n]],
                     )
                     result = ConsumeResult.RECONSUME_LATER
                 now = loop_time()
                 if (now >= fired_after or tver != self._tver) and scope.cancel_called:
                     # the deadline fired just as the handler returned: its result stands, but
                     # nothing may be awaited inside a cancelled scope: settle it outside
-                    w.done = (batch, result, ctx, now - start)
-                    batch = []
+                    w.done = (msgs[i : i + n], result, ctx, now - start)
+                    batch = None
                     i += n
                     await anyio.sleep_forever()  # raises the scope's cancellation at once
                 if result is success and ctx.ack_index is None and plain:
@@ -303,20 +310,25 @@ class ConcurrentConsumeService:
                 if ok_from >= 0:
                     ok += msgs[ok_from:i]
                     ok_from = -1
+                done = msgs[i : i + n]
+                batch = None  # settled below, whatever happens to that await
                 i += n
                 if ok:
                     self._ack(pq, ok)
                 del scopes[scope]  # send-backs and hooks must not be cut by the deadline
                 dl = scope.deadline = math.inf
                 move_after = fired_after = -inf
-                await self._finish(pq, batch, result, ctx, now - start)
+                await self._finish(pq, done, result, ctx, now - start)
                 now = loop_time()
         except BaseException:
             # left by the deadline (or an outer cancellation) inside the handler or a hook: the
             # batch it was running (from i) is the timed-out one; the successes before it are kept
             if ok_from >= 0:
                 ok += msgs[ok_from:i]
-            w.i, w.batch = i + (n if batch else 0), batch
+            if batch is None:
+                w.i, w.batch = i, []
+            else:
+                w.i, w.batch = i + n, msgs[i : i + n]
             raise
         finally:
             w.dl, w.tver = dl, tver

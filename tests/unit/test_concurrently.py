@@ -93,7 +93,10 @@ async def test_a_drop_in_the_middle_stops_and_acknowledges_only_what_ran() -> No
 
 async def test_failures_between_successes_are_sent_back_and_progress_moves() -> None:
     async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
-        return ConsumeResult.RECONSUME_LATER if msgs[0].queue_offset in (103, 117) else ConsumeResult.SUCCESS
+        failed = msgs[0].queue_offset in (103, 117)
+        if msgs[0].queue_offset == 117:
+            msgs.clear()  # the handler's list is its own: the failed message is still sent back
+        return ConsumeResult.RECONSUME_LATER if failed else ConsumeResult.SUCCESS
 
     c, pq, sent_back = await _run(handler)
     assert sent_back == [103, 117]
@@ -108,14 +111,21 @@ async def _none() -> None:
 
 async def test_every_call_sees_a_pristine_context_and_a_kept_one_is_never_reused() -> None:
     kept: list[ConsumeContext] = []
+    kept_lists: list[tuple[int, list[MessageExt]]] = []
     dirty: list[int] = []
+    expected = iter(range(100, 164))
 
     async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
         off = msgs[0].queue_offset
         if ctx.ack_index is not None or ctx.delay_level != 0 or ctx.mq != MQ:
             dirty.append(off)
+        if len(msgs) != 1 or off != next(expected):
+            dirty.append(-off)
         if off % 5 == 0:
             kept.append(ctx)  # held by the handler: must not come back for another message
+            kept_lists.append((off, msgs))  # the same for the list of messages
+        if off % 13 == 0:
+            msgs.clear()  # emptied by the handler: the next call still gets its message
         if off % 7 == 0:
             ctx.delay_level = 3  # touched (a success ignores it): must not come back either
         if off % 11 == 0:
@@ -125,4 +135,5 @@ async def test_every_call_sees_a_pristine_context_and_a_kept_one_is_never_reused
     c, pq, _ = await _run(handler, count=64)
     assert not dirty
     assert len({id(k) for k in kept}) == len(kept) and all(k.delay_level in (0, 3) for k in kept)
+    assert all([m.queue_offset for m in lst] == ([] if off % 13 == 0 else [off]) for off, lst in kept_lists)
     assert pq.count == 0 and c.offset_store.read_memory(MQ) == 164
