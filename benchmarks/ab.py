@@ -1,4 +1,5 @@
-"""Paired A/B runs of the push or raw pull scenario between two source trees (e.g. two git worktrees).
+"""Paired A/B runs of the push or raw pull scenario between two source trees (e.g. two git worktrees),
+or between the two scenarios in one tree.
 
 On a shared VM consecutive single runs differ by up to 30%, more than most single changes are worth.
 This alternates the two trees (ABBA order) so that each pair shares a spell of the machine, and reports
@@ -8,6 +9,10 @@ lowest and lower-quartile runs of each side.
     git worktree add /tmp/base <base-commit>
     python benchmarks/ab.py --a /tmp/base --b . [--scenario push|raw-pull] [--pairs 12]
                             [--messages 300000] [--loop uvloop|asyncio]
+    python benchmarks/ab.py --a . --b . --a-scenario raw-pull --b-scenario push   # push vs raw
+
+The second form gives the push/raw ratio in consumer CPU per message (the inverse of the B/A ratio)
+from runs that alternate, unlike the harness, which runs every push run before every raw one.
 
 Each run is a fresh process with ``PYTHONPATH`` set to its tree, draining ``--messages`` preloaded
 1 KiB messages over 8 queues from one embedded cluster in its own process (fresh group, first offset).
@@ -41,9 +46,9 @@ print(json.dumps({"msgs_per_s": r["msgs_per_s"], "cpu_us_per_msg": r["cpu_us_per
 """
 
 
-def run(tree: str, args: argparse.Namespace, namesrv: str, topic: str) -> dict[str, float]:
+def run(tree: str, scenario: str, args: argparse.Namespace, namesrv: str, topic: str) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve())}
-    cmd = [sys.executable, "-c", _CHILD, args.scenario, args.loop, namesrv, topic, str(args.messages)]
+    cmd = [sys.executable, "-c", _CHILD, scenario, args.loop, namesrv, topic, str(args.messages)]
     out = subprocess.run(cmd, env=env, cwd="/", capture_output=True, text=True, check=True).stdout
     result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
     return result
@@ -54,10 +59,13 @@ def main() -> None:
     ap.add_argument("--a", required=True, help="base source tree (holds rmq_async/)")
     ap.add_argument("--b", required=True, help="changed source tree")
     ap.add_argument("--scenario", choices=["push", "raw-pull"], default="push")
+    ap.add_argument("--a-scenario", choices=["push", "raw-pull"], help="A's scenario (default: --scenario)")
+    ap.add_argument("--b-scenario", choices=["push", "raw-pull"], help="B's scenario (default: --scenario)")
     ap.add_argument("--pairs", type=int, default=12)
     ap.add_argument("--messages", type=int, default=300_000)
     ap.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
     args = ap.parse_args()
+    sa, sb = args.a_scenario or args.scenario, args.b_scenario or args.scenario
     sys.path.insert(0, str(ROOT))
     from rmq_async.bench.cluster import ChildCluster, create_topic, preload
 
@@ -70,11 +78,11 @@ def main() -> None:
         asyncio.run(preload(ns, topic, args.messages, 1024))
         for i in range(args.pairs):
             if i % 2 == 0:
-                a = run(args.a, args, ns, topic)
-                b = run(args.b, args, ns, topic)
+                a = run(args.a, sa, args, ns, topic)
+                b = run(args.b, sb, args, ns, topic)
             else:
-                b = run(args.b, args, ns, topic)
-                a = run(args.a, args, ns, topic)
+                b = run(args.b, sb, args, ns, topic)
+                a = run(args.a, sa, args, ns, topic)
             a_runs.append(a)
             b_runs.append(b)
             print(
@@ -90,7 +98,7 @@ def main() -> None:
     )
     q = len(ca) // 4
     print(
-        f"{args.scenario}, {args.loop}, {args.pairs} pairs of {args.messages:,} messages: "
+        f"A {sa}, B {sb}, {args.loop}, {args.pairs} pairs of {args.messages:,} messages: "
         f"median paired CPU ratio B/A {ratio:.3f}; median A {statistics.median(ca):.2f} us, "
         f"B {statistics.median(cb):.2f} us; lowest A {ca[0]:.2f}, B {cb[0]:.2f}; "
         f"lower quartile A {ca[q]:.2f}, B {cb[q]:.2f}"
