@@ -391,9 +391,12 @@ class OrderlyConsumeService:
             with anyio.CancelScope(deadline=self._deadline(st)) as scope:
                 st.scope = scope
                 try:
+                    # the hooks and the handler get their own list: what they do to it must not
+                    # change which messages are put back or committed
+                    given = list(batch)
                     if c.before_hooks:
-                        await c.hooks_before(batch, ctx)
-                    result = await self._call(st, batch, ctx)
+                        await c.hooks_before(given, ctx)
+                    result = await self._call(st, given, ctx)
                 except Exception:
                     log.exception(
                         "orderly handler of group %s raised on %s (offsets %d..%d): suspending the queue",

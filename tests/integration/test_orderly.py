@@ -186,6 +186,7 @@ async def test_suspend_retries_the_same_batch_in_place(
         if batch[0] not in suspended:
             suspended.add(batch[0])
             ctx.suspend_time = 0.2  # per-call override of suspend_current_queue
+            msgs.clear()  # the handler's own list: the batch put back is the consumer's
             return OrderlyResult.SUSPEND_CURRENT_QUEUE_A_MOMENT
         if batch[-1] == 8:
             done.set()
