@@ -147,13 +147,18 @@ class ProcessQueue:
         return [m for run in self._runs.values() for m in run]
 
     def over_threshold(self) -> str | None:
-        """Why pulling must wait, or None."""
-        if self.count > self.max_count:
+        """Why pulling must wait, or None (checked before every pull)."""
+        if self._count + len(self.consuming) > self.max_count:
             return f"cached count {self.count} > {self.max_count}"
         if self.msg_bytes > self.max_bytes:
             return f"cached size {self.msg_bytes} > {self.max_bytes} bytes"
-        if self.max_span is not None and self.span > self.max_span:
-            return f"offset span {self.span} > {self.max_span}"
+        max_span = self.max_span
+        # the largest offset ever filed bounds the largest held one: the exact span (two sorted-dict
+        # lookups) is needed only when that bound is over the limit
+        if max_span is not None and self._runs and self.queue_offset_max - self._min_offset() > max_span:
+            span = self.span
+            if span > max_span:
+                return f"offset span {span} > {max_span}"
         return None
 
     async def wait_for_room(self) -> None:
@@ -176,18 +181,13 @@ class ProcessQueue:
             return 0
         offsets = list(map(_offset, msgs))
         first = offsets[0]
-        if first <= self._top() or not all(map(lt, offsets, islice(offsets, 1, None))):
+        # at or below the largest offset ever filed (which bounds everything held or being consumed):
+        # never from a pull, and the merging path is correct for any input
+        if first <= self.queue_offset_max or not all(map(lt, offsets, islice(offsets, 1, None))):
             return self._put_merging(list(msgs))
         run = _Run(first, msgs)
         self._file(run)
         return len(run)
-
-    def _top(self) -> int:
-        """The largest offset held or being consumed (-1 if none)."""
-        top = self._max_offset() if self._runs else -1
-        if self.consuming:
-            top = max(top, int(self.consuming.peekitem(-1)[0]))
-        return top
 
     def _file(self, run: _Run) -> None:
         self._runs[run.key] = run

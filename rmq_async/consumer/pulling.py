@@ -52,6 +52,8 @@ class PullLoop:
         timing = c.timing
         cfg = c.config
         orderly = c.orderly
+        monotonic = time.monotonic
+        broker_id = self.suggested.get(mq, 0)  # a local copy: the dict is written only on a change
         while not pq.dropped:
             if pq.over_threshold() is not None:
                 await pq.wait_for_room()
@@ -63,7 +65,7 @@ class PullLoop:
             if sub is None:
                 log.debug("no subscription for %s: pull loop ends", mq.topic)
                 return
-            addr = client.broker_addr(mq.broker_name, self.suggested.get(mq, 0))
+            addr = client.broker_addr(mq.broker_name, broker_id)
             if addr is None:
                 await client.update_route_quietly([mq.topic])
                 addr = client.broker_addr(mq.broker_name)
@@ -88,7 +90,7 @@ class PullLoop:
                 expression_type="TAG",
                 bname=mq.broker_name,
             )
-            t0 = time.perf_counter()
+            t0 = monotonic()
             try:
                 res = await client.api.pull(addr, header, timing.pull_timeout, broker_name=mq.broker_name)
             except BrokerError as exc:
@@ -106,14 +108,17 @@ class PullLoop:
                 log.warning("pull of %s failed: %s", mq, exc)
                 await anyio.sleep(timing.pull_error_delay)
                 continue
-            pq.last_pull_time = time.monotonic()
-            self.suggested[mq] = res.suggest_which_broker_id
+            pq.last_pull_time = now = monotonic()
+            if res.suggest_which_broker_id != broker_id:
+                broker_id = self.suggested[mq] = res.suggest_which_broker_id
             pq.max_offset = res.max_offset
             if pq.dropped:
                 return
             if res.status is PullStatus.FOUND:
-                c.stats.pulled(mq.topic, len(res.messages), time.perf_counter() - t0)
-                msgs = c.filter_tags(mq.topic, res.messages)
+                c.stats.pulled(mq.topic, len(res.messages), now - t0)
+                # the tags are filtered with the subscription the pull was made with, as Java's
+                # processPullResult does with its request's SubscriptionData
+                msgs = c.filter_tags(sub, res.messages) if sub.tags_set else res.messages
                 pq.next_offset = res.next_begin_offset
                 if msgs:
                     pq.put(msgs)

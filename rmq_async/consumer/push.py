@@ -501,10 +501,10 @@ class PushConsumer:
         if self.orderly:  # [orderly] persisted: now the next owner may lock it (oneway 42)
             await self.consume_service.unlock_dropped(pq, idle)
 
-    def filter_tags(self, topic: str, msgs: Sequence[MessageExt]) -> list[MessageExt]:
-        """Re-filter by tag string: the broker filters by hash code only (``processPullResult``)."""
-        sub = self.subscription(topic)
-        if sub is None or not sub.tags_set:
+    def filter_tags(self, sub: SubscriptionData, msgs: Sequence[MessageExt]) -> list[MessageExt]:
+        """Re-filter by tag string: the broker filters by hash code only (``processPullResult``, with
+        the subscription the pull was made with)."""
+        if not sub.tags_set:
             return msgs if isinstance(msgs, list) else list(msgs)
         tags = set(sub.tags_set)
         return [m for m in msgs if m.tags in tags]
