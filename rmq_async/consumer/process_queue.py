@@ -25,7 +25,7 @@ from operator import attrgetter, is_, lt
 import anyio
 from sortedcontainers import SortedDict
 
-from ..protocol.message import MessageExt
+from ..protocol.message import MessageExt, PulledMessages
 from ..protocol.mq import MessageQueue
 
 __all__ = ["ProcessQueue"]
@@ -46,10 +46,10 @@ class _Run(list[MessageExt]):
 
     __slots__ = ("key", "nbytes")
 
-    def __init__(self, key: int, msgs: Iterable[MessageExt] = ()) -> None:
+    def __init__(self, key: int, msgs: Iterable[MessageExt] = (), nbytes: int = -1) -> None:
         super().__init__(msgs)
         self.key = key
-        self.nbytes = _size(self)
+        self.nbytes = _size(self) if nbytes < 0 else nbytes
 
     def index_of(self, off: int) -> int:
         """Where the message at ``off`` is, or -1."""
@@ -179,6 +179,15 @@ class ProcessQueue:
         """Add pulled messages (ascending offsets, as a pull returns them); returns how many were new."""
         if not msgs:
             return 0
+        if type(msgs) is PulledMessages and msgs.ascending:
+            # straight from the decoder, which already summed the bodies and checked the order
+            # while each message was in the caches: no second pass over the batch
+            first = msgs[0].queue_offset
+            if first <= self.queue_offset_max:
+                return self._put_merging(list(msgs))
+            run = _Run(first, msgs, msgs.nbytes)
+            self._file(run)
+            return len(run)
         offsets = list(map(_offset, msgs))
         first = offsets[0]
         # at or below the largest offset ever filed (which bounds everything held or being consumed):

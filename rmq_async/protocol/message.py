@@ -39,8 +39,8 @@ from .msgid import (
 
 __all__ = [
     "COMPRESS_THRESHOLD", "MAGIC_CODE_V1", "MAGIC_CODE_V2", "MAX_MESSAGE_SIZE", "Message", "MessageExt",
-    "UniqIdGenerator", "compress_body", "create_offset_msg_id", "decode_messages", "encode_batch_body",
-    "encode_properties", "new_uniq_id", "parse_offset_msg_id", "parse_properties",
+    "PulledMessages", "UniqIdGenerator", "compress_body", "create_offset_msg_id", "decode_messages",
+    "encode_batch_body", "encode_properties", "new_uniq_id", "parse_offset_msg_id", "parse_properties",
 ]  # fmt: skip
 
 #: ``DefaultMQProducer.compressMsgBodyOverHowmuch``: bodies of at least this size are compressed.
@@ -491,13 +491,32 @@ def _decompress(body: bytes, sys_flag: int, pos: int) -> bytes:
         raise _bad(pos, f"compressed body does not inflate: {exc}") from None
 
 
+class PulledMessages(list[MessageExt]):
+    """What :func:`decode_messages` returns: a list of messages that also knows what the decoder saw
+    on its way, so the process queue need not touch every message again: ``nbytes``, the sum of the
+    (decompressed) body lengths, and ``ascending``, whether the queue offsets rise strictly in list
+    order (always so in a pull response; a broker that breaks it gets the process queue's checked,
+    merging path). Both describe the list as decoded: a copy or slice is a plain list, and code that
+    changes the list in place must not rely on them."""
+
+    __slots__ = ("ascending", "nbytes")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nbytes = 0
+        self.ascending = True
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (list, (list(self),))  # unpickled as a plain list: the fields would be stale
+
+
 def decode_messages(
     body: bytes | bytearray | memoryview,
     *,
     decompress: bool = True,
     check_properties: bool = False,
     broker_name: str = "",
-) -> list[MessageExt]:
+) -> PulledMessages:
     """Decode a pull response body (stored messages back to back; ``MessageDecoder.decodes``).
 
     Handles V1 and V2 magic codes, IPv4 and IPv6 hosts, and zlib bodies (``decompress=False`` keeps
@@ -508,10 +527,15 @@ def decode_messages(
     A property item without ``\\x01`` is rejected only with ``check_properties=True``: the check
     costs about as much as the rest of the decoding, and Java's reader ignores such items, as
     :attr:`MessageExt.properties` does.
+
+    The result is a :class:`PulledMessages` carrying the body bytes and whether the offsets ascend.
     """
     buf = body if type(body) is bytes else bytes(body)
     n = len(buf)
-    out: list[MessageExt] = []
+    out = PulledMessages()
+    nbytes = 0
+    last = -1 << 64  # the previous queue offset (below any stored one)
+    ascending = True
     append = out.append
     unpack = _LEAD4.unpack_from
     new = object.__new__
@@ -536,6 +560,10 @@ def decode_messages(
             if body_len < 0 or q + 3 > end:
                 raise _bad(pos, f"body length {body_len} does not fit in store size {total}")
             msg_body = buf[pos + fixed : q]
+            nbytes += body_len
+            if queue_offset <= last:
+                ascending = False
+            last = queue_offset
             if magic == MAGIC_CODE_V1:
                 p = q + 1 + buf[q]
                 topic_bytes = buf[q + 1 : p]
@@ -556,6 +584,7 @@ def decode_messages(
             m = new(MessageExt)
             if sys_flag & 1 and decompress:
                 msg_body = _decompress(msg_body, sys_flag, pos)
+                nbytes += len(msg_body) - body_len
                 if f is None:
                     f = _FIXED4.unpack_from(buf, pos)
                 f = (*f[:7], sys_flag & ~MessageSysFlag.COMPRESSED_FLAG, *f[8:])
@@ -571,6 +600,8 @@ def decode_messages(
             pos = end
     except UnicodeDecodeError as exc:
         raise _bad(pos, f"properties are not valid UTF-8 ({exc.reason} at {exc.start})") from None
+    out.nbytes = nbytes
+    out.ascending = ascending
     return out
 
 

@@ -25,6 +25,7 @@ from rmq_async.protocol.message import (
     MAX_MESSAGE_SIZE,
     Message,
     MessageExt,
+    PulledMessages,
     UniqIdGenerator,
     compress_body,
     create_offset_msg_id,
@@ -504,6 +505,28 @@ def test_fixed_part_is_unpacked_on_first_use() -> None:
     assert second._f == struct.unpack_from(">iiiiiqqiqIiqIiiqi", body, first.store_size)
     assert (second.store_size, second.queue_id, second.reconsume_times) == (first.store_size, 3, 2)
     assert third._t is None  # untouched by reads of its neighbours
+
+
+def test_decode_reports_body_bytes_and_offset_order() -> None:
+    import pickle
+
+    plain, packed = b"x" * 300, b"y" * 5000
+    body = b"".join(
+        encode_stored(topic="T", body=b, queue_offset=o, compress=c)
+        for o, b, c in ((7, plain, False), (8, packed, True), (9, b"", False))
+    )
+    msgs = decode_messages(body)
+    assert isinstance(msgs, PulledMessages) and msgs.ascending
+    assert msgs.nbytes == sum(len(m.body) for m in msgs) == 5300  # decompressed lengths
+    assert decode_messages(body, decompress=False).nbytes < 5300  # as stored
+    # offsets that do not rise strictly, anywhere in the body, are reported
+    for offsets in ((3, 3), (5, 4), (1, 2, 9, 8)):
+        out = decode_messages(b"".join(encode_stored(topic="T", body=b"a", queue_offset=o) for o in offsets))
+        assert not out.ascending and out.nbytes == len(offsets)
+    empty = decode_messages(b"")
+    assert empty == [] and empty.ascending and empty.nbytes == 0
+    # a copy is a plain list (the fields describe the decoded list only)
+    assert type(pickle.loads(pickle.dumps(msgs))) is list and type(msgs[:]) is list
 
 
 def test_v2_magic_and_long_topic() -> None:

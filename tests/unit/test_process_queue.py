@@ -10,6 +10,7 @@ import pytest
 from rmq_async.consumer.deadlines import DeadlineTracker
 from rmq_async.consumer.process_queue import ProcessQueue
 from rmq_async.consumer.rebalance import StabilityWindow, diff
+from rmq_async.protocol.message import PulledMessages
 from rmq_async.protocol.mq import MessageQueue
 
 MQ = MessageQueue("T", "broker-a", 0)
@@ -138,6 +139,28 @@ def test_out_of_order_put_and_put_back_keep_offset_order() -> None:
     assert [m.queue_offset for m in pq.messages()] == [6, 10, 11, 12]
     assert pq.remove([Msg(6), Msg(10)]) == 11  # type: ignore[list-item]
     assert pq.count == 3  # 11, 12 and the consuming 5
+
+
+def test_put_trusts_what_the_decoder_found() -> None:
+    from helpers_stored import encode_stored
+
+    from rmq_async.protocol.message import decode_messages
+
+    def pulled(*offsets: int) -> PulledMessages:
+        stored = (encode_stored(topic="T", body=b"abc", queue_offset=o) for o in offsets)
+        return decode_messages(b"".join(stored))
+
+    pq = ProcessQueue(MQ)
+    batch = pulled(1, 2, 3)
+    batch.nbytes = 1000  # the decoder's figure is used as is: no second pass over the bodies
+    assert pq.put(batch) == 3 and pq.msg_bytes == 1000 and pq.span == 2
+    assert pq.remove(batch) == 4 and pq.msg_bytes == 0
+    # offsets that do not ascend take the checked path: kept in offset order, each once
+    assert pq.put(pulled(7, 5, 6, 5)) == 3
+    assert [m.queue_offset for m in pq.messages()] == [5, 6, 7] and pq.msg_bytes == 9
+    assert pq.committable_offset() == 5
+    # at or below what was filed: merged, duplicates skipped, bytes counted once
+    assert pq.put(pulled(6, 7, 8)) == 1 and pq.count == 4 and pq.msg_bytes == 12
 
 
 def test_loop_clock_is_the_loops_clock() -> None:
