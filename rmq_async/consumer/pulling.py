@@ -54,6 +54,26 @@ class PullLoop:
         orderly = c.orderly
         monotonic = time.monotonic
         broker_id = self.suggested.get(mq, 0)  # a local copy: the dict is written only on a change
+        post_sub = cfg.post_subscription_when_pull
+        flags = (  # the sys flag without and with a committed offset riding along
+            PullSysFlag.build(commit_offset=False, suspend=True, subscription=post_sub),
+            PullSysFlag.build(commit_offset=True, suspend=True, subscription=post_sub),
+        )
+        # one header for this queue's pulls, its per-pull fields set before each one (the request
+        # is encoded when the pull starts, before it awaits anything)
+        header = H.PullMessageRequestHeader(
+            consumer_group=c.group,
+            topic=mq.topic,
+            queue_id=mq.queue_id,
+            queue_offset=-1,
+            max_msg_nums=cfg.pull_batch_size,
+            sys_flag=flags[0],
+            commit_offset=0,
+            suspend_timeout_millis=int(timing.suspend_timeout * 1000),
+            sub_version=0,
+            expression_type="TAG",
+            bname=mq.broker_name,
+        )
         while not pq.dropped:
             if pq.over_threshold() is not None:
                 await pq.wait_for_room()
@@ -73,23 +93,13 @@ class PullLoop:
                     await anyio.sleep(timing.pull_error_delay)
                     continue
             commit_offset = c.offset_store.read_memory(mq) if cfg.clustering else -1
-            post_sub = cfg.post_subscription_when_pull
-            header = H.PullMessageRequestHeader(
-                consumer_group=c.group,
-                topic=mq.topic,
-                queue_id=mq.queue_id,
-                queue_offset=pq.next_offset,
-                max_msg_nums=cfg.pull_batch_size,
-                sys_flag=PullSysFlag.build(
-                    commit_offset=commit_offset > 0, suspend=True, subscription=post_sub
-                ),
-                commit_offset=max(commit_offset, 0),
-                suspend_timeout_millis=int(timing.suspend_timeout * 1000),
-                sub_version=sub.sub_version,
-                subscription=sub.sub_string if post_sub else None,
-                expression_type="TAG",
-                bname=mq.broker_name,
-            )
+            header.queue_offset = pq.next_offset
+            if commit_offset > 0:
+                header.sys_flag, header.commit_offset = flags[1], commit_offset
+            else:
+                header.sys_flag, header.commit_offset = flags[0], 0
+            header.sub_version = sub.sub_version
+            header.subscription = sub.sub_string if post_sub else None
             t0 = monotonic()
             try:
                 res = await client.api.pull(addr, header, timing.pull_timeout, broker_name=mq.broker_name)
