@@ -102,8 +102,9 @@ class ConcurrentConsumeService:
         self.handler = handler
         self._inbox: Handoff[tuple[ProcessQueue, list[MessageExt]]] = Handoff()
         self.active = 0  # pulled batches a worker has started and not finished
-        #: running handlers' cancel scopes and start times: the consume timeout is their deadline
-        self.scopes: dict[anyio.CancelScope, float] = {}
+        #: the cancel scopes of workers inside a pulled batch: a finite deadline is the running
+        #: consume batch's (set from its start, see _consume), what set_timeout moves
+        self.scopes: set[anyio.CancelScope] = set()
         self.timeout = consumer.timing.consume_timeout
         self._tver = 0  # bumped by set_timeout
         self._idle: anyio.Event | None = None  # made only while someone waits for idleness
@@ -111,10 +112,15 @@ class ConcurrentConsumeService:
 
     def set_timeout(self, timeout: float) -> None:
         """Apply a new consume timeout to the handlers already running."""
-        self.timeout = timeout
+        old, self.timeout = self.timeout, timeout
         self._tver += 1
-        for scope, start in self.scopes.items():
-            scope.deadline = start + timeout
+        for scope in self.scopes:
+            dl = scope.deadline
+            if dl != math.inf:
+                # _consume sets a deadline of start + timeout + slack and keeps it while the batches
+                # after that one start within the slack: the running batch started at or before
+                # dl - old, so dl - old + timeout is never early and at most the slack late
+                scope.deadline = dl - old + timeout
 
     async def wait_idle(self) -> None:
         """Wait until no worker is inside a pulled batch."""
@@ -155,10 +161,10 @@ class ConcurrentConsumeService:
                     await self._take_and_consume(w)
                     return  # the hand-off was closed
                 # only our own deadline gets here
-                self.scopes.pop(scope, None)
+                self.scopes.discard(scope)
                 await self._settle_timed_out(w)
         finally:
-            self.scopes.pop(w.scope, None)
+            self.scopes.discard(w.scope)
             if w.msgs is not None:
                 self._pulled_batch_done(w)
 
@@ -167,7 +173,7 @@ class ConcurrentConsumeService:
         c = self.c
         while True:
             if w.msgs is None:
-                self.scopes.pop(w.scope, None)  # idle: no deadline to move
+                self.scopes.discard(w.scope)  # idle: no deadline to move
                 item = await inbox.get()
                 if item is None:
                     return
@@ -227,7 +233,8 @@ class ConcurrentConsumeService:
         hooks = bool(c.before_hooks or c.after_hooks)
         plain = not c.after_hooks
         success = ConsumeResult.SUCCESS
-        scope, scopes = w.scope, self.scopes
+        scope = w.scope
+        self.scopes.add(scope)  # set_timeout moves its deadline while a handler runs
         dl, tver = w.dl, w.tver  # the scope's deadline as last set here (read back after set_timeout)
         timeout, inf = self.timeout, math.inf
         # precomputed bounds, so the per-message checks are single comparisons: a batch starting
@@ -260,7 +267,6 @@ class ConcurrentConsumeService:
                     # new one (nobody can tell the difference): reused, it saves an allocation
                     ctx = ConsumeContext(mq)
                 start = now
-                scopes[scope] = start  # what set_timeout moves while the handler runs
                 if tver != self._tver:  # set_timeout moved the deadlines of running handlers
                     tver, dl, timeout = self._tver, scope.deadline, self.timeout
                     move_after = -inf if dl == inf else dl - timeout
@@ -315,7 +321,7 @@ class ConcurrentConsumeService:
                 i += n
                 if ok:
                     self._ack(pq, ok)
-                del scopes[scope]  # send-backs and hooks must not be cut by the deadline
+                # send-backs and hooks must not be cut by the deadline (set_timeout skips inf)
                 dl = scope.deadline = math.inf
                 move_after = fired_after = -inf
                 await self._finish(pq, done, result, ctx, now - start)
