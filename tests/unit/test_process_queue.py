@@ -180,3 +180,25 @@ def test_loop_clock_is_the_loops_clock() -> None:
     assert clock is time.monotonic and abs(ours - theirs) < 0.01  # the default loop: its own time()
     clock, ours, theirs = uvloop.run(check())
     assert clock is not time.monotonic and abs(ours - theirs) < 0.01  # uvloop keeps loop.time
+
+
+def test_message_queue_hash_is_cached_but_never_pickled() -> None:
+    import dataclasses
+    import os
+    import pickle
+    import subprocess
+    import sys
+
+    mq = MessageQueue("T", "broker-a", 3)
+    assert hash(mq) == hash(MessageQueue("T", "broker-a", 3)) == hash(("T", "broker-a", 3))
+    assert dataclasses.astuple(mq) == ("T", "broker-a", 3)  # the cached hash is not a field
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        mq.topic = "U"  # type: ignore[misc]
+    # another process (another string hash seed) finds the unpickled queue in its own dicts
+    code = (
+        "import pickle, sys; from rmq_async.protocol.mq import MessageQueue as Q; "
+        "mq = pickle.loads(sys.stdin.buffer.read()); print({Q('T', 'broker-a', 3): 1}.get(mq))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(mq), capture_output=True, env=env)
+    assert out.stdout.strip() == b"1", out.stderr
