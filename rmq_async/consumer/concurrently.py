@@ -256,12 +256,9 @@ class ConcurrentConsumeService:
                         ok_from = -1
                     i = end
                     break
-                if n > 1:
-                    batch = msgs[i : i + n]
-                elif batch is not None and len(batch) == 1 and _refs(batch) == 2:  # reused as ctx below
-                    batch[0] = msgs[i]
-                else:
-                    batch = [msgs[i]]
+                # a new list each time (a one-item list comes from CPython's free list: cheaper
+                # than checking that the last one is unshared and untouched)
+                batch = msgs[i : i + n] if n > 1 else [msgs[i]]
                 if ctx is None or _refs(ctx) > 2 or ctx.ack_index is not None or ctx.delay_level:
                     # a context nothing else holds and the handler left untouched is as good as a
                     # new one (nobody can tell the difference): reused, it saves an allocation
