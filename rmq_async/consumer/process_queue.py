@@ -20,7 +20,7 @@ import time
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from itertools import islice
-from operator import attrgetter, is_, lt
+from operator import attrgetter, lt
 
 import anyio
 from sortedcontainers import SortedDict
@@ -255,8 +255,9 @@ class ProcessQueue:
         if not runs:
             return -1
         run: _Run | None = runs.get(msgs[0].queue_offset) if msgs else None
-        if run is not None and len(run) == len(msgs) and all(map(is_, run, msgs)):
-            # a whole pulled run finished (the common case)
+        if run is not None and run == msgs:
+            # a whole pulled run finished (the common case); list equality compares identity first,
+            # and a message without identity equals only itself: a C loop, no call per message
             del runs[run.key]
             self._count -= len(run)
             self.msg_bytes -= run.nbytes
