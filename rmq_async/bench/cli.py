@@ -3,10 +3,14 @@
 Strategy: the harness process stays synchronous. It starts the embedded cluster in an exec'd child
 (unless ``--namesrv`` names a cluster), creates a topic and preloads ``--messages`` messages with the
 producer (progress bar on a terminal), then execs one worker per run (``rmq_async.bench.worker``),
-alternating the loops run by run so drift on a shared machine hits both alike. Workers print their
-result as JSON; the harness aggregates medians and spread, prints one JSON line per (scenario, loop)
-on stdout and the table on stderr, and writes ``result.json``, ``table.txt`` and PNG plots under
-``--out``. Every child dies with the harness (stdin EOF for the broker, PR_SET_PDEATHSIG for workers).
+alternating the loops run by run so drift on a shared machine hits both alike. When both ``push`` and
+``raw-pull`` are selected their runs are interleaved (run r of push and run r of raw-pull back to back on
+each loop, push first on even r and raw-pull first on odd r), and the push summary's ``vs_raw_pull`` is
+the median over those paired runs of push / raw-pull msgs/s, so the speed of a shared VM drifting
+between minutes cancels out of the ratio instead of deciding it. Workers print their result as JSON;
+the harness aggregates medians and spread, prints one JSON line per (scenario, loop) on stdout and the
+table on stderr, and writes ``result.json``, ``table.txt`` and PNG plots under ``--out``. Every child
+dies with the harness (stdin EOF for the broker, PR_SET_PDEATHSIG for workers).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 
 from .cluster import ChildCluster, create_topic, preload
 from .machine import machine_info
-from .report import format_table, plot, profile_text, summarize
+from .report import format_table, paired_ratio, plot, profile_text, summarize
 
 __all__ = ["DEFAULT_SUITE", "FULL_SUITE", "add_arguments", "run", "run_worker"]
 
@@ -86,6 +90,25 @@ def _scenarios(names: list[str]) -> list[str]:
                 out.append(s)
     # push first: the latency scenario offers half of what push reached
     return sorted(out, key=lambda s: FULL_SUITE.index(s))
+
+
+def _plan(scenarios: list[str], runs: int, loops: list[str]) -> list[tuple[str, int, str]]:
+    """The (scenario, run index, loop) steps in the order they run: scenario by scenario, run by run,
+    loops alternating; push and raw-pull (when both are selected) interleaved at push's place, run r of
+    each back to back on each loop, push first on even r and raw-pull first on odd r (ABBA)."""
+    paired = "push" in scenarios and "raw-pull" in scenarios
+    steps: list[tuple[str, int, str]] = []
+    for sc in scenarios:
+        if paired and sc == "raw-pull":
+            continue  # run with push
+        for r in range(runs):
+            for lp in loops:
+                if paired and sc == "push":
+                    pair = ("push", "raw-pull") if r % 2 == 0 else ("raw-pull", "push")
+                    steps += [(p, r, lp) for p in pair]
+                else:
+                    steps.append((sc, r, lp))
+    return steps
 
 
 def run_worker(role: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -152,21 +175,20 @@ def run(args: argparse.Namespace) -> int:
             asyncio.run(create_topic(namesrv, topic, args.queues))
             preload_rate = asyncio.run(preload(namesrv, topic, args.messages, args.size))
             _log(f"preloaded {args.messages:,} x {args.size} B, {args.queues} queues: {preload_rate:,.0f}/s")
-        for sc in scenarios:
-            for r in range(args.runs):
-                for lp in loops:
-                    params = {**base, "scenario": sc, "loop": lp}
-                    if sc == "latency":
-                        push = results.get(("push", lp), [])
-                        rates = sorted(x["msgs_per_s"] for x in push if x.get("msgs_per_s"))
-                        params["rate"] = args.rate or (rates[len(rates) // 2] / 2 if rates else 2000.0)
-                    res = run_worker(sc, params, base["timeout"] + args.duration + 120)
-                    results.setdefault((sc, lp), []).append(res)
-                    _log(f"{sc} / {lp} run {r + 1}/{args.runs}: {_short(res)}")
-                    if "skipped" in res:
-                        break
-                if any("skipped" in x for lp in loops for x in results.get((sc, lp), [])):
-                    break
+        stopped: set[str] = set()  # a skipped result stops further runs of its scenario
+        for sc, r, lp in _plan(scenarios, args.runs, loops):
+            if sc in stopped:
+                continue
+            params = {**base, "scenario": sc, "loop": lp}
+            if sc == "latency":
+                push = results.get(("push", lp), [])
+                rates = sorted(x["msgs_per_s"] for x in push if x.get("msgs_per_s"))
+                params["rate"] = args.rate or (rates[len(rates) // 2] / 2 if rates else 2000.0)
+            res = run_worker(sc, params, base["timeout"] + args.duration + 120)
+            results.setdefault((sc, lp), []).append(res)
+            _log(f"{sc} / {lp} run {r + 1}/{args.runs}: {_short(res)}")
+            if "skipped" in res:
+                stopped.add(sc)
         if args.profile:
             with tempfile.TemporaryDirectory() as tmp:
                 pfile = str(Path(tmp) / "push.pstats")
@@ -176,8 +198,13 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if cluster is not None:
             cluster.stop()
+    # scenario by scenario, then loop, whatever order the runs took
+    results = {(sc, lp): results[sc, lp] for sc in scenarios for lp in loops if (sc, lp) in results}
     for (sc, lp), runs in results.items():
-        summaries.append(summarize(sc, lp, namesrv, runs))
+        summary = summarize(sc, lp, namesrv, runs)
+        if sc == "push":
+            summary.update(paired_ratio(runs, results.get(("raw-pull", lp), [])))
+        summaries.append(summary)
     table = format_table(summaries)
     wall = time.perf_counter() - wall0
     plots = [] if args.no_plots else plot(results, out)

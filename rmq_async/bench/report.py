@@ -18,7 +18,7 @@ from typing import Any
 
 from .machine import spread
 
-__all__ = ["format_table", "plot", "profile_text", "summarize"]
+__all__ = ["format_table", "paired_ratio", "plot", "profile_text", "summarize"]
 
 _SHORTEN = re.compile(r"\S*/(rmq_async|anyio|asyncio|sniffio|sortedcontainers)/")
 
@@ -86,6 +86,32 @@ def summarize(scenario: str, loop: str, namesrv: str, runs: Sequence[dict[str, A
     return rounded
 
 
+def paired_ratio(
+    push_runs: Sequence[dict[str, Any]], raw_runs: Sequence[dict[str, Any]]
+) -> dict[str, float | None]:
+    """Push against raw-pull over paired runs (run r of each, run back to back on one loop):
+    ``vs_raw_pull``, the median of push / raw-pull msgs/s, and ``vs_raw_pull_cpu``, the median of
+    raw-pull / push consumer CPU per message (above 1: push spends less). Pairs where either run failed,
+    was skipped or lacks the value are left out; None when no pair is left (or raw-pull was not run)."""
+    rates: list[float | None] = []
+    cpus: list[float | None] = []
+    for push, raw in zip(push_runs, raw_runs, strict=False):
+        if any("error" in x or "skipped" in x for x in (push, raw)):
+            continue
+        p_rate, r_rate = push.get("msgs_per_s"), raw.get("msgs_per_s")
+        if isinstance(p_rate, (int, float)) and isinstance(r_rate, (int, float)) and r_rate > 0:
+            rates.append(p_rate / r_rate)
+        p_cpu, r_cpu = push.get("cpu_us_per_msg"), raw.get("cpu_us_per_msg")
+        if isinstance(p_cpu, (int, float)) and isinstance(r_cpu, (int, float)) and p_cpu > 0:
+            cpus.append(r_cpu / p_cpu)
+    out: dict[str, float | None] = {
+        "vs_raw_pull": spread(rates)["median"],
+        "vs_raw_pull_cpu": spread(cpus)["median"],
+    }
+    rounded: dict[str, float | None] = _round(out)
+    return rounded
+
+
 def _num(x: Any, fmt: str = ",.0f") -> str:
     return "-" if x is None else format(x, fmt)
 
@@ -103,6 +129,12 @@ def format_table(summaries: Sequence[dict[str, Any]], *, markdown: bool = False)
             notes.append(f"{len(s['errors'])} run(s) failed: {s['errors'][0]}")
         if s.get("cpu_us_per_msg") is not None and s["scenario"] in ("push", "raw-pull", "push-orderly"):
             notes.append(f"consumer CPU {s['cpu_us_per_msg']:.2f} us/msg")
+        if s.get("vs_raw_pull") is not None:
+            cpu = s.get("vs_raw_pull_cpu")
+            notes.append(
+                f"push/raw {s['vs_raw_pull']:.2f} (paired runs"
+                + (f"; CPU {cpu:.2f})" if cpu is not None else ")")
+            )
         if s.get("offered_msgs_per_s") is not None:
             notes.append(
                 f"offered {s['offered_msgs_per_s']:,.0f}/s; born p50/p99 "

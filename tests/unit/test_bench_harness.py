@@ -1,5 +1,6 @@
 """Smoke tests of the benchmark harness plumbing: scenario lists, aggregation, the table, and one tiny
-end-to-end run (embedded cluster child, preload, one worker per run, result files, JSON lines)."""
+end-to-end run (embedded cluster child, preload, one worker per run, result files, JSON lines), and the
+run order and paired push / raw-pull ratio with a fake worker."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rmq_async.bench import cli
 from rmq_async.bench.cluster import ChildCluster
 from rmq_async.bench.machine import percentile, spread
-from rmq_async.bench.report import format_table, summarize
+from rmq_async.bench.report import format_table, paired_ratio, summarize
 from rmq_async.bench.scenarios import Meter
 
 
@@ -76,6 +78,118 @@ def test_summary_medians_skips_and_errors() -> None:
     assert skipped["msgs_per_s"] is None and skipped["p50_ms"] is None and skipped["skipped"]
     table = format_table([s, skipped])
     assert "200" in table and "1 run(s) failed" in table and "skipped: no orderly mode" in table
+
+
+def test_paired_ratio_is_the_median_over_pairs_that_both_succeeded() -> None:
+    push = [
+        {"msgs_per_s": 1000.0, "cpu_us_per_msg": 10.0},
+        {"msgs_per_s": 1100.0, "cpu_us_per_msg": 12.0},
+        {"msgs_per_s": 900.0, "cpu_us_per_msg": 9.0},
+        {"msgs_per_s": 5000.0, "cpu_us_per_msg": 1.0},
+        {"error": "TimeoutError: boom"},
+    ]
+    raw = [
+        {"msgs_per_s": 1500.0, "cpu_us_per_msg": 6.0},
+        {"msgs_per_s": 1000.0, "cpu_us_per_msg": 9.0},
+        {"msgs_per_s": 1350.0},  # no CPU: only left out of the CPU ratio
+        {"error": "TimeoutError: boom"},  # failed: pair left out
+        {"msgs_per_s": 1.0, "cpu_us_per_msg": 1.0},  # its push run failed: left out
+    ]
+    # rates 0.6667, 1.1, 0.6667 -> 0.667; CPU 6/10, 9/12 -> 0.675
+    assert paired_ratio(push, raw) == {"vs_raw_pull": 0.667, "vs_raw_pull_cpu": 0.675}
+    assert paired_ratio(push, []) == {"vs_raw_pull": None, "vs_raw_pull_cpu": None}
+    assert paired_ratio([{"skipped": "no"}], [{"msgs_per_s": 1.0}]) == {
+        "vs_raw_pull": None,
+        "vs_raw_pull_cpu": None,
+    }
+    s = summarize("push", "asyncio", "x", push[:3])
+    s.update(paired_ratio(push, raw))
+    assert "push/raw 0.67 (paired runs; CPU 0.68)" in format_table([s])
+    s.update(vs_raw_pull_cpu=None)
+    assert "push/raw 0.67 (paired runs)" in format_table([s])
+    assert "push/raw" not in format_table([summarize("push", "asyncio", "x", push[:3])])
+
+
+def test_push_and_raw_pull_runs_interleave(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # per (scenario, loop): the result of run r
+    fake: dict[tuple[str, str], list[dict[str, Any]]] = {
+        ("push", "asyncio"): [
+            {"msgs_per_s": 1000.0, "cpu_us_per_msg": 10.0},
+            {"msgs_per_s": 1100.0, "cpu_us_per_msg": 12.0},
+            {"msgs_per_s": 900.0, "cpu_us_per_msg": 9.0},
+        ],
+        ("raw-pull", "asyncio"): [
+            {"msgs_per_s": 1500.0, "cpu_us_per_msg": 6.0},
+            {"msgs_per_s": 1000.0, "cpu_us_per_msg": 9.0},
+            {"msgs_per_s": 1350.0},
+        ],
+        ("push", "uvloop"): [
+            {"msgs_per_s": 2000.0, "cpu_us_per_msg": 8.0},
+            {"msgs_per_s": 2100.0, "cpu_us_per_msg": 8.0},
+            {"msgs_per_s": 1800.0, "cpu_us_per_msg": 8.0},
+        ],
+        ("raw-pull", "uvloop"): [
+            {"msgs_per_s": 2500.0, "cpu_us_per_msg": 4.0},
+            {"error": "TimeoutError: boom"},
+            {"msgs_per_s": 3000.0, "cpu_us_per_msg": 6.0},
+        ],
+    }
+    calls: list[tuple[str, str]] = []
+    rates: dict[str, float] = {}
+
+    def run_worker(role: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
+        assert role == params["scenario"] and params["namesrv"] == "fake:9876"
+        lp = params["loop"]
+        calls.append((role, lp))
+        if role == "push-cpu":
+            return {"skipped": "not today"}
+        if role == "latency":
+            rates[lp] = params["rate"]
+            return {"msgs_per_s": 1.0, "p50_ms": 1.0, "p99_ms": 2.0}
+        return fake[role, lp][sum(c == (role, lp) for c in calls) - 1]
+
+    async def create_topic(namesrv: str, topic: str, queues: int) -> None:
+        assert namesrv == "fake:9876"
+
+    async def preload(namesrv: str, topic: str, messages: int, size: int) -> float:
+        return 1234.0
+
+    monkeypatch.setattr(cli, "run_worker", run_worker)
+    monkeypatch.setattr(cli, "create_topic", create_topic)
+    monkeypatch.setattr(cli, "preload", preload)
+    monkeypatch.setattr(cli, "ChildCluster", None)  # no embedded cluster with --namesrv
+    args = parse("latency", "raw-pull", "push-cpu", "push", "--namesrv", "fake:9876", "--runs", "3",
+                 "--out", str(tmp_path), "--no-plots")  # fmt: skip
+    assert cli.run(args) == 1  # one raw-pull run failed
+    a, u, p, rp = "asyncio", "uvloop", "push", "raw-pull"
+    assert calls == [
+        (p, a), (rp, a), (p, u), (rp, u),  # run 1: push first
+        (rp, a), (p, a), (rp, u), (p, u),  # run 2: raw-pull first
+        (p, a), (rp, a), (p, u), (rp, u),  # run 3
+        ("push-cpu", a),  # skipped: no further runs
+        *[("latency", lp) for _ in range(3) for lp in (a, u)],
+    ]  # fmt: skip
+    assert rates == {a: 500.0, u: 1000.0}  # half the push median: push ran before latency
+    out, err = capsys.readouterr()
+    lines = [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")]
+    assert [(x["scenario"], x["loop"]) for x in lines] == [
+        (p, a), (p, u), ("push-cpu", a), (rp, a), (rp, u), ("latency", a), ("latency", u)
+    ]  # fmt: skip
+    push = {x["loop"]: x for x in lines if x["scenario"] == p}
+    # asyncio: 1000/1500, 1100/1000, 900/1350 -> 0.667 (not the ratio of the medians, 1000/1350);
+    # CPU 6/10, 9/12 (run 3 has no raw CPU) -> 0.675
+    assert (push[a]["vs_raw_pull"], push[a]["vs_raw_pull_cpu"]) == (0.667, 0.675)
+    # uvloop, raw-pull run 2 failed: 2000/2500, 1800/3000 -> 0.7; CPU 4/8, 6/8 -> 0.625
+    assert (push[u]["vs_raw_pull"], push[u]["vs_raw_pull_cpu"]) == (0.7, 0.625)
+    assert (push[a]["msgs_per_s"], len(push[a]["runs"]), push[a]["skipped"]) == (1000.0, 3, None)
+    assert all("vs_raw_pull" not in x for x in lines if x["scenario"] != p)
+    assert lines[2]["skipped"] == "not today" and lines[4]["errors"] == ["TimeoutError: boom"]
+    assert "push/raw 0.67 (paired runs; CPU 0.68)" in err and "push/raw 0.70 (paired runs; CPU 0.62)" in err
+    doc = json.loads((tmp_path / "result.json").read_text())
+    assert list(doc["runs"]) == ["push/asyncio", "push/uvloop", "push-cpu/asyncio", "raw-pull/asyncio",
+                                 "raw-pull/uvloop", "latency/asyncio", "latency/uvloop"]  # fmt: skip
 
 
 def test_child_cluster_starts_by_exec_and_stops() -> None:
