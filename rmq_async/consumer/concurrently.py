@@ -236,6 +236,8 @@ class ConcurrentConsumeService:
         scope = w.scope
         self.scopes.add(scope)  # set_timeout moves its deadline while a handler runs
         dl, tver = w.dl, w.tver  # the scope's deadline as last set here (read back after set_timeout)
+        if tver != self._tver:  # set_timeout ran since: it moved the deadline
+            tver, dl = self._tver, scope.deadline
         timeout, inf = self.timeout, math.inf
         # precomputed bounds, so the per-message checks are single comparisons: a batch starting
         # after ``move_after`` needs the deadline moved; a clock past ``fired_after`` may mean it fired
@@ -264,10 +266,6 @@ class ConcurrentConsumeService:
                     # new one (nobody can tell the difference): reused, it saves an allocation
                     ctx = ConsumeContext(mq)
                 start = now
-                if tver != self._tver:  # set_timeout moved the deadlines of running handlers
-                    tver, dl, timeout = self._tver, scope.deadline, self.timeout
-                    move_after = -inf if dl == inf else dl - timeout
-                    fired_after = dl - 0.001
                 # the deadline moves only when it would fall short of this batch's own deadline, and
                 # then a little further (slack): at most one timer re-arm per slack window, not two
                 # per message; a batch is never cancelled early, at most ``slack`` late
@@ -293,13 +291,18 @@ class ConcurrentConsumeService:
                     )
                     result = ConsumeResult.RECONSUME_LATER
                 now = loop_time()
-                if (now >= fired_after or tver != self._tver) and scope.cancel_called:
-                    # the deadline fired just as the handler returned: its result stands, but
-                    # nothing may be awaited inside a cancelled scope: settle it outside
-                    w.done = (msgs[i : i + n], result, ctx, now - start)
-                    batch = None
-                    i += n
-                    await anyio.sleep_forever()  # raises the scope's cancellation at once
+                if now >= fired_after or tver != self._tver:
+                    if scope.cancel_called:
+                        # the deadline fired just as the handler returned: its result stands, but
+                        # nothing may be awaited inside a cancelled scope: settle it outside
+                        w.done = (msgs[i : i + n], result, ctx, now - start)
+                        batch = None
+                        i += n
+                        await anyio.sleep_forever()  # raises the scope's cancellation at once
+                    if tver != self._tver:  # set_timeout moved the deadline while the handler ran
+                        tver, dl, timeout = self._tver, scope.deadline, self.timeout
+                        move_after = -inf if dl == inf else dl - timeout
+                        fired_after = dl - 0.001
                 if result is success and ctx.ack_index is None and plain:
                     # the common case finishes without a suspension point: the deadline cannot fire
                     if ok_from < 0:
@@ -323,6 +326,8 @@ class ConcurrentConsumeService:
                 move_after = fired_after = -inf
                 await self._finish(pq, done, result, ctx, now - start)
                 now = loop_time()
+                if tver != self._tver:  # set_timeout ran meanwhile (the deadline is inf: nothing moved)
+                    tver, timeout = self._tver, self.timeout
         except BaseException:
             # left by the deadline (or an outer cancellation) inside the handler or a hook: the
             # batch it was running (from i) is the timed-out one; the successes before it are kept

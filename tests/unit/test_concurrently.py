@@ -42,11 +42,16 @@ def _consumer(sent_back: list[int]) -> Any:
 
 
 async def _run(
-    handler: Handler, count: int = 32, pq: ProcessQueue | None = None
+    handler: Handler,
+    count: int = 32,
+    pq: ProcessQueue | None = None,
+    box: list[ConcurrentConsumeService] | None = None,
 ) -> tuple[Any, ProcessQueue, list[int]]:
     sent_back: list[int] = []
     c = _consumer(sent_back)
     svc = ConcurrentConsumeService(c, handler)
+    if box is not None:
+        box.append(svc)  # for handlers that call the service
     msgs = [MessageExt("T", b"x", queue_offset=100 + k) for k in range(count)]
     pq = pq or ProcessQueue(MQ)
     pq.put(msgs)
@@ -137,3 +142,40 @@ async def test_every_call_sees_a_pristine_context_and_a_kept_one_is_never_reused
     assert len({id(k) for k in kept}) == len(kept) and all(k.delay_level in (0, 3) for k in kept)
     assert all([m.queue_offset for m in lst] == ([] if off % 13 == 0 else [off]) for off, lst in kept_lists)
     assert pq.count == 0 and c.offset_store.read_memory(MQ) == 164
+
+
+async def test_set_timeout_moves_a_running_handlers_deadline_never_early() -> None:
+    # the running handler's deadline follows a changed timeout: at or after its start + the new
+    # timeout (never early), at most the slack (50 ms) later; the default is the Java 15 minutes
+    box: list[ConcurrentConsumeService] = []
+    seen: list[tuple[float, float, float]] = []  # (new timeout, deadline - start before, after)
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+        start = anyio.current_time()
+        before = anyio.current_effective_deadline() - start
+        new = (0.5, 30.0, 2000.0)[msgs[0].queue_offset % 3]
+        box[0].set_timeout(new)
+        seen.append((new, before, anyio.current_effective_deadline() - start))
+
+    c, pq, _ = await _run(handler, count=9, box=box)
+    assert seen[0][1] >= 900.0  # the first handler ran under the default timeout
+    for new, _before, after in seen:
+        assert new <= after <= new + 0.05 + 0.01, (new, after)
+    assert pq.count == 0 and c.offset_store.read_memory(MQ) == 109
+
+
+async def test_a_changed_timeout_is_used_for_the_deadlines_set_after_it() -> None:
+    # the worker moves its deadline lazily (once per 50 ms slack window): once the window in which
+    # the timeout changed has passed, the next deadline is set from the new timeout, not the old one
+    box: list[ConcurrentConsumeService] = []
+    left: list[float] = []
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+        if msgs[0].queue_offset == 100:
+            box[0].set_timeout(5.0)
+        elif msgs[0].queue_offset == 101:
+            await anyio.sleep(0.08)  # past the slack window
+        left.append(anyio.current_effective_deadline() - anyio.current_time())
+
+    await _run(handler, count=3, box=box)
+    assert len(left) == 3 and 5.0 <= left[2] <= 5.06, left
