@@ -191,9 +191,10 @@ class ConcurrentConsumeService:
             self._pulled_batch_done(w)
             # the batch is freed here, while it is still in the caches (see PullLoop)
             item = msgs = None  # type: ignore[assignment]
-            if inbox:
-                # between pulled batches, let I/O and the pull loops run even when no handler
-                # suspended (taking the next batch does not)
+            if inbox.available() > 0:
+                # a pulled batch nobody was woken for (every worker was busy when it came): between
+                # pulled batches, let I/O and the pull loops run even when no handler suspended
+                # (taking the next batch does not). Batches reserved for woken workers are theirs.
                 await asyncio.sleep(0)
 
     def _pulled_batch_done(self, w: _Slot) -> None:

@@ -102,3 +102,63 @@ async def test_wake_up_of_a_cancelled_worker_passes_to_another() -> None:
         await t1
     assert first_cancelled
     assert got == [7]
+
+
+async def test_an_item_is_kept_for_the_worker_its_put_woke() -> None:
+    # a busy worker asking for more work takes only what nobody was woken for, so the woken worker
+    # finds its item instead of the empty queue (which would send it back to sleep: a wasted wake-up)
+    h: Handoff[int] = Handoff()
+    got: list[int | None] = []
+
+    async def idle_worker() -> None:
+        got.append(await h.get())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(idle_worker)
+        await anyio.wait_all_tasks_blocked()
+        h.put(1)  # wakes the idle worker: one item is kept for it
+        h.put(2)  # nobody idle: anyone's
+        assert h.available() == 1 and len(h) == 2
+        assert await h.get() == 1  # FIFO: the oldest
+        assert h.available() == 0 and len(h) == 1
+        await anyio.wait_all_tasks_blocked()
+        assert got == [2] and not h._waiters  # it did not go back to sleep
+    assert not h and h.available() == 0
+
+
+async def test_a_busy_getter_waits_while_every_item_is_reserved() -> None:
+    h: Handoff[int] = Handoff()
+    order: list[str] = []
+
+    async def idle_worker() -> None:
+        order.append(f"idle {await h.get()}")
+
+    async def busy_worker() -> None:
+        order.append(f"busy {await h.get()}")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(idle_worker)
+        await anyio.wait_all_tasks_blocked()
+        h.put(5)
+        tg.start_soon(busy_worker)  # asks while 5 is reserved: must wait, not take it
+        await anyio.wait_all_tasks_blocked()
+        assert order == ["idle 5"]
+        h.put(6)
+    assert order == ["idle 5", "busy 6"]
+
+
+async def test_close_with_reserved_items_does_not_hang_other_getters() -> None:
+    h: Handoff[int] = Handoff()
+    got: list[int | None] = []
+
+    async def worker() -> None:
+        got.append(await h.get())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker)
+        await anyio.wait_all_tasks_blocked()
+        h.put(1)  # reserved for the woken worker
+        h.close()
+        with anyio.fail_after(1):
+            assert await h.get() is None  # the rest is reserved: this caller is done
+    assert got == [1]
