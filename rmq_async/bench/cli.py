@@ -7,10 +7,12 @@ alternating the loops run by run so drift on a shared machine hits both alike. W
 ``raw-pull`` are selected their runs are interleaved (run r of push and run r of raw-pull back to back on
 each loop, push first on even r and raw-pull first on odd r), and the push summary's ``vs_raw_pull`` is
 the median over those paired runs of push / raw-pull msgs/s, so the speed of a shared VM drifting
-between minutes cancels out of the ratio instead of deciding it. Workers print their result as JSON;
-the harness aggregates medians and spread, prints one JSON line per (scenario, loop) on stdout and the
-table on stderr, and writes ``result.json``, ``table.txt`` and PNG plots under ``--out``. Every child
-dies with the harness (stdin EOF for the broker, PR_SET_PDEATHSIG for workers).
+between minutes cancels out of the ratio instead of deciding it (``vs_raw_pull_min`` / ``_max`` give
+the spread of the per-pair ratios, ``vs_raw_pull_pairs`` their count: more ``--runs``, a steadier
+median). Workers print their result as JSON; the harness aggregates medians and spread, prints one
+JSON line per (scenario, loop) on stdout and the table on stderr, and writes ``result.json``,
+``table.txt`` and PNG plots under ``--out``. Every child dies with the harness (stdin EOF for the
+broker, PR_SET_PDEATHSIG for workers).
 """
 
 from __future__ import annotations

@@ -90,9 +90,12 @@ def paired_ratio(
     push_runs: Sequence[dict[str, Any]], raw_runs: Sequence[dict[str, Any]]
 ) -> dict[str, float | None]:
     """Push against raw-pull over paired runs (run r of each, run back to back on one loop):
-    ``vs_raw_pull``, the median of push / raw-pull msgs/s, and ``vs_raw_pull_cpu``, the median of
-    raw-pull / push consumer CPU per message (above 1: push spends less). Pairs where either run failed,
-    was skipped or lacks the value are left out; None when no pair is left (or raw-pull was not run)."""
+    ``vs_raw_pull``, the median of push / raw-pull msgs/s, with ``vs_raw_pull_min`` / ``_max`` (the
+    spread of those per-pair ratios: on a shared machine one pair moves by +-0.15, so a median of a
+    few pairs is only as good as that spread says) and ``vs_raw_pull_pairs`` (how many); and
+    ``vs_raw_pull_cpu``, the median of raw-pull / push consumer CPU per message (above 1: push spends
+    less). Pairs where either run failed, was skipped or lacks the value are left out; None when no
+    pair is left (or raw-pull was not run)."""
     rates: list[float | None] = []
     cpus: list[float | None] = []
     for push, raw in zip(push_runs, raw_runs, strict=False):
@@ -104,8 +107,12 @@ def paired_ratio(
         p_cpu, r_cpu = push.get("cpu_us_per_msg"), raw.get("cpu_us_per_msg")
         if isinstance(p_cpu, (int, float)) and isinstance(r_cpu, (int, float)) and p_cpu > 0:
             cpus.append(r_cpu / p_cpu)
+    r = spread(rates)
     out: dict[str, float | None] = {
-        "vs_raw_pull": spread(rates)["median"],
+        "vs_raw_pull": r["median"],
+        "vs_raw_pull_min": r["min"],
+        "vs_raw_pull_max": r["max"],
+        "vs_raw_pull_pairs": len(rates) or None,
         "vs_raw_pull_cpu": spread(cpus)["median"],
     }
     rounded: dict[str, float | None] = _round(out)
@@ -131,8 +138,11 @@ def format_table(summaries: Sequence[dict[str, Any]], *, markdown: bool = False)
             notes.append(f"consumer CPU {s['cpu_us_per_msg']:.2f} us/msg")
         if s.get("vs_raw_pull") is not None:
             cpu = s.get("vs_raw_pull_cpu")
+            pairs = s.get("vs_raw_pull_pairs")
+            lo, hi = s.get("vs_raw_pull_min"), s.get("vs_raw_pull_max")
             notes.append(
-                f"push/raw {s['vs_raw_pull']:.2f} (paired runs"
+                f"push/raw {s['vs_raw_pull']:.2f} ("
+                + (f"{pairs} paired runs {lo:.2f}-{hi:.2f}" if pairs and lo is not None else "paired runs")
                 + (f"; CPU {cpu:.2f})" if cpu is not None else ")")
             )
         if s.get("offered_msgs_per_s") is not None:

@@ -95,17 +95,23 @@ def test_paired_ratio_is_the_median_over_pairs_that_both_succeeded() -> None:
         {"error": "TimeoutError: boom"},  # failed: pair left out
         {"msgs_per_s": 1.0, "cpu_us_per_msg": 1.0},  # its push run failed: left out
     ]
-    # rates 0.6667, 1.1, 0.6667 -> 0.667; CPU 6/10, 9/12 -> 0.675
-    assert paired_ratio(push, raw) == {"vs_raw_pull": 0.667, "vs_raw_pull_cpu": 0.675}
-    assert paired_ratio(push, []) == {"vs_raw_pull": None, "vs_raw_pull_cpu": None}
-    assert paired_ratio([{"skipped": "no"}], [{"msgs_per_s": 1.0}]) == {
-        "vs_raw_pull": None,
-        "vs_raw_pull_cpu": None,
+    # rates 0.6667, 1.1, 0.6667 -> 0.667 (spread 0.667-1.1 over 3 pairs); CPU 6/10, 9/12 -> 0.675
+    assert paired_ratio(push, raw) == {
+        "vs_raw_pull": 0.667,
+        "vs_raw_pull_min": 0.667,
+        "vs_raw_pull_max": 1.1,
+        "vs_raw_pull_pairs": 3,
+        "vs_raw_pull_cpu": 0.675,
     }
+    no_pairs = dict.fromkeys(("vs_raw_pull", "vs_raw_pull_min", "vs_raw_pull_max", "vs_raw_pull_pairs"))
+    assert paired_ratio(push, []) == {**no_pairs, "vs_raw_pull_cpu": None}
+    assert paired_ratio([{"skipped": "no"}], [{"msgs_per_s": 1.0}]) == {**no_pairs, "vs_raw_pull_cpu": None}
     s = summarize("push", "asyncio", "x", push[:3])
     s.update(paired_ratio(push, raw))
-    assert "push/raw 0.67 (paired runs; CPU 0.68)" in format_table([s])
+    assert "push/raw 0.67 (3 paired runs 0.67-1.10; CPU 0.68)" in format_table([s])
     s.update(vs_raw_pull_cpu=None)
+    assert "push/raw 0.67 (3 paired runs 0.67-1.10)" in format_table([s])
+    s.update(vs_raw_pull_pairs=None)  # a summary written before the spread was reported
     assert "push/raw 0.67 (paired runs)" in format_table([s])
     assert "push/raw" not in format_table([summarize("push", "asyncio", "x", push[:3])])
 
@@ -186,7 +192,11 @@ def test_push_and_raw_pull_runs_interleave(
     assert (push[a]["msgs_per_s"], len(push[a]["runs"]), push[a]["skipped"]) == (1000.0, 3, None)
     assert all("vs_raw_pull" not in x for x in lines if x["scenario"] != p)
     assert lines[2]["skipped"] == "not today" and lines[4]["errors"] == ["TimeoutError: boom"]
-    assert "push/raw 0.67 (paired runs; CPU 0.68)" in err and "push/raw 0.70 (paired runs; CPU 0.62)" in err
+    spread_of = ("vs_raw_pull_min", "vs_raw_pull_max", "vs_raw_pull_pairs")
+    assert [push[a][k] for k in spread_of] == [0.667, 1.1, 3]
+    assert [push[u][k] for k in spread_of] == [0.6, 0.8, 2]
+    assert "push/raw 0.67 (3 paired runs 0.67-1.10; CPU 0.68)" in err
+    assert "push/raw 0.70 (2 paired runs 0.60-0.80; CPU 0.62)" in err
     doc = json.loads((tmp_path / "result.json").read_text())
     assert list(doc["runs"]) == ["push/asyncio", "push/uvloop", "push-cpu/asyncio", "raw-pull/asyncio",
                                  "raw-pull/uvloop", "latency/asyncio", "latency/uvloop"]  # fmt: skip
