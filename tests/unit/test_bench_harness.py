@@ -237,3 +237,56 @@ def test_cli_has_the_bench_command() -> None:
         [sys.executable, "-m", "rmq_async.cli", "bench", "--help"], capture_output=True, text=True, check=True
     ).stdout
     assert "--namesrv" in out and "--loop" in out and "raw-pull" in out
+
+
+def _pool_ratio() -> Any:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "pool_ratio.py"
+    spec = importlib.util.spec_from_file_location("pool_ratio", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_pool_ratio_pairs_runs_like_the_harness_and_pools_invocations(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pool_ratio = _pool_ratio()
+
+    def run(rate: float, cpu: float | None = None) -> dict[str, Any]:
+        return {"msgs_per_s": rate} if cpu is None else {"msgs_per_s": rate, "cpu_us_per_msg": cpu}
+
+    first = {
+        "runs": {
+            "push/asyncio": [run(700, 10), {"error": "TimeoutError: boom"}, run(900, 9)],
+            "raw-pull/asyncio": [run(1000, 7), run(1000, 7), run(1000)],  # run 2 paired with a failure
+            "push/uvloop": [run(600, 8)],
+            "raw-pull/uvloop": [run(1000, 6)],
+            "lite-pull/asyncio": [run(5)],
+        }
+    }
+    second = {"runs": {"push/asyncio": [run(500, 4)], "raw-pull/asyncio": [run(1000, 2)]}}
+    assert pool_ratio.pairs(first) == {"asyncio": [(0.7, 0.7), (0.9, None)], "uvloop": [(0.6, 0.75)]}
+    out = pool_ratio.pool([first, second], 0.7)
+    # asyncio pairs 0.7, 0.9 (first) and 0.5 (second); invocation medians 0.8 and 0.5
+    assert out["asyncio"]["pairs"] == {
+        "n": 3, "median": 0.7, "q1": 0.5, "q3": 0.9, "min": 0.5, "max": 0.9, "reach_target": 2
+    }  # fmt: skip
+    assert out["asyncio"]["pairs_cpu"]["n"] == 2 and out["asyncio"]["pairs_cpu"]["median"] == 0.6
+    assert out["asyncio"]["invocation_medians"]["median"] == 0.65
+    assert out["uvloop"]["pairs"]["median"] == 0.6 and out["uvloop"]["pairs"]["reach_target"] == 0
+    assert out["all"]["pairs"]["n"] == 4 and out["all"]["pairs"]["reach_target"] == 2
+    assert pool_ratio.describe([], 0.7) == {"n": 0}
+    files = []
+    for i, doc in enumerate((first, second)):
+        files.append(tmp_path / f"r{i}.json")
+        files[-1].write_text(json.dumps(doc))
+    assert pool_ratio.main([*map(str, files), "--target", "0.6"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("2 invocations, push / raw-pull, target 0.6\nasyncio\n")
+    want = "pairs, msgs/s       n=3    median 0.700  quartiles 0.500-0.900  range 0.500-0.900  >= target: 2/3"
+    assert want in text
+    assert pool_ratio.main([*map(str, files), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["all"]["pairs"]["median"] == 0.65
