@@ -295,7 +295,11 @@ class ConcurrentConsumeService:
                 if now >= fired_after or tver != self._tver:
                     if scope.cancel_called:
                         # the deadline fired just as the handler returned: its result stands, but
-                        # nothing may be awaited inside a cancelled scope: settle it outside
+                        # nothing may be awaited inside a cancelled scope: settle it outside. The
+                        # successes before it are closed first: the batch is settled, never acked.
+                        if ok_from >= 0:
+                            ok += msgs[ok_from:i]
+                            ok_from = -1
                         w.done = (msgs[i : i + n], result, ctx, now - start)
                         batch = None
                         i += n

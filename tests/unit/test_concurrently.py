@@ -179,3 +179,43 @@ async def test_a_changed_timeout_is_used_for_the_deadlines_set_after_it() -> Non
 
     await _run(handler, count=3, box=box)
     assert len(left) == 3 and 5.0 <= left[2] <= 5.06, left
+
+
+async def test_a_failure_returned_just_as_its_deadline_fired_is_settled_once_and_never_acked() -> None:
+    # the handler shields its last step (a common pattern: finish a commit whatever happens), so the
+    # consume deadline fires while it runs and it still returns normally: its result stands and is
+    # settled outside the fired scope; the plain successes before it are acknowledged, the failed
+    # message is not (its send-back fails here, so it must stay in the queue for a local retry and
+    # the committed offset must not pass it)
+    sent_back: list[int] = []
+    retried: list[int] = []
+    c = _consumer(sent_back)
+
+    async def failing_send_back(m: MessageExt, delay_level: int) -> bool:
+        sent_back.append(m.queue_offset)
+        return False
+
+    c.send_back = failing_send_back
+    c.retry_locally = lambda pq, msgs: retried.extend(m.queue_offset for m in msgs)
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
+        if msgs[0].queue_offset == 103:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.3)  # past the 0.1 s consume timeout
+            return ConsumeResult.RECONSUME_LATER
+        return ConsumeResult.SUCCESS
+
+    svc = ConcurrentConsumeService(c, handler)
+    svc.set_timeout(0.1)
+    msgs = [MessageExt("T", b"x", queue_offset=100 + k) for k in range(8)]
+    pq = ProcessQueue(MQ)
+    pq.put(msgs)
+    svc.submit(pq, msgs)
+    svc.close()
+    with anyio.fail_after(5):
+        await svc._worker()
+    assert sent_back == [103] and retried == [103]
+    t = c.stats.topics["T"]
+    assert (t.consumed_ok, t.consumed_failed) == (7, 1)
+    assert [m.queue_offset for run in pq._runs.values() for m in run] == [103]  # kept for the retry
+    assert c.offset_store.read_memory(MQ) == 103  # the committed offset stops at it
