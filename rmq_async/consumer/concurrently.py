@@ -247,25 +247,22 @@ class ConcurrentConsumeService:
         # what the running handler was given (None: no handler running); it may change that list, so
         # the bookkeeping uses msgs[i : i + n], never this
         batch: list[MessageExt] | None = None
-        ctx: ConsumeContext | None = None
+        # reused while nothing else holds it and the handler leaves it untouched (checked after each
+        # plain success): nobody can tell it from a new one, and it saves an allocation per message
+        ctx = ConsumeContext(mq)
         now = start = loop_time()
-        # plain successes not acknowledged yet: ok (carried in the slot) + msgs[ok_from:i]
-        ok_from, ok_until = -1, inf
+        # plain successes not acknowledged yet: ok (carried in the slot) + msgs[ok_from:i], flushed
+        # to the process queue once the clock passes ok_until (~1 ms groups) or anything else settles
+        ok_from, ok_until = i, now + 0.001
         try:
             while i < end:
                 if pq.dropped:
-                    if ok_from >= 0:
-                        ok += msgs[ok_from:i]
-                        ok_from = -1
-                    i = end
+                    ok += msgs[ok_from:i]
+                    i = ok_from = end
                     break
                 # a new list each time (a one-item list comes from CPython's free list: cheaper
                 # than checking that the last one is unshared and untouched)
                 batch = msgs[i : i + n] if n > 1 else [msgs[i]]
-                if ctx is None or _refs(ctx) > 2 or ctx.ack_index is not None or ctx.delay_level:
-                    # a context nothing else holds and the handler left untouched is as good as a
-                    # new one (nobody can tell the difference): reused, it saves an allocation
-                    ctx = ConsumeContext(mq)
                 start = now
                 # the deadline moves only when it would fall short of this batch's own deadline, and
                 # then a little further (slack): at most one timer re-arm per slack window, not two
@@ -278,11 +275,6 @@ class ConcurrentConsumeService:
                     if hooks:
                         await c.hooks_before(batch, ctx)
                     result = await handler(batch, ctx)
-                    if result is None:
-                        result = success
-                    elif not isinstance(result, ConsumeResult):
-                        log.error("handler of group %s returned %r, not a ConsumeResult", c.group, result)
-                        result = ConsumeResult.RECONSUME_LATER
                 except Exception:
                     log.exception(
                         "handler of group %s raised on %s (msg ids %s): reconsume later",
@@ -297,47 +289,44 @@ class ConcurrentConsumeService:
                         # the deadline fired just as the handler returned: its result stands, but
                         # nothing may be awaited inside a cancelled scope: settle it outside. The
                         # successes before it are closed first: the batch is settled, never acked.
-                        if ok_from >= 0:
-                            ok += msgs[ok_from:i]
-                            ok_from = -1
-                        w.done = (msgs[i : i + n], result, ctx, now - start)
+                        ok += msgs[ok_from:i]
+                        w.done = (msgs[i : i + n], self._checked(result), ctx, now - start)
                         batch = None
-                        i += n
+                        i = ok_from = i + n
                         await anyio.sleep_forever()  # raises the scope's cancellation at once
                     if tver != self._tver:  # set_timeout moved the deadline while the handler ran
                         tver, dl, timeout = self._tver, scope.deadline, self.timeout
                         move_after = -inf if dl == inf else dl - timeout
                         fired_after = dl - 0.001
-                if result is success and ctx.ack_index is None and plain:
+                if (result is None or result is success) and ctx.ack_index is None and plain:
                     # the common case finishes without a suspension point: the deadline cannot fire
-                    if ok_from < 0:
-                        ok_from, ok_until = i, now + 0.001
                     i += n
                     if now > ok_until:
                         ok += msgs[ok_from:i]
-                        ok_from = -1
+                        ok_from, ok_until = i, now + 0.001
                         self._ack(pq, ok)
+                    if ctx.delay_level or _refs(ctx) > 2:
+                        ctx = ConsumeContext(mq)  # touched or held by the handler: never reused
                     continue
-                if ok_from >= 0:
-                    ok += msgs[ok_from:i]
-                    ok_from = -1
+                ok += msgs[ok_from:i]
                 done = msgs[i : i + n]
                 batch = None  # settled below, whatever happens to that await
-                i += n
+                i = ok_from = i + n
                 if ok:
                     self._ack(pq, ok)
                 # send-backs and hooks must not be cut by the deadline (set_timeout skips inf)
                 dl = scope.deadline = math.inf
                 move_after = fired_after = -inf
-                await self._finish(pq, done, result, ctx, now - start)
+                await self._finish(pq, done, self._checked(result), ctx, now - start)
+                ctx = ConsumeContext(mq)  # the settled one went to the result and the hooks
                 now = loop_time()
+                ok_until = now + 0.001
                 if tver != self._tver:  # set_timeout ran meanwhile (the deadline is inf: nothing moved)
                     tver, timeout = self._tver, self.timeout
         except BaseException:
             # left by the deadline (or an outer cancellation) inside the handler or a hook: the
             # batch it was running (from i) is the timed-out one; the successes before it are kept
-            if ok_from >= 0:
-                ok += msgs[ok_from:i]
+            ok += msgs[ok_from:i]
             if batch is None:
                 w.i, w.batch = i, []
             else:
@@ -345,9 +334,18 @@ class ConcurrentConsumeService:
             raise
         finally:
             w.dl, w.tver = dl, tver
-        if ok_from >= 0:
-            ok += msgs[ok_from:i]
+        ok += msgs[ok_from:i]
         w.i = i
+
+    def _checked(self, result: object) -> ConsumeResult:
+        """A handler's return value as a result: None is SUCCESS; anything else that is not a
+        ConsumeResult is logged and counts as RECONSUME_LATER."""
+        if result is None:
+            return ConsumeResult.SUCCESS
+        if isinstance(result, ConsumeResult):
+            return result
+        log.error("handler of group %s returned %r, not a ConsumeResult", self.c.group, result)
+        return ConsumeResult.RECONSUME_LATER
 
     async def _settle_timed_out(self, w: _Slot) -> None:
         """After the worker's deadline fired: settle the batch that ran past the consume timeout (or
