@@ -92,12 +92,17 @@ class DeliveryStream:
             return d
 
     def _expire(self, d: Delivery) -> None:
+        tg = self.c._tg
+        if not d.settled and tg is not None:
+            tg.start_soon(self._send_back_expired, d)
+
+    async def _send_back_expired(self, d: Delivery) -> None:
+        # the loop's code may have settled it between the timeout and this task's start: then it
+        # is settled already, and raising here would take the consumer's task group down
         if d.settled:
             return
         log.warning("delivery %s was not settled within the consume timeout: sending it back", d)
-        tg = self.c._tg
-        if tg is not None:
-            tg.start_soon(self.settle, d, ConsumeResult.RECONSUME_LATER, 0)
+        await self.settle(d, ConsumeResult.RECONSUME_LATER, 0)
 
     async def settle(self, d: Delivery, result: ConsumeResult, delay_level: int) -> None:
         if d.settled:

@@ -305,6 +305,49 @@ async def test_deliveries_api(cluster: EmbeddedCluster, names: tuple[str, str], 
     assert acked == {f"k-{i}" for i in range(20)}
 
 
+async def test_deliveries_unsettled_hold_the_offset_expire_and_are_retried_when_the_loop_is_left(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    # the async-for contract: an unsettled delivery holds its queue's committed offset back; it is
+    # sent back once the consume timeout passes (and comes again, reconsume times 1); a delivery
+    # still unsettled when the loop is left is retried, so another member of the group gets it
+    topic, group = names
+    sent = await produce(cluster.namesrv_addr, topic, 8)
+    k0 = sent[0]
+    c = PushConsumer(
+        group,
+        namesrv_addr=cluster.namesrv_addr,
+        subscriptions={topic: "*"},
+        timing=timing,
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+    )
+    first: set[str] = set()
+    held_back: list[int] = []
+    redelivered: list[int] = []
+    async with c, c.deliveries() as stream:
+        c.set_consume_timeout(0.5)
+        with anyio.fail_after(20):
+            async for d in stream:
+                key = d.message.keys or ""
+                if d.message.reconsume_times == 0:
+                    first.add(key)
+                    if key != "k-0":
+                        await d.ack()
+                    if len(first) == 8:  # every first delivery seen, all but k-0 acked
+                        held_back.append(c.offset_store.read_memory(k0.message_queue))
+                    continue
+                assert key == "k-0"  # only k-0 was left unsettled, and its timeout sent it back
+                redelivered.append(d.message.reconsume_times)
+                break  # leave the loop with the redelivery unsettled
+    assert first == {f"k-{i}" for i in range(8)}
+    assert held_back == [k0.queue_offset]  # the committed offset stopped at the unsettled k-0
+    assert redelivered == [1]
+    col = Collector()
+    async with consumer(cluster, group, topic, col, timing):
+        await col.wait_unique(1)
+    assert [(m.keys, m.reconsume_times) for m in col.msgs] == [("k-0", 2)]
+
+
 async def test_three_consumers_share_and_take_over(
     cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
 ) -> None:

@@ -1,0 +1,87 @@
+"""DeliveryStream on its own: settling races between the loop's code and the consume timeout. The
+consumer around it is a plain namespace (what the stream reads from it); the integration tests run
+the same code against the embedded broker."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import anyio
+import pytest
+
+from rmq_async.config import ConsumerConfig, Timing
+from rmq_async.consumer.concurrently import ConcurrentConsumeService
+from rmq_async.consumer.deadlines import DeadlineTracker
+from rmq_async.consumer.delivery import DeliveryStream
+from rmq_async.consumer.offset_store import _MemoryTable
+from rmq_async.consumer.process_queue import ProcessQueue
+from rmq_async.consumer.stats import ConsumerStats
+from rmq_async.errors import ClientError
+from rmq_async.protocol.message import MessageExt
+from rmq_async.protocol.mq import MessageQueue
+
+MQ = MessageQueue("T", "b", 0)
+
+
+def _consumer(tg: Any, sent_back: list[int]) -> Any:
+    async def send_back(m: MessageExt, delay_level: int) -> bool:
+        sent_back.append(m.queue_offset)
+        return True
+
+    c = types.SimpleNamespace(
+        config=ConsumerConfig(group="g"),
+        timing=Timing(),
+        retry_topic="%RETRY%g",
+        stats=ConsumerStats(),
+        offset_store=_MemoryTable(),
+        deadlines=DeadlineTracker(900.0),
+        before_hooks=[],
+        after_hooks=[],
+        stopping=False,
+        group="g",
+        send_back=send_back,
+        _tg=tg,
+    )
+    c.consume_service = ConcurrentConsumeService(c, None)
+    return c
+
+
+async def _one_delivery(c: Any) -> tuple[DeliveryStream, ProcessQueue, Any]:
+    stream = DeliveryStream(c)
+    pq = ProcessQueue(MQ)
+    msgs = [MessageExt("T", b"x", queue_offset=7)]
+    pq.put(msgs)
+    stream.submit(pq, msgs)
+    return stream, pq, await stream.__anext__()
+
+
+@pytest.mark.parametrize("settle", ["ack", "retry"])
+async def test_settling_a_delivery_whose_timeout_just_passed_does_not_crash_the_consumer(settle: str) -> None:
+    # the consume timeout passes (its send-back is scheduled as a task of the consumer's group) and
+    # the loop's code settles the delivery before that task runs: the task must see it settled and
+    # do nothing; before, it raised "already settled" in the consumer's task group, killing it
+    sent_back: list[int] = []
+    async with anyio.create_task_group() as tg:
+        c = _consumer(tg, sent_back)
+        stream, pq, d = await _one_delivery(c)
+        stream._expire(d)
+        await (d.ack() if settle == "ack" else d.retry())
+        await anyio.wait_all_tasks_blocked()
+        stream.close()
+    assert sent_back == ([] if settle == "ack" else [7])  # settled once, by the loop's code
+    assert pq.count == 0 and c.offset_store.read_memory(MQ) == 8
+    assert not stream.unsettled
+
+
+async def test_a_delivery_sent_back_by_its_timeout_cannot_be_acked_afterwards() -> None:
+    sent_back: list[int] = []
+    async with anyio.create_task_group() as tg:
+        c = _consumer(tg, sent_back)
+        stream, pq, d = await _one_delivery(c)
+        stream._expire(d)
+        await anyio.wait_all_tasks_blocked()  # the send-back ran
+        with pytest.raises(ClientError, match="already settled"):
+            await d.ack()
+        stream.close()
+    assert sent_back == [7] and pq.count == 0
