@@ -1,0 +1,143 @@
+"""The concurrent consume path in a hot loop: one worker's ``ProcessQueue.put``, ``_consume`` and
+pulled-batch-done over decoded pulled batches, without a broker, a socket or a task switch.
+
+Run: ``python benchmarks/bench_consume_hot.py [--loop uvloop|asyncio] [--batch 1] [--reps 20]``.
+Prints ns per message for each stage (the minimum over ``--reps`` passes over 500 pulled batches of
+32 decoded 1 KiB messages, so a slow spell of the machine does not decide it) and for a bare
+``await handler([m], ctx)`` loop, the floor of one handler call a message. This is what moves when
+the consume loop changes; whole-consumer figures (``rmq-async bench``, ``benchmarks/ab.py``) are
+what a change is judged by.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+import anyio  # noqa: E402
+from helpers_stored import encode_stored  # noqa: E402
+
+from rmq_async.config import ConsumerConfig, Timing  # noqa: E402
+from rmq_async.consumer.concurrently import ConcurrentConsumeService, ConsumeContext, _Slot  # noqa: E402
+from rmq_async.consumer.offset_store import _MemoryTable  # noqa: E402
+from rmq_async.consumer.process_queue import ProcessQueue  # noqa: E402
+from rmq_async.consumer.stats import ConsumerStats  # noqa: E402
+from rmq_async.protocol.message import MessageExt, PulledMessages, decode_messages  # noqa: E402
+from rmq_async.protocol.mq import MessageQueue  # noqa: E402
+
+MQ = MessageQueue("T", "b", 0)
+BATCHES = 500
+
+
+def pulled_batches() -> list[PulledMessages]:
+    props = {"UNIQ_KEY": "A" * 32, "TAGS": "TagA"}
+    return [
+        decode_messages(
+            b"".join(
+                encode_stored(topic="T", body=b"x" * 1024, queue_offset=o, queue_id=0, properties=props)
+                for o in range(base, base + 32)
+            ),
+            broker_name="b",
+        )
+        for base in range(0, 32 * BATCHES, 32)
+    ]
+
+
+async def measure(batch_size: int, reps: int) -> dict[str, Any]:
+    seen = 0
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+        nonlocal seen
+        seen += len(msgs)
+
+    c = types.SimpleNamespace(
+        config=ConsumerConfig(group="g", consume_batch_max_size=batch_size),
+        timing=Timing(),
+        retry_topic="%RETRY%g",
+        stats=ConsumerStats(),
+        offset_store=_MemoryTable(),
+        before_hooks=[],
+        after_hooks=[],
+        stopping=False,
+        group="g",
+        orderly=False,
+    )
+    svc = ConcurrentConsumeService(c, handler)  # type: ignore[arg-type]
+    svc._loop_time = asyncio.get_running_loop().time
+    batches = pulled_batches()
+    n = BATCHES * 32
+    put, consume, done, bare = [], [], [], []
+    pc = time.perf_counter
+    for _ in range(reps):
+        pq = ProcessQueue(MQ)
+        w = _Slot()
+        a = b = d = 0.0
+        with anyio.CancelScope() as scope:
+            w.scope = scope
+            for msgs in batches:
+                t0 = pc()
+                pq.put(msgs)
+                t1 = pc()
+                w.pq, w.msgs, w.i = pq, msgs, 0
+                svc.active += 1
+                await svc._consume(w)
+                t2 = pc()
+                svc._pulled_batch_done(w)
+                t3 = pc()
+                a += t1 - t0
+                b += t2 - t1
+                d += t3 - t2
+        put.append(a / n * 1e9)
+        consume.append(b / n * 1e9)
+        done.append(d / n * 1e9)
+        ctx = ConsumeContext(MQ)
+        t0 = pc()
+        for msgs in batches:
+            for m in msgs:
+                await handler([m], ctx)
+        bare.append((pc() - t0) / n * 1e9)
+    assert seen == 2 * reps * n
+    return {
+        "put_ns": round(min(put)),
+        "consume_ns": round(min(consume)),
+        "done_ns": round(min(done)),
+        "bare_handler_calls_ns": round(min(bare)),
+        "batch": batch_size,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
+    ap.add_argument("--batch", type=int, default=1, help="consume_batch_max_size")
+    ap.add_argument("--reps", type=int, default=20)
+    args = ap.parse_args()
+
+    async def run() -> dict[str, Any]:
+        return await measure(args.batch, args.reps)
+
+    if args.loop == "uvloop":
+        import uvloop
+
+        out = uvloop.run(run())
+    else:
+        out = asyncio.run(run())
+    out["loop"] = args.loop
+    print(
+        f"ns a message: put {out['put_ns']}  consume {out['consume_ns']}  done {out['done_ns']}  "
+        f"(a bare handler call a message: {out['bare_handler_calls_ns']})"
+    )
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
