@@ -384,7 +384,7 @@ class ConcurrentConsumeService:
         c = self.c
         c.stats.consumed(pq.mq.topic, len(batch), rt, ok=result is ConsumeResult.SUCCESS)
         if c.after_hooks:
-            await c.hooks_after(batch, ctx, result)
+            await c.hooks_after(list(batch), ctx, result)  # their own list, as the handler's
         if pq.dropped and not timed_out:
             # the queue moved to another member while we consumed: it will redeliver; don't ack
             return

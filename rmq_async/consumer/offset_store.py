@@ -158,7 +158,14 @@ class LocalFileOffsetStore(_MemoryTable):
             for mq, off in sorted(self.table.items())
         ]
         payload = json.dumps({"offsets": rows}, indent=1)
-        await anyio.to_thread.run_sync(self._write, payload)
+        try:
+            await anyio.to_thread.run_sync(self._write, payload)
+        except OSError as exc:  # as Java's persistAll: logged, consumption goes on
+            log.error("writing the offset file %s failed: %s", self.path, exc)
+
+    def remove(self, mq: MessageQueue) -> None:
+        """Kept (Java's ``LocalFileOffsetStore.removeOffset`` does nothing): no other member owns the
+        queue, and an offset corrected at a drop must be where the queue starts again."""
 
     def _write(self, payload: str) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -435,7 +435,7 @@ class OrderlyConsumeService:
             ok = result in (OrderlyResult.SUCCESS, OrderlyResult.COMMIT)
             c.stats.consumed(pq.mq.topic, len(batch), self._loop_time() - st.start, ok=ok)
         if c.after_hooks:
-            await c.hooks_after(batch, ctx, result)
+            await c.hooks_after(list(batch), ctx, result)  # their own list, as the handler's
         if pq.dropped:
             pq.put_back(batch)
             return None

@@ -83,8 +83,11 @@ class PullLoop:
                 continue
             sub = c.subscription(mq.topic)
             if sub is None:
-                log.debug("no subscription for %s: pull loop ends", mq.topic)
-                return
+                # unsubscribed: the next rebalance drops the queue; if the topic is subscribed
+                # again first, this loop must still be here to pull it (Java pulls later too)
+                log.debug("no subscription for %s: pulling again later", mq.topic)
+                await anyio.sleep(timing.pull_error_delay)
+                continue
             addr = client.broker_addr(mq.broker_name, broker_id)
             if addr is None:
                 await client.update_route_quietly([mq.topic])

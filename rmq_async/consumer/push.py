@@ -486,13 +486,15 @@ class PushConsumer:
         pq = self.pqs.pop(mq, None)
         if pq is None:
             return
-        if offset is not None:
-            self.offset_store.update(mq, offset, increase_only=False)
         idle = True
         if self.orderly:  # [orderly] bounded wait for the running handler, then drop
             idle = await self.consume_service.drop(pq, self.config.orderly_drop_wait)
         else:
             pq.drop()
+        if offset is not None:
+            # after the drop, as Java's resetOffset: a handler finishing during the wait must not
+            # commit over the new offset
+            self.offset_store.update(mq, offset, increase_only=False)
         try:
             await self.offset_store.persist(mq, sync=self.orderly or offset is not None)
         except RocketMQError as exc:

@@ -136,10 +136,17 @@ class PushRebalancer:
                 len(to_drop),
                 len([m for m in c.pqs if m.topic == topic]),
             )
+            # a listener is user code: what it raises is logged, never the consumer's end
             if to_drop and c.on_revoked:
-                await _call(c.on_revoked, topic, set(to_drop))
+                try:
+                    await _call(c.on_revoked, topic, set(to_drop))
+                except Exception:
+                    log.exception("on_revoked listener of group %s raised", c.group)
             if added and c.on_assigned:
-                await _call(c.on_assigned, topic, {pq.mq for pq in added})
+                try:
+                    await _call(c.on_assigned, topic, {pq.mq for pq in added})
+                except Exception:
+                    log.exception("on_assigned listener of group %s raised", c.group)
 
     def _new_process_queue(self, mq: MessageQueue) -> ProcessQueue:
         c = self.c

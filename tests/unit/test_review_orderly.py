@@ -1,0 +1,174 @@
+"""Review of the orderly consume path (OrderlyConsumeService) on its own, as tests/unit/test_concurrently.py
+does for the concurrent one: the consumer is a plain namespace with what the service reads, and the
+broker lock requests are answered by a stub that grants every lock (clustering mode, the default).
+
+Each test here states a guarantee of the orderly path that the current code breaks:
+
+* a handler that raises a stray ``CancelledError`` (it awaited a future or task that someone else
+  cancelled) is a failed consume, not a reason to cancel the consumer's whole task group;
+* what an after-consume hook does to the list it is given must not change which messages are put back
+  or committed (the guarantee ``_consume_locked`` states for the handler and the before hooks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import types
+from typing import Any
+
+import anyio
+import pytest
+
+from rmq_async.config import ConsumerConfig, Timing
+from rmq_async.consumer.deadlines import DeadlineTracker
+from rmq_async.consumer.offset_store import _MemoryTable
+from rmq_async.consumer.orderly import OrderlyConsumeService, OrderlyContext, OrderlyResult
+from rmq_async.consumer.process_queue import ProcessQueue
+from rmq_async.consumer.push import PushConsumer
+from rmq_async.consumer.stats import ConsumerStats
+from rmq_async.protocol.message import MessageExt
+from rmq_async.protocol.mq import MessageQueue
+
+MQ = MessageQueue("T", "b", 0)
+
+
+class _Store(_MemoryTable):
+    """The in-memory offset table; records every commit with how many handler calls preceded it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls_before: list[int] = []  # set by the test: the handler's call list, by reference
+        self.commits: list[tuple[int, int]] = []  # (offset, handler calls made before it)
+        self.committed = anyio.Event()
+
+    def update(self, mq: MessageQueue, offset: int, *, increase_only: bool) -> None:
+        self.commits.append((offset, len(self.calls_before)))
+        self.committed.set()
+        super().update(mq, offset, increase_only=increase_only)
+
+
+def _consumer(timing: Timing) -> Any:
+    async def master_addr(broker_name: str, topic: str | None = None) -> str:
+        return "127.0.0.1:10911"
+
+    async def lock_batch_mq(
+        addr: str, group: str, client_id: str, mqs: list[MessageQueue], timeout: float
+    ) -> set[MessageQueue]:
+        return set(mqs)  # this member holds every lock it asks for
+
+    async def unlock_batch_mq(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    async def send(msg: Any) -> None:
+        return None
+
+    client = types.SimpleNamespace(
+        client_id="127.0.0.1@review",
+        master_addr=master_addr,
+        api=types.SimpleNamespace(lock_batch_mq=lock_batch_mq, unlock_batch_mq=unlock_batch_mq),
+    )
+    c = types.SimpleNamespace(
+        config=ConsumerConfig(group="g"),
+        timing=timing,
+        retry_topic="%RETRY%g",
+        stats=ConsumerStats(),
+        offset_store=_Store(),
+        before_hooks=[],
+        after_hooks=[],
+        stopping=False,
+        group="g",
+        max_reconsume_times=2**31 - 1,
+        inner_producer=types.SimpleNamespace(send=send),
+        deadlines=DeadlineTracker(timing.consume_timeout),
+        pqs={},
+        client=client,
+        _deliveries=None,
+    )
+    c.hooks_before = types.MethodType(PushConsumer.hooks_before, c)
+    c.hooks_after = types.MethodType(PushConsumer.hooks_after, c)
+    return c
+
+
+async def _start_queue(c: Any, svc: OrderlyConsumeService, count: int = 1) -> ProcessQueue:
+    """Lock a new queue (as a rebalance does), then hand it pulled messages (as the pull loop does)."""
+    pq = ProcessQueue(MQ)
+    c.pqs[MQ] = pq
+    assert await svc.lock_new(pq)
+    msgs = [MessageExt("T", b"x", queue_offset=100 + k) for k in range(count)]
+    pq.put(msgs)
+    svc.submit(pq, msgs)
+    return pq
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a CancelledError the handler raises without its task being cancelled ends the "
+    "drive task and with it the consumer's task group (the concurrent path has the same gap)",
+)
+async def test_a_stray_cancelled_error_from_the_handler_is_a_failed_consume_not_a_stop() -> None:
+    # A handler awaits a future (a shared fetch, a connection's waiter) that its owner cancelled: the
+    # handler's task gets a CancelledError although nobody cancelled it. That is the handler failing:
+    # the batch must be consumed again (SUSPEND), and the consumer must go on. The drive task must not
+    # end with that CancelledError: anyio then cancels the task group it runs in, i.e. the consumer's
+    # whole group (pull loops, rebalance, lock renewal), and the consumer stops without a shutdown.
+    c = _consumer(Timing(suspend_current_queue=0.01))
+    calls: list[list[int]] = []
+    c.offset_store.calls_before = calls
+
+    async def handler(msgs: list[MessageExt], ctx: OrderlyContext) -> OrderlyResult:
+        calls.append([m.queue_offset for m in msgs])
+        if len(calls) == 1:
+            fut = asyncio.get_running_loop().create_future()
+            fut.cancel()  # cancelled by its owner, not by us
+            await fut  # raises CancelledError in this (not cancelled) task
+        return OrderlyResult.SUCCESS
+
+    svc = OrderlyConsumeService(c, handler)
+    went_on = False
+    async with anyio.create_task_group() as tg:
+        await svc.run(tg)
+        await _start_queue(c, svc)
+        with anyio.fail_after(5):
+            await c.offset_store.committed.wait()
+        went_on = True
+        tg.cancel_scope.cancel()
+    assert went_on, (
+        f"the consumer's task group was cancelled by the drive task (handler calls: {calls}): "
+        "a stray CancelledError from the handler stopped the consumer"
+    )
+    assert calls == [[100], [100]]
+    assert c.offset_store.read_memory(MQ) == 101
+
+
+async def test_an_after_hook_emptying_its_list_does_not_commit_a_suspended_batch() -> None:
+    # The handler asks for the batch to be consumed again (SUSPEND). An after-consume hook drains the
+    # list it is given (a tracing/audit hook that pops what it records). The batch must still be put
+    # back and consumed again; the offset may move past it only after a call that succeeded.
+    c = _consumer(Timing(suspend_current_queue=0.01))
+    calls: list[list[int]] = []
+    c.offset_store.calls_before = calls
+
+    async def drain(msgs: list[MessageExt], ctx: OrderlyContext, result: OrderlyResult) -> None:
+        while msgs:
+            msgs.pop()
+
+    c.after_hooks.append(drain)
+
+    async def handler(msgs: list[MessageExt], ctx: OrderlyContext) -> OrderlyResult:
+        calls.append([m.queue_offset for m in msgs])
+        return OrderlyResult.SUSPEND_CURRENT_QUEUE_A_MOMENT if len(calls) == 1 else OrderlyResult.SUCCESS
+
+    svc = OrderlyConsumeService(c, handler)
+    async with anyio.create_task_group() as tg:
+        await svc.run(tg)
+        await _start_queue(c, svc)
+        with anyio.fail_after(5):
+            await c.offset_store.committed.wait()
+        tg.cancel_scope.cancel()
+    # (offset committed, handler calls made before that commit): the first commit must follow the
+    # second call (the one that succeeded), never the first (SUSPEND)
+    assert c.offset_store.commits[0] == (101, 2), (
+        f"commits {c.offset_store.commits}, handler calls {calls}: offset 100 was committed after a "
+        "SUSPEND without being consumed again"
+    )
+    assert calls == [[100], [100]]
