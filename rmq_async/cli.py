@@ -280,23 +280,40 @@ async def _consume(args: argparse.Namespace) -> int:
 # -- main ----------------------------------------------------------------------------------------------
 
 
+def _common_flags(parser: argparse.ArgumentParser, default: object) -> None:
+    """``--no-uvloop`` and ``-v``: accepted before the command and after it (``rmq-async consume ...
+    --no-uvloop``); the command's copies default to SUPPRESS so they never undo the ones before it."""
+    parser.add_argument(
+        "--no-uvloop",
+        action="store_true",
+        default=False if default is None else default,
+        help="use the default asyncio loop",
+    )
+    parser.add_argument("-v", "--verbose", action="count", default=0 if default is None else default)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rmq-async", description="asyncio RocketMQ client tools")
-    p.add_argument("--no-uvloop", action="store_true", help="use the default asyncio loop")
-    p.add_argument("-v", "--verbose", action="count", default=0)
+    _common_flags(p, None)
+    common = argparse.ArgumentParser(add_help=False)
+    _common_flags(common, argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", required=True)
 
-    emb = sub.add_parser("embedded", help="run an embedded name server + broker(s) until SIGINT/SIGTERM")
+    emb = sub.add_parser(
+        "embedded", help="run an embedded name server + broker(s) until SIGINT/SIGTERM", parents=[common]
+    )
     from .embedded import cli as embedded_cli
 
     embedded_cli.add_arguments(emb)
 
-    be = sub.add_parser("bench", help="run benchmark scenarios and print one JSON line per scenario")
+    be = sub.add_parser(
+        "bench", help="run benchmark scenarios and print one JSON line per scenario", parents=[common]
+    )
     from .bench import cli as bench_cli
 
     bench_cli.add_arguments(be)
 
-    pr = sub.add_parser("produce", help="send N messages and print a JSON summary")
+    pr = sub.add_parser("produce", help="send N messages and print a JSON summary", parents=[common])
     pr.add_argument("--namesrv")
     pr.add_argument("--topic", required=True)
     pr.add_argument("--group", default="rmq_async_cli_producer")
@@ -312,7 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--concurrency", type=int, default=64, help="sends in flight")
     pr.add_argument("--quiet", action="store_true", help="no progress bar")
 
-    co = sub.add_parser("consume", help="consume until N messages or idle, print a JSON summary")
+    co = sub.add_parser(
+        "consume", help="consume until N messages or idle, print a JSON summary", parents=[common]
+    )
     co.add_argument("--namesrv")
     co.add_argument("--group", required=True)
     co.add_argument("--topic", required=True)

@@ -147,6 +147,10 @@ def run(args: argparse.Namespace) -> int:
     """Run the scenarios in ``args``; returns the exit code (1 if a run failed)."""
     scenarios = _scenarios(args.scenario)
     loops = ["asyncio", "uvloop"] if args.loop == "both" else [args.loop]
+    if getattr(args, "no_uvloop", False):  # rmq-async --no-uvloop bench: the default loop only
+        if "asyncio" not in loops:
+            raise SystemExit("rmq-async bench: --no-uvloop contradicts --loop uvloop")
+        loops = ["asyncio"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     command = " ".join(shlex.quote(a) for a in [Path(sys.argv[0]).name, *sys.argv[1:]])
