@@ -38,6 +38,7 @@ from ..protocol.mq import MessageQueue
 from .deadlines import loop_clock
 from .handoff import Handoff
 from .process_queue import ProcessQueue
+from .usercode import stray_cancel
 
 if TYPE_CHECKING:
     from .push import PushConsumer
@@ -283,6 +284,17 @@ class ConcurrentConsumeService:
                         [m.msg_id for m in msgs[i : i + n]],
                     )
                     result = ConsumeResult.RECONSUME_LATER
+                except asyncio.CancelledError:
+                    if not stray_cancel():
+                        raise  # our deadline, or the consumer's shutdown
+                    log.error(
+                        "handler of group %s raised CancelledError on %s (msg ids %s) although nothing "
+                        "cancelled it (an awaited future cancelled by its owner?): reconsume later",
+                        c.group,
+                        mq,
+                        [m.msg_id for m in msgs[i : i + n]],
+                    )
+                    result = ConsumeResult.RECONSUME_LATER
                 now = loop_time()
                 if now >= fired_after or tver != self._tver:
                     if scope.cancel_called:
@@ -394,16 +406,17 @@ class ConcurrentConsumeService:
         self, pq: ProcessQueue, batch: list[MessageExt], result: ConsumeResult, ctx: ConsumeContext
     ) -> None:
         n = len(batch)
+        ack_index, delay_level = _checked_context(ctx, self.c.group)
         if result is ConsumeResult.SUCCESS:
-            ack = n - 1 if ctx.ack_index is None else max(-1, min(ctx.ack_index, n - 1))
+            ack = n - 1 if ack_index is None else max(-1, min(ack_index, n - 1))
         else:
-            ack = -1 if ctx.ack_index is None else max(-1, min(ctx.ack_index, n - 1))
+            ack = -1 if ack_index is None else max(-1, min(ack_index, n - 1))
         failed = batch[ack + 1 :]
         keep: list[MessageExt] = []
         if failed:
             if self.c.config.clustering:
                 for m in failed:
-                    if not await self.c.send_back(m, ctx.delay_level):
+                    if not await self.c.send_back(m, delay_level):
                         m.reconsume_times += 1
                         keep.append(m)
             else:
@@ -415,6 +428,32 @@ class ConcurrentConsumeService:
             self.c.offset_store.update(pq.mq, offset, increase_only=True)
         if keep:
             self.c.retry_locally(pq, keep)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _checked_context(ctx: ConsumeContext, group: str) -> tuple[int | None, int]:
+    """``ctx.ack_index`` and ``ctx.delay_level`` as the handler left them, checked: a value that is not
+    an int is logged and replaced by the safe choice (no message acknowledged, the broker's delay), so
+    a typo in a handler never stops the consumer nor drops a message."""
+    ack_index, delay_level = ctx.ack_index, ctx.delay_level
+    if ack_index is not None and not _is_int(ack_index):
+        log.error(
+            "handler of group %s set ctx.ack_index to %r, not an int: the whole batch is consumed again",
+            group,
+            ack_index,
+        )
+        ack_index = -1
+    if not _is_int(delay_level):
+        log.error(
+            "handler of group %s set ctx.delay_level to %r, not an int: the broker picks the delay",
+            group,
+            delay_level,
+        )
+        delay_level = 0
+    return ack_index, delay_level
 
 
 async def send_back(c: PushConsumer, m: MessageExt, delay_level: int) -> bool:

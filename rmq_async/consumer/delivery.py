@@ -55,6 +55,8 @@ class Delivery:
 
     async def retry(self, delay_level: int = 0) -> None:
         """Consume the message again later (sent back with ``delay_level``; 0 lets the broker choose)."""
+        if not isinstance(delay_level, int) or isinstance(delay_level, bool):
+            raise TypeError(f"delay_level must be an int, not {delay_level!r}")
         await self._stream.settle(self, ConsumeResult.RECONSUME_LATER, delay_level)
 
 

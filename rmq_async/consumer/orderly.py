@@ -23,7 +23,9 @@ previous one is settled (``ack`` = SUCCESS, ``retry`` = SUSPEND).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -42,6 +44,7 @@ from .concurrently import ConsumeContext, ConsumeResult, reset_retry_topic
 from .deadlines import loop_clock
 from .orderly_locks import LockKeeper
 from .process_queue import ProcessQueue
+from .usercode import stray_cancel
 
 if TYPE_CHECKING:
     from .push import PushConsumer
@@ -272,7 +275,9 @@ class OrderlyConsumeService:
         if not self.clustering:
             return
         if idle:
-            await self.locks.unlock([pq.mq], oneway=True)
+            cur = self.c.pqs.get(pq.mq)
+            if cur is None or cur.dropped:  # not ours again meanwhile (its new lock must stand)
+                await self.locks.unlock([pq.mq], oneway=True)
         elif self._tg is not None:
             log.warning("%s is still consuming after the rebalance wait: unlocking it when it ends", pq.mq)
             self._tg.start_soon(self._unlock_when_idle, pq)
@@ -406,6 +411,18 @@ class OrderlyConsumeService:
                         batch[-1].queue_offset,
                     )
                     result = _SUSPEND
+                except asyncio.CancelledError:
+                    if not stray_cancel():
+                        raise  # the consume deadline, the lease's end, or shutdown
+                    log.error(
+                        "orderly handler of group %s raised CancelledError on %s (offsets %d..%d) although "
+                        "nothing cancelled it (an awaited future cancelled by its owner?): suspending",
+                        c.group,
+                        pq.mq,
+                        batch[0].queue_offset,
+                        batch[-1].queue_offset,
+                    )
+                    result = _SUSPEND
         except BaseException:
             pq.put_back(batch)  # shutdown: nothing committed
             raise
@@ -513,8 +530,20 @@ class OrderlyConsumeService:
         return delay
 
     def _suspend_time(self, ctx: OrderlyContext) -> float:
-        t = self.c.timing.suspend_current_queue if ctx.suspend_time is None else ctx.suspend_time
-        return max(0.01, min(float(t), 30.0))  # Java clamps to 10 ms .. 30 s
+        default = self.c.timing.suspend_current_queue
+        t = ctx.suspend_time
+        if t is None:
+            t = default
+        elif isinstance(t, bool) or not isinstance(t, int | float) or math.isnan(t):
+            log.error(
+                "orderly handler of group %s set ctx.suspend_time to %r, not a number of seconds: "
+                "suspending for the default %.3f s",
+                self.c.group,
+                t,
+                default,
+            )
+            t = default
+        return max(0.01, min(float(t), 30.0))  # Java clamps to 10 ms .. 30 s (the default too)
 
     async def _reconsume_or_dlq(self, batch: list[MessageExt]) -> list[MessageExt]:
         """``checkReconsumeTimes``: the messages to consume again; those past the maximum go to the DLQ."""

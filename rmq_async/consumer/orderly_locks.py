@@ -87,6 +87,9 @@ class LockKeeper:
             log.warning("locking %s for group %s failed: %s", mq, c.group, exc)
             return False
         if mq in granted:
+            if pq.dropped:
+                await self._release_stale([pq])
+                return False
             self._mark(pq, sent_at)
             return True
         log.info("lock of %s for group %s refused: another member holds it", mq, c.group)
@@ -117,9 +120,25 @@ class LockKeeper:
                 continue
             for pq in group:
                 if pq.mq in granted:
-                    self._mark(pq, sent_at)
+                    if not pq.dropped:
+                        self._mark(pq, sent_at)
                 elif not pq.dropped:
                     self._lose(pq)
+            await self._release_stale([pq for pq in group if pq.dropped and pq.mq in granted])
+
+    async def _release_stale(self, dropped: list[ProcessQueue]) -> None:
+        """A lock granted for a queue dropped while the request was in flight: its oneway unlock may
+        have reached the broker before this lock did, and the broker would then keep the queue locked
+        for us (``broker_lock_expiry``, 60 s) while its new owner cannot consume it. Release it again,
+        unless the queue is ours again meanwhile (a new process queue holds it). An unlock of a lock
+        that is no longer ours is a no-op on the broker (it checks the client id)."""
+        owned = self.c.pqs
+        mqs = [pq.mq for pq in dropped if (cur := owned.get(pq.mq)) is None or cur.dropped]
+        if mqs:
+            log.info(
+                "group %s: releasing locks granted after their queues were dropped: %s", self.c.group, mqs
+            )
+            await self.unlock(mqs, oneway=True)
 
     async def unlock(self, mqs: Iterable[MessageQueue], *, oneway: bool) -> None:
         """Release locks, one UNLOCK_BATCH_MQ per broker; errors are logged (the lock then expires)."""

@@ -39,9 +39,10 @@ from .orderly import OrderlyConsumeService, OrderlyContext, OrderlyHandler, Orde
 from .process_queue import ProcessQueue
 from .pulling import PullLoop
 from .rebalance import StabilityWindow
-from .rebalancer import PushRebalancer, _call
+from .rebalancer import PushRebalancer
 from .stats import ConsumerStats
 from .subcheck import SubscriptionChecker
+from .usercode import call_maybe_async, call_user
 
 __all__ = ["PushConsumer", "RebalanceListener"]
 
@@ -104,10 +105,7 @@ class PushConsumer:
         self.on_revoked = on_revoked
         self.before_hooks: list[Hook] = []
         self.after_hooks: list[Hook] = []
-        self.pqs: dict[MessageQueue, ProcessQueue] = {}
         self.stats = ConsumerStats()
-        self.deadlines = DeadlineTracker(self.timing.consume_timeout)
-        self.stability = StabilityWindow(self.config.rebalance_stability_window)
         self.subcheck = SubscriptionChecker(self)
         self.rebalancer = PushRebalancer(self)
         self._client: ClientInstance | None = None
@@ -116,20 +114,32 @@ class PushConsumer:
         self._tg: anyio.abc.TaskGroup | None = None
         self._supervisor: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
-        self._stop = anyio.Event()
         self._rebalance_wakeup = anyio.Event()
         self._rebalanced = anyio.Event()
+        self._deliveries: Any = None
+        self._ran = False
+        self._new_run(self.timing.consume_timeout)
+        for topic, expr in (subscriptions or {}).items():
+            self.subscribe(topic, expr)
+
+    def _new_run(self, consume_timeout: float) -> None:
+        """The state of one start .. stop: a stopped consumer starts again on a fresh one (its process
+        queues, workers and timers are gone; subscriptions, hooks, listeners and stats stay)."""
+        self.pqs: dict[MessageQueue, ProcessQueue] = {}
+        self.deadlines = DeadlineTracker(consume_timeout)
+        self.stability = StabilityWindow(self.config.rebalance_stability_window)
+        self._stop = anyio.Event()
         self._stopping = False
         self.running = False
         self.consume_service: Any
-        if orderly:  # [orderly]
-            self.consume_service = OrderlyConsumeService(self, handler)  # type: ignore[arg-type]
+        if self.orderly:  # [orderly]
+            self.consume_service = OrderlyConsumeService(self, self.handler)  # type: ignore[arg-type]
         else:
-            self.consume_service = ConcurrentConsumeService(self, handler)  # type: ignore[arg-type]
+            self.consume_service = ConcurrentConsumeService(self, self.handler)  # type: ignore[arg-type]
+        if consume_timeout != self.timing.consume_timeout:
+            self.consume_service.set_timeout(consume_timeout)  # set_consume_timeout() outlives a stop
         self.puller = PullLoop(self)
-        self._deliveries: Any = None
-        for topic, expr in (subscriptions or {}).items():
-            self.subscribe(topic, expr)
+        self._deliveries = None  # start() makes the stream of a consumer without a handler
 
     # -- public API -------------------------------------------------------------------------------
 
@@ -232,10 +242,15 @@ class PushConsumer:
     # -- lifecycle --------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Start (heartbeats, rebalance, pulling); returns once running. A stopped consumer may be
+        started again: it rejoins its group and goes on from the committed offsets."""
         if self._supervisor is not None:
             raise ClientError("consumer already started")
         if not self._subs:
             raise ClientError("subscribe to at least one topic before starting the consumer")
+        if self._ran:
+            self._new_run(self.deadlines.timeout)
+        self._ran = True
         if self.handler is None and self._deliveries is None:
             from .delivery import DeliveryStream
 
@@ -419,7 +434,7 @@ class PushConsumer:
 
     async def hooks_before(self, batch: list[MessageExt], ctx: ConsumeContext | OrderlyContext) -> None:
         for h in self.before_hooks:
-            await _call(h, batch, ctx)
+            await call_maybe_async(h, batch, ctx)
 
     async def hooks_after(
         self,
@@ -428,10 +443,7 @@ class PushConsumer:
         result: ConsumeResult | OrderlyResult,
     ) -> None:
         for h in self.after_hooks:
-            try:
-                await _call(h, batch, ctx, result)
-            except Exception:
-                log.exception("after-consume hook failed")
+            await call_user("after-consume hook", h, batch, ctx, result)
 
     # -- consumption plumbing ---------------------------------------------------------------------------
 

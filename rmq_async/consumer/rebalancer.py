@@ -5,12 +5,10 @@ are the pure functions of rebalance.py; this module does the I/O around them.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import random
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -18,6 +16,7 @@ from ..errors import RocketMQError
 from ..protocol.mq import MessageQueue
 from .process_queue import ProcessQueue
 from .rebalance import allocate_topic, diff
+from .usercode import call_user
 
 if TYPE_CHECKING:
     from .push import PushConsumer
@@ -25,12 +24,6 @@ if TYPE_CHECKING:
 __all__ = ["PushRebalancer"]
 
 log = logging.getLogger("rmq_async.consumer")
-
-
-async def _call(fn: Callable[..., Any], *args: Any) -> None:
-    res = fn(*args)
-    if inspect.isawaitable(res):
-        await res
 
 
 class PushRebalancer:
@@ -138,15 +131,11 @@ class PushRebalancer:
             )
             # a listener is user code: what it raises is logged, never the consumer's end
             if to_drop and c.on_revoked:
-                try:
-                    await _call(c.on_revoked, topic, set(to_drop))
-                except Exception:
-                    log.exception("on_revoked listener of group %s raised", c.group)
+                await call_user(f"on_revoked listener of group {c.group}", c.on_revoked, topic, set(to_drop))
             if added and c.on_assigned:
-                try:
-                    await _call(c.on_assigned, topic, {pq.mq for pq in added})
-                except Exception:
-                    log.exception("on_assigned listener of group %s raised", c.group)
+                await call_user(
+                    f"on_assigned listener of group {c.group}", c.on_assigned, topic, {pq.mq for pq in added}
+                )
 
     def _new_process_queue(self, mq: MessageQueue) -> ProcessQueue:
         c = self.c

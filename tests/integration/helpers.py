@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
+import pytest
 
 from rmq_async import (
     ConsumeContext,
@@ -88,3 +90,28 @@ def consumer(
         timing=timing,
         **kw,
     )
+
+
+async def alive_until(c: PushConsumer, cond: Callable[[], Awaitable[object]], timeout: float = 20.0) -> None:
+    """Await ``cond()``; fail at once (with the escaped exception) if the consumer's task group dies."""
+    sup = c._supervisor
+    assert sup is not None, "consumer not started"
+    waiter = asyncio.ensure_future(cond())
+    try:
+        done, _ = await asyncio.wait({waiter, sup}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not waiter.done():
+            waiter.cancel()
+            await asyncio.gather(waiter, return_exceptions=True)
+    if waiter in done:
+        waiter.result()
+        return
+    if sup in done:
+        exc = sup.exception() if not sup.cancelled() else None
+        pytest.fail(f"the consumer's task group died (running={c.running}): {exc!r}")
+    pytest.fail(f"condition not met within {timeout}s (consumer running={c.running})")
+
+
+async def until(pred: Callable[[], bool], step: float = 0.01) -> None:
+    while not pred():  # noqa: ASYNC110 (state of the consumer, no event to await)
+        await anyio.sleep(step)

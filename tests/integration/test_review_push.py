@@ -9,16 +9,14 @@ exception instead of timing out.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
 import pytest
-from helpers import Collector, consumer, produce
+from helpers import Collector, alive_until, consumer, produce, until
 
 from rmq_async import EmbeddedCluster, PushConsumer, Timing
 from rmq_async.client.instance import ClientInstance, build_client_id
@@ -28,32 +26,6 @@ from rmq_async.embedded.outbound import Outbound
 from rmq_async.protocol.codes import RequestCode, ResponseCode
 from rmq_async.protocol.command import RemotingCommand
 from rmq_async.protocol.mq import MessageQueue
-
-
-async def alive_until(c: PushConsumer, cond: Callable[[], Awaitable[object]], timeout: float = 20.0) -> None:
-    """Await ``cond()``; fail at once (with the escaped exception) if the consumer's task group dies."""
-    sup = c._supervisor
-    assert sup is not None, "consumer not started"
-    waiter = asyncio.ensure_future(cond())
-    try:
-        done, _ = await asyncio.wait({waiter, sup}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if not waiter.done():
-            waiter.cancel()
-            await asyncio.gather(waiter, return_exceptions=True)
-    if waiter in done:
-        waiter.result()
-        return
-    if sup in done:
-        exc = sup.exception() if not sup.cancelled() else None
-        pytest.fail(f"the consumer's task group died (running={c.running}): {exc!r}")
-    pytest.fail(f"condition not met within {timeout}s (consumer running={c.running})")
-
-
-async def until(pred: Callable[[], bool], step: float = 0.01) -> None:
-    while not pred():  # noqa: ASYNC110 (state of the consumer, no event to await)
-        await anyio.sleep(step)
-
 
 # -- 1. a rebalance listener that raises stops the whole consumer -------------------------------------
 

@@ -4,6 +4,7 @@ service reads from it); the integration tests run the same code against the embe
 
 from __future__ import annotations
 
+import asyncio
 import types
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -219,3 +220,58 @@ async def test_a_failure_returned_just_as_its_deadline_fired_is_settled_once_and
     assert (t.consumed_ok, t.consumed_failed) == (7, 1)
     assert [m.queue_offset for run in pq._runs.values() for m in run] == [103]  # kept for the retry
     assert c.offset_store.read_memory(MQ) == 103  # the committed offset stops at it
+
+
+async def test_a_stray_cancelled_error_from_the_handler_is_a_failed_consume() -> None:
+    # the handler awaits a future its owner cancelled: its task gets a CancelledError although nobody
+    # cancelled it. That message is sent back like any failure; the worker goes on with the rest.
+    calls: list[int] = []
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+        calls.append(msgs[0].queue_offset)
+        if msgs[0].queue_offset == 105:
+            fut = asyncio.get_running_loop().create_future()
+            fut.cancel()
+            await fut
+
+    c, pq, sent_back = await _run(handler)
+    assert calls == list(range(100, 132))
+    assert sent_back == [105]
+    assert pq.count == 0 and c.offset_store.read_memory(MQ) == 132
+    t = c.stats.topics["T"]
+    assert (t.consumed_ok, t.consumed_failed) == (31, 1)
+
+
+async def test_a_cancelled_scope_around_the_handler_still_cancels_it() -> None:
+    # the other side of the rule above: a cancellation that is ours (here: an enclosing scope is
+    # cancelled while the handler waits) is never swallowed as a failed consume
+    started = anyio.Event()
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+        started.set()
+        await anyio.sleep_forever()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_run, handler)
+        await started.wait()
+        tg.cancel_scope.cancel()
+    assert tg.cancel_scope.cancelled_caught
+
+
+async def test_an_ack_index_that_is_not_an_int_consumes_the_batch_again_and_the_worker_goes_on(
+    caplog: Any,
+) -> None:
+    # a handler's typo (a str, a float) must neither stop the consumer (min() of str and int raised in
+    # the worker, ending the consumer's task group) nor drop a message: the batch counts as not acked
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
+        if msgs[0].queue_offset == 104:
+            ctx.ack_index = "0"  # type: ignore[assignment]
+        if msgs[0].queue_offset == 108:
+            ctx.delay_level = 2.5  # type: ignore[assignment]
+            return ConsumeResult.RECONSUME_LATER
+        return ConsumeResult.SUCCESS
+
+    c, pq, sent_back = await _run(handler, count=16)
+    assert sent_back == [104, 108]
+    assert pq.count == 0 and c.offset_store.read_memory(MQ) == 116
+    assert "ctx.ack_index to '0'" in caplog.text and "ctx.delay_level to 2.5" in caplog.text

@@ -85,3 +85,16 @@ async def test_a_delivery_sent_back_by_its_timeout_cannot_be_acked_afterwards() 
             await d.ack()
         stream.close()
     assert sent_back == [7] and pq.count == 0
+
+
+async def test_retry_with_a_delay_level_not_an_int_raises_at_the_call_and_keeps_the_delivery() -> None:
+    sent_back: list[int] = []
+    async with anyio.create_task_group() as tg:
+        c = _consumer(tg, sent_back)
+        stream, pq, d = await _one_delivery(c)
+        with pytest.raises(TypeError, match="delay_level"):
+            await d.retry(delay_level="3")  # type: ignore[arg-type]
+        assert not d.settled and pq.count == 1  # still the caller's to settle
+        await d.retry(delay_level=3)
+        stream.close()
+    assert sent_back == [7] and pq.count == 0

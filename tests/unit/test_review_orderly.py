@@ -2,7 +2,7 @@
 does for the concurrent one: the consumer is a plain namespace with what the service reads, and the
 broker lock requests are answered by a stub that grants every lock (clustering mode, the default).
 
-Each test here states a guarantee of the orderly path that the current code breaks:
+Each test here states a guarantee of the orderly path that the code once broke:
 
 * a handler that raises a stray ``CancelledError`` (it awaited a future or task that someone else
   cancelled) is a failed consume, not a reason to cancel the consumer's whole task group;
@@ -100,11 +100,6 @@ async def _start_queue(c: Any, svc: OrderlyConsumeService, count: int = 1) -> Pr
     return pq
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a CancelledError the handler raises without its task being cancelled ends the "
-    "drive task and with it the consumer's task group (the concurrent path has the same gap)",
-)
 async def test_a_stray_cancelled_error_from_the_handler_is_a_failed_consume_not_a_stop() -> None:
     # A handler awaits a future (a shared fetch, a connection's waiter) that its owner cancelled: the
     # handler's task gets a CancelledError although nobody cancelled it. That is the handler failing:
@@ -172,3 +167,29 @@ async def test_an_after_hook_emptying_its_list_does_not_commit_a_suspended_batch
         "SUSPEND without being consumed again"
     )
     assert calls == [[100], [100]]
+
+
+@pytest.mark.parametrize("bad", ["1", object(), float("nan"), True])
+async def test_a_suspend_time_that_is_not_a_number_suspends_for_the_default(bad: object) -> None:
+    # a handler's typo in ctx.suspend_time must not end the drive task (float("x") raised in it, and
+    # with it the consumer's task group): the queue is suspended for the default time and retried
+    c = _consumer(Timing(suspend_current_queue=0.01))
+    calls: list[list[int]] = []
+    c.offset_store.calls_before = calls
+
+    async def handler(msgs: list[MessageExt], ctx: OrderlyContext) -> OrderlyResult:
+        calls.append([m.queue_offset for m in msgs])
+        if len(calls) == 1:
+            ctx.suspend_time = bad  # type: ignore[assignment]
+            return OrderlyResult.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        return OrderlyResult.SUCCESS
+
+    svc = OrderlyConsumeService(c, handler)
+    async with anyio.create_task_group() as tg:
+        await svc.run(tg)
+        await _start_queue(c, svc)
+        with anyio.fail_after(5):
+            await c.offset_store.committed.wait()
+        tg.cancel_scope.cancel()
+    assert calls == [[100], [100]]
+    assert c.offset_store.read_memory(MQ) == 101

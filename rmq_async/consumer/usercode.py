@@ -1,0 +1,64 @@
+"""Running user code (handlers, hooks, listeners) without letting it stop the consumer.
+
+A handler is allowed to fail: what it raises is a failed consume, logged and retried. The one
+exception that needs care is ``CancelledError``: it is how anyio and asyncio unwind a task, so it must
+pass through when *we* cancel (a consume deadline, a lost lock lease, shutdown). But a handler can also
+raise one without anybody cancelling its task: it awaited a future or a task that its owner cancelled
+(a shared fetch, a connection's waiter, ``asyncio.wait_for`` on someone else's work). Left alone, that
+stray ``CancelledError`` leaves the worker as if it had been cancelled, and anyio then cancels the
+task group it runs in: the consumer's whole group (pull loops, rebalance, offsets) ends without a
+shutdown. :func:`stray_cancel` tells the two apart: a cancellation is ours when the task has a pending
+cancel request (``Task.cancelling()``, which every ``Task.cancel()`` raises, anyio's included) or an
+enclosing anyio cancel scope was cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+
+__all__ = ["call_maybe_async", "call_user", "stray_cancel"]
+
+log = logging.getLogger("rmq_async.consumer")
+
+
+def stray_cancel() -> bool:
+    """Whether a ``CancelledError`` caught now in the current task was raised by user code on its own:
+    nothing cancelled this task and no enclosing cancel scope is cancelled."""
+    task = asyncio.current_task()
+    if task is None or task.cancelling():
+        return False
+    return anyio.current_effective_deadline() != -math.inf
+
+
+async def call_maybe_async(fn: Callable[..., Any], *args: Any) -> None:
+    """Call a plain or ``async`` callable and await what it returns if that is awaitable."""
+    res = fn(*args)
+    if inspect.isawaitable(res):
+        await res
+
+
+async def call_user(what: str, fn: Callable[..., Any], *args: Any) -> bool:
+    """Call a plain or ``async`` callable of the user's (a hook, a rebalance listener); what it raises,
+    a stray ``CancelledError`` included, is logged as ``what`` and not propagated. True when it
+    returned normally."""
+    try:
+        await call_maybe_async(fn, *args)
+        return True
+    except Exception:
+        log.exception("%s raised", what)
+    except asyncio.CancelledError:
+        if not stray_cancel():
+            raise
+        log.error(
+            "%s raised CancelledError although nothing cancelled it (an awaited future was "
+            "cancelled by its owner?): taken as a failure",
+            what,
+        )
+    return False
