@@ -38,7 +38,7 @@ from ..protocol.mq import MessageQueue
 from .deadlines import loop_clock
 from .handoff import Handoff
 from .process_queue import ProcessQueue
-from .usercode import stray_cancel
+from .usercode import user_failure
 
 if TYPE_CHECKING:
     from .push import PushConsumer
@@ -276,23 +276,17 @@ class ConcurrentConsumeService:
                     if hooks:
                         await c.hooks_before(batch, ctx)
                     result = await handler(batch, ctx)
-                except Exception:
-                    log.exception(
-                        "handler of group %s raised on %s (msg ids %s): reconsume later",
-                        c.group,
-                        mq,
-                        [m.msg_id for m in msgs[i : i + n]],
-                    )
-                    result = ConsumeResult.RECONSUME_LATER
-                except asyncio.CancelledError:
-                    if not stray_cancel():
+                except BaseException as exc:
+                    failure = user_failure(exc)
+                    if failure is None:
                         raise  # our deadline, or the consumer's shutdown
                     log.error(
-                        "handler of group %s raised CancelledError on %s (msg ids %s) although nothing "
-                        "cancelled it (an awaited future cancelled by its owner?): reconsume later",
+                        "handler of group %s raised %s on %s (msg ids %s): reconsume later",
                         c.group,
+                        failure,
                         mq,
                         [m.msg_id for m in msgs[i : i + n]],
+                        exc_info=exc,
                     )
                     result = ConsumeResult.RECONSUME_LATER
                 now = loop_time()

@@ -23,7 +23,6 @@ previous one is settled (``ack`` = SUCCESS, ``retry`` = SUSPEND).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import time
@@ -44,7 +43,7 @@ from .concurrently import ConsumeContext, ConsumeResult, reset_retry_topic
 from .deadlines import loop_clock
 from .orderly_locks import LockKeeper
 from .process_queue import ProcessQueue
-from .usercode import stray_cancel
+from .usercode import user_failure
 
 if TYPE_CHECKING:
     from .push import PushConsumer
@@ -402,25 +401,18 @@ class OrderlyConsumeService:
                     if c.before_hooks:
                         await c.hooks_before(given, ctx)
                     result = await self._call(st, given, ctx)
-                except Exception:
-                    log.exception(
-                        "orderly handler of group %s raised on %s (offsets %d..%d): suspending the queue",
-                        c.group,
-                        pq.mq,
-                        batch[0].queue_offset,
-                        batch[-1].queue_offset,
-                    )
-                    result = _SUSPEND
-                except asyncio.CancelledError:
-                    if not stray_cancel():
+                except BaseException as exc:
+                    failure = user_failure(exc)
+                    if failure is None:
                         raise  # the consume deadline, the lease's end, or shutdown
                     log.error(
-                        "orderly handler of group %s raised CancelledError on %s (offsets %d..%d) although "
-                        "nothing cancelled it (an awaited future cancelled by its owner?): suspending",
+                        "orderly handler of group %s raised %s on %s (offsets %d..%d): suspending the queue",
                         c.group,
+                        failure,
                         pq.mq,
                         batch[0].queue_offset,
                         batch[-1].queue_offset,
+                        exc_info=exc,
                     )
                     result = _SUSPEND
         except BaseException:

@@ -23,7 +23,7 @@ from typing import Any
 
 import anyio
 
-__all__ = ["call_maybe_async", "call_user", "stray_cancel"]
+__all__ = ["call_maybe_async", "call_user", "stray_cancel", "user_failure"]
 
 log = logging.getLogger("rmq_async.consumer")
 
@@ -35,6 +35,17 @@ def stray_cancel() -> bool:
     if task is None or task.cancelling():
         return False
     return anyio.current_effective_deadline() != -math.inf
+
+
+def user_failure(exc: BaseException) -> str | None:
+    """What user code raising ``exc`` means: a failure to log and retry, described by the string
+    returned, or None for an exception that must propagate (a cancellation of ours, KeyboardInterrupt,
+    SystemExit). Call it in the ``except`` block, in the task that ran the user code."""
+    if isinstance(exc, Exception):
+        return type(exc).__name__
+    if isinstance(exc, asyncio.CancelledError) and stray_cancel():
+        return "CancelledError although nothing cancelled it (an awaited future cancelled by its owner?)"
+    return None
 
 
 async def call_maybe_async(fn: Callable[..., Any], *args: Any) -> None:
@@ -51,14 +62,9 @@ async def call_user(what: str, fn: Callable[..., Any], *args: Any) -> bool:
     try:
         await call_maybe_async(fn, *args)
         return True
-    except Exception:
-        log.exception("%s raised", what)
-    except asyncio.CancelledError:
-        if not stray_cancel():
+    except BaseException as exc:
+        failure = user_failure(exc)
+        if failure is None:
             raise
-        log.error(
-            "%s raised CancelledError although nothing cancelled it (an awaited future was "
-            "cancelled by its owner?): taken as a failure",
-            what,
-        )
+        log.error("%s raised %s", what, failure, exc_info=exc)
     return False
