@@ -29,11 +29,13 @@ from ..transport.connection import Connection
 from ..transport.pool import ConnectionPool
 from .api import MQClientAPI
 
-__all__ = ["ClientInstance", "ConsumerHandle", "build_client_id", "local_ip"]
+__all__ = ["INNER_PRODUCER_GROUP", "ClientInstance", "ConsumerHandle", "build_client_id", "local_ip"]
 
 log = logging.getLogger("rmq_async.client")
 
 MASTER_ID = 0
+#: ``MixAll.CLIENT_INNER_PRODUCER_GROUP``: the group of every client instance's own producer
+INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
 
 
 class ConsumerHandle(Protocol):
@@ -97,6 +99,7 @@ class ClientInstance:
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self._consumers: dict[str, ConsumerHandle] = {}
         self._producers: set[str] = set()
+        self._heartbeat_answered = False  # some broker knows this client id: unregister at the end
         self._extra_topics: set[str] = set()
         self._route_lock = anyio.Lock()
         self._heartbeat_lock = anyio.Lock()
@@ -123,6 +126,11 @@ class ClientInstance:
             if tg is not None:
                 tg.cancel_scope.cancel()
                 await tg.__aexit__(None, None, None)
+            if self._heartbeat_answered:
+                # last, as Java's MQClientInstance.shutdown stops its inner producer: every broker that
+                # may list this client under CLIENT_INNER_PRODUCER is told it is gone
+                with anyio.move_on_after(self.timing.request_timeout * 2, shield=True):
+                    await self.unregister_everywhere(producer_group=INNER_PRODUCER_GROUP)
         finally:
             await self.pool.__aexit__(None, None, None)
 
@@ -284,7 +292,10 @@ class ClientInstance:
         return HeartbeatData(
             client_id=self.client_id,
             consumer_data_set=[c.consumer_data() for c in self._consumers.values()],
-            producer_data_set=[ProducerData(group_name=g) for g in sorted(self._producers)],
+            # every Java client instance runs an inner producer (for send-back fallbacks) and lists it
+            producer_data_set=[
+                ProducerData(group_name=g) for g in sorted(self._producers | {INNER_PRODUCER_GROUP})
+            ],
         )
 
     async def send_heartbeat_to_all_brokers(self) -> bool:
@@ -301,6 +312,7 @@ class ClientInstance:
                         continue
                     try:
                         await self.api.heartbeat(addr, data, self.timing.request_timeout)
+                        self._heartbeat_answered = True
                     except RocketMQError as exc:
                         ok = False
                         log.warning("heartbeat to %s (%s) failed: %s", name, addr, exc)

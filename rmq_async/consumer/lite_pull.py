@@ -592,7 +592,10 @@ class LitePullConsumer:
             group_name=self.group,
             consume_type="CONSUME_ACTIVELY",
             message_model="CLUSTERING",
-            consume_from_where=self.consume_from_where,
+            # Java's DefaultLitePullConsumerImpl.consumeFromWhere() reports LAST whatever it was set
+            # to (the setting only picks this member's start offsets); the broker keeps one value per
+            # group, so a different one would flip what admin tools show for a mixed group
+            consume_from_where="CONSUME_FROM_LAST_OFFSET",
             subscription_data_set=subs,
             unit_mode=False,
         )

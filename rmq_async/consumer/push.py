@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from ..client.instance import ClientInstance, pid_instance_name
+from ..client.instance import INNER_PRODUCER_GROUP, ClientInstance, pid_instance_name
 from ..config import ClientConfig, ConsumerConfig, Timing
 from ..errors import ClientError, ConfigError, RocketMQError
 from ..producer.producer import Producer, ProducerConfig
@@ -327,7 +327,7 @@ class PushConsumer:
                 )
             await self._offset_store.load()
             self._inner_producer = Producer(
-                config=ProducerConfig(group="CLIENT_INNER_PRODUCER"),
+                config=ProducerConfig(group=INNER_PRODUCER_GROUP),
                 client_config=self.client_config,
                 client=client,
             )
