@@ -754,10 +754,10 @@ def test_retry_send_of_the_inner_producer(rec: dict[str, Scenario], scen: str) -
             problems.append(f"{scen}: producer group {e.get('a')!r}, Java CLIENT_INNER_PRODUCER")
         if value_kind(e.get("j", "")) != "int" or value_kind(e.get("l", "")) != "int":
             problems.append(f"{scen}: reconsumeTimes j={e.get('j')!r} / maxReconsumeTimes l={e.get('l')!r}")
-        for kept, field in (("RECONSUME_TIME", "j"), ("MAX_RECONSUME_TIMES", "l")):
-            if props.get(kept) != e.get(field):
+        for kept, key in (("RECONSUME_TIME", "j"), ("MAX_RECONSUME_TIMES", "l")):
+            if props.get(kept) != e.get(key):
                 problems.append(
-                    f"{scen}: property {kept}={props.get(kept)!r} in 'i', header {field}={e.get(field)!r}: "
+                    f"{scen}: property {kept}={props.get(kept)!r} in 'i', header {key}={e.get(key)!r}: "
                     "Java's first attempt carries both, equal"
                 )
         if "RETRY_TOPIC" not in props or "ORIGIN_MESSAGE_ID" not in props or "DELAY" not in props:
