@@ -166,6 +166,11 @@ class _Progress:
 # -- consume --------------------------------------------------------------------------------------------
 
 _TRAILING_INT = re.compile(r"(\d+)$")
+#: how long ``consume --fail-every`` waits for the retries of the messages it failed (a real broker's
+#: delay level 3 is 10 s; its send-back fallbacks add a local retry after 5 s)
+_RETRY_WAIT = 60.0
+
+log = logging.getLogger("rmq_async.cli")
 
 
 async def _consume(args: argparse.Namespace) -> int:
@@ -184,6 +189,10 @@ async def _consume(args: argparse.Namespace) -> int:
     last_index: dict[tuple[str, int], int] = {}
     order_violations = 0
     first_seen: set[str] = set()
+    # keys failed on purpose (--fail-every) and not seen since: their retries are on their way (a real
+    # broker sends them back after delay level 3 + reconsume times, 10 s at first), so the idle exit
+    # waits for them. Broadcasting drops failed messages (as Java): nothing comes back to wait for.
+    awaited_retries: set[str] = set()
     consumed = 0
     first_delivery = 0
     t_first: float | None = None
@@ -199,12 +208,15 @@ async def _consume(args: argparse.Namespace) -> int:
                 first_seen.add(key)
                 first_delivery += 1
                 if args.fail_every and first_delivery % args.fail_every == 0:
+                    if not args.broadcast:
+                        awaited_retries.update(m.keys or m.msg_id for m in msgs)
                     return ConsumeResult.RECONSUME_LATER
         now = time.perf_counter()
         t_first = t_first or now
         t_last = now
         for m in msgs:
             key = m.keys or m.msg_id
+            awaited_retries.discard(key)
             seen[key] = seen.get(key, 0) + 1
             consumed += 1
             idx = _TRAILING_INT.search(key)
@@ -258,9 +270,16 @@ async def _consume(args: argparse.Namespace) -> int:
                 return _fail(f"cannot reach the cluster or topic {args.topic!r}: {exc}")
         while not done.is_set():
             ev = activity
-            with anyio.move_on_after(args.idle_exit) as scope:
+            idle = max(args.idle_exit, _RETRY_WAIT) if awaited_retries else args.idle_exit
+            with anyio.move_on_after(idle) as scope:
                 await ev.wait()
             if scope.cancelled_caught:
+                if awaited_retries:
+                    log.warning(
+                        "%d messages failed on purpose were not redelivered within %.0f s",
+                        len(awaited_retries),
+                        idle,
+                    )
                 break
     finally:
         await consumer.stop()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 
 import anyio
 import pytest
@@ -20,6 +22,15 @@ from rmq_async import (
     SendResult,
     Timing,
 )
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a child process running this tree's rmq_async (no NAMESRV_ADDR)."""
+    env = {k: v for k, v in os.environ.items() if k != "NAMESRV_ADDR"}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
 
 
 async def produce(

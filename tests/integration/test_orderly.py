@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from helpers import child_env
 
 from rmq_async import ConnectError, EmbeddedCluster, Message, MessageExt, Producer, PushConsumer, Timing
 from rmq_async.consumer.orderly import OrderlyContext, OrderlyResult
@@ -388,12 +388,6 @@ async def test_partitioned_member_stops_at_its_lease_and_is_replaced_after_the_b
     assert b_start >= a_last_lock + timing.broker_lock_expiry
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "NAMESRV_ADDR"}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
 async def test_cli_consume_orderly_reports_no_order_violations(
     cluster: EmbeddedCluster, names: tuple[str, str]
 ) -> None:
@@ -409,7 +403,7 @@ async def test_cli_consume_orderly_reports_no_order_violations(
         cluster.namesrv_addr,
     ]
     args += ["--group", group, "--topic", topic, "--orderly", "--count", "60", "--idle-exit", "5"]
-    out = await anyio.run_process(args, env=_env(), check=False)
+    out = await anyio.run_process(args, env=child_env(), check=False)
     assert out.returncode == 0, out.stderr.decode()[-2000:]
     summary = json.loads(out.stdout.decode().strip().splitlines()[-1])
     assert summary["consumed"] == summary["unique_keys"] == 60
@@ -422,7 +416,7 @@ def test_orderly_example_runs_on_the_embedded_cluster() -> None:
         capture_output=True,
         text=True,
         timeout=120,
-        env=_env(),
+        env=child_env(),
         check=False,
     )
     assert out.returncode == 0, out.stderr[-2000:]
