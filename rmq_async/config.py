@@ -187,6 +187,53 @@ class Timing(ConfigModel):
         return cls()
 
 
+_RETRY_DLQ = ("%RETRY%", "%DLQ%")
+#: ``TopicValidator.SYSTEM_TOPIC_SET`` and the client's own producer group: never namespaced
+_SYSTEM_RESOURCES = frozenset(
+    {
+        "TBW102",
+        "SCHEDULE_TOPIC_XXXX",
+        "BenchmarkTest",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRACE_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+        "CLIENT_INNER_PRODUCER",
+    }
+)
+
+
+def _split_retry_dlq(resource: str) -> tuple[str, str]:
+    for prefix in _RETRY_DLQ:
+        if resource.startswith(prefix):
+            return prefix, resource[len(prefix) :]
+    return "", resource
+
+
+def wrap_namespace(namespace: str | None, resource: str) -> str:
+    """``NamespaceUtil.wrapNamespace``."""
+    if not namespace or not resource:
+        return resource
+    if resource in _SYSTEM_RESOURCES or resource.startswith(("rmq_sys_", "CID_RMQ_SYS_")):
+        return resource
+    prefix, name = _split_retry_dlq(resource)
+    if name.startswith(f"{namespace}%"):
+        return resource
+    return f"{prefix}{namespace}%{name}"
+
+
+def unwrap_namespace(namespace: str | None, resource: str) -> str:
+    """``NamespaceUtil.withoutNamespace``."""
+    if not namespace or not resource:
+        return resource
+    prefix, name = _split_retry_dlq(resource)
+    if name.startswith(f"{namespace}%"):
+        return prefix + name[len(namespace) + 1 :]
+    return resource
+
+
 class ClientConfig(ConfigModel):
     """What every client (consumer or producer) needs to reach a cluster (Java ``ClientConfig``).
 
@@ -248,13 +295,13 @@ class ClientConfig(ConfigModel):
         return [a.strip() for a in addr.split(";") if a.strip()]
 
     def with_namespace(self, resource: str) -> str:
-        """``NamespaceUtil.wrapNamespace``: ``ns%resource`` (retry/DLQ prefixes kept in front)."""
-        if not self.namespace or resource.startswith(f"{self.namespace}%"):
-            return resource
-        for prefix in ("%RETRY%", "%DLQ%"):
-            if resource.startswith(prefix):
-                return f"{prefix}{self.namespace}%{resource[len(prefix) :]}"
-        return f"{self.namespace}%{resource}"
+        """``NamespaceUtil.wrapNamespace``: ``ns%resource``, the retry/DLQ prefix kept in front; system
+        topics and groups, and names that already carry the namespace, unchanged."""
+        return wrap_namespace(self.namespace, resource)
+
+    def without_namespace(self, resource: str) -> str:
+        """``NamespaceUtil.withoutNamespace``: the name as the user gave it."""
+        return unwrap_namespace(self.namespace, resource)
 
 
 class ConsumerConfig(ConfigModel):

@@ -8,10 +8,12 @@ in its own task group, which lives exactly as long as the ``async with`` block.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
 import socket
+import struct
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
@@ -52,9 +54,43 @@ class ConsumerHandle(Protocol):
     async def handle_server_request(self, cmd: RemotingCommand) -> RemotingCommand | None: ...
 
 
+_SIOCGIFADDR = 0x8915  # Linux
+
+
+def _interface_ipv4s() -> list[str]:
+    """The IPv4 address of each network interface that is not a bridge (Linux; [] elsewhere)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on Unix
+        return []
+    out: list[str] = []
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return []
+    for name in names:
+        if os.path.isdir(f"/sys/class/net/{name}/bridge"):  # RemotingUtil.isBridge
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                raw = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue  # no IPv4 address (or not Linux)
+        out.append(socket.inet_ntoa(raw[20:24]))
+    return out
+
+
+@functools.cache
 def local_ip() -> str:
-    """This host's address as Java's ``RemotingUtil.getLocalAddress`` would pick it (best effort):
-    the address the host name resolves to, else 127.0.0.1."""
+    """This host's address as Java's ``RemotingUtil.getLocalAddress`` picks it (the client id's IP):
+    the first non-loopback IPv4 of the interfaces that is not 127.0.* or 192.168.*, else the last
+    non-loopback one, else the address the host name resolves to, else 127.0.0.1."""
+    ips = [ip for ip in _interface_ipv4s() if not ip.startswith("127.")]
+    for ip in ips:
+        if not ip.startswith(("127.0", "192.168")):
+            return ip
+    if ips:
+        return ips[-1]
     try:
         ip = socket.gethostbyname(socket.gethostname())
     except OSError:
@@ -255,6 +291,18 @@ class ClientInstance:
             addr = self.broker_addr(broker_name, MASTER_ID, only_this=True)
         if addr is None:
             raise MQClientError(f"broker {broker_name!r} has no master address in the route table")
+        return addr
+
+    async def master_or_any_addr(self, broker_name: str, topic: str) -> str:
+        """Java's offset-store lookup: the master; else, once the route is refreshed, the master or
+        any slave (``findBrokerAddressInSubscribe(name, MASTER_ID, false)``), so offsets are read and
+        committed while a master is down."""
+        addr = self.broker_addr(broker_name, MASTER_ID, only_this=True)
+        if addr is None:
+            await self.update_route(topic)
+            addr = self.broker_addr(broker_name)
+        if addr is None:
+            raise MQClientError(f"broker {broker_name!r} is not in the route table")
         return addr
 
     async def any_broker_addr(self, broker_name: str, topic: str | None = None) -> str:

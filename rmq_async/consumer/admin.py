@@ -23,7 +23,7 @@ from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
 from ..protocol.message import decode_messages
 from ..protocol.mq import MessageQueue
-from .concurrently import ConsumeContext, ConsumeResult
+from .concurrently import ConsumeContext, ConsumeResult, reset_retry_topic
 
 if TYPE_CHECKING:
     from .push import PushConsumer
@@ -141,6 +141,7 @@ async def _consume_directly(c: PushConsumer, cmd: RemotingCommand) -> RemotingCo
     m = msgs[0]
     m.broker_name = cmd.ext_fields.get("brokerName", "")
     mq = MessageQueue(m.topic, m.broker_name, m.queue_id)
+    reset_retry_topic(msgs, c.retry_topic, c.namespace)  # consumeMessageDirectly: the original topic
     orderly = bool(getattr(c, "orderly", False))
     t0 = time.perf_counter()
     try:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 
+from ..config import unwrap_namespace, wrap_namespace
 from ..errors import RocketMQError
 from ..protocol import headers as H
 from ..protocol.codes import Prop
@@ -51,6 +52,11 @@ log = logging.getLogger("rmq_async.consumer")
 _refs: Callable[[object], int] = getattr(sys, "getrefcount", lambda obj: 1 << 30)
 
 
+#: the delay level of a message sent back because its handler ran past the consume timeout (Java's
+#: ``cleanExpiredMsg`` sends it back with level 3, whatever its reconsume times)
+EXPIRED_DELAY_LEVEL = 3
+
+
 class ConsumeResult(Enum):
     SUCCESS = "CONSUME_SUCCESS"
     RECONSUME_LATER = "RECONSUME_LATER"
@@ -69,13 +75,16 @@ class ConsumeContext:
 Handler = Callable[[list[MessageExt], ConsumeContext], Awaitable["ConsumeResult | None"]]
 
 
-def reset_retry_topic(msgs: Sequence[MessageExt], retry_topic: str) -> None:
-    """``resetRetryAndNamespace``: a message from ``%RETRY%group`` is shown under its original topic."""
+def reset_retry_topic(msgs: Sequence[MessageExt], retry_topic: str, namespace: str | None = None) -> None:
+    """``resetRetryAndNamespace``: a message from ``%RETRY%group`` is shown under its original topic,
+    and with a namespace, under the topic's name without it."""
     for m in msgs:
         if m.topic == retry_topic:
             original = m.get_property(Prop.RETRY_TOPIC)
             if original:
                 m.topic = original
+        if namespace:
+            m.topic = unwrap_namespace(namespace, m.topic)
 
 
 class _Slot:
@@ -181,8 +190,8 @@ class ConcurrentConsumeService:
                 pq, msgs = item
                 if pq.dropped or c.stopping:
                     continue  # not started: at shutdown only work already begun is finished
-                if pq.mq.topic == c.retry_topic:  # only retry queues hold retry copies
-                    reset_retry_topic(msgs, c.retry_topic)
+                if pq.mq.topic == c.retry_topic or c.namespace:  # only retry queues hold retry copies
+                    reset_retry_topic(msgs, c.retry_topic, c.namespace)
                 # a started pulled batch is finished even during a graceful stop (bounded by the
                 # shutdown timeout): stopping in its middle would leave a gap below batches other
                 # workers finished, and the committed offset would stay at the gap
@@ -375,7 +384,12 @@ class ConcurrentConsumeService:
                 [m.msg_id for m in batch],
             )
             await self._finish(
-                pq, batch, ConsumeResult.RECONSUME_LATER, ConsumeContext(pq.mq), self.timeout, True
+                pq,
+                batch,
+                ConsumeResult.RECONSUME_LATER,
+                ConsumeContext(pq.mq, delay_level=EXPIRED_DELAY_LEVEL),
+                self.timeout,
+                True,
             )
 
     async def _finish(
@@ -453,14 +467,15 @@ def _checked_context(ctx: ConsumeContext, group: str) -> tuple[int | None, int]:
 async def send_back(c: PushConsumer, m: MessageExt, delay_level: int) -> bool:
     """Send a failed message back for a later retry; False if every path failed."""
     client = c.client
+    topic = wrap_namespace(c.namespace, m.topic)  # handlers saw it without the namespace
     try:
-        addr = await client.master_addr(m.broker_name, m.topic)
+        addr = await client.master_addr(m.broker_name, topic)
         h = H.ConsumerSendMsgBackRequestHeader(
             offset=m.commit_log_offset,
             group=c.group,
             delay_level=delay_level,
             origin_msg_id=m.msg_id,
-            origin_topic=m.topic,
+            origin_topic=topic,
             unit_mode=False,
             max_reconsume_times=c.max_reconsume_times,
             bname=m.broker_name,
@@ -474,7 +489,7 @@ async def send_back(c: PushConsumer, m: MessageExt, delay_level: int) -> bool:
         props = dict(m.properties)
         origin = props.get(Prop.ORIGIN_MESSAGE_ID) or m.msg_id
         props[Prop.ORIGIN_MESSAGE_ID] = origin
-        props[Prop.RETRY_TOPIC] = m.topic
+        props[Prop.RETRY_TOPIC] = topic
         props[Prop.RECONSUME_TIME] = str(m.reconsume_times + 1)
         props[Prop.MAX_RECONSUME_TIMES] = str(c.max_reconsume_times)
         props.pop("TRAN_MSG", None)

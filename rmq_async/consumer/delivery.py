@@ -22,7 +22,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from ..errors import ClientError
 from ..protocol.codes import Prop
 from ..protocol.message import MessageExt
-from .concurrently import ConsumeContext, ConsumeResult, reset_retry_topic
+from .concurrently import EXPIRED_DELAY_LEVEL, ConsumeContext, ConsumeResult, reset_retry_topic
 from .process_queue import ProcessQueue
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ class DeliveryStream:
                 raise StopAsyncIteration from None
             if d.pq.dropped:
                 continue
-            reset_retry_topic([d.message], self.c.retry_topic)
+            reset_retry_topic([d.message], self.c.retry_topic, self.c.namespace)
             d.message.set_property(Prop.CONSUME_START_TIMESTAMP, str(int(time.time() * 1000)))
             d._key = self.c.deadlines.add(lambda d=d: self._expire(d))  # type: ignore[misc]
             self.unsettled.add(d)
@@ -104,7 +104,7 @@ class DeliveryStream:
         if d.settled:
             return
         log.warning("delivery %s was not settled within the consume timeout: sending it back", d)
-        await self.settle(d, ConsumeResult.RECONSUME_LATER, 0)
+        await self.settle(d, ConsumeResult.RECONSUME_LATER, EXPIRED_DELAY_LEVEL)
 
     async def settle(self, d: Delivery, result: ConsumeResult, delay_level: int) -> None:
         if d.settled:

@@ -118,6 +118,11 @@ class LitePullConsumer:
         if instance_name is not None:
             update["instance_name"] = instance_name
         self.client_config = client_config.model_copy(update=update)
+        if self.client_config.namespace:
+            raise ConfigError(
+                "LitePullConsumer does not support a namespace yet: pass the namespaced names "
+                "('ns%group', 'ns%topic') instead"
+            )
         self.timing = self.client_config.timing
         self.group = group
         self.auto_commit = auto_commit
@@ -566,7 +571,14 @@ class LitePullConsumer:
                 continue
             bd = random.choice(route.broker_datas)
             addr = bd.broker_addrs.get(0) or next(iter(bd.broker_addrs.values()))
-            cids = await client.api.get_consumer_id_list(addr, self.group, self.timing.request_timeout)
+            try:
+                cids = await client.api.get_consumer_id_list(addr, self.group, self.timing.request_timeout)
+            except RocketMQError as exc:
+                # this topic waits for the next round; the others go on (Java's findConsumerIdList)
+                log.warning("rebalance of %s for lite group %s: no consumer list: %s", topic, self.group, exc)
+                continue
+            if not cids:
+                continue  # Java: an empty list fails the allocation and changes nothing
             allocated = allocate_topic(self.strategy, self.group, client.client_id, mq_all, cids)
             to_drop, to_add = diff(self.queues.keys(), allocated, topic)
             for mq in sorted(to_drop):

@@ -9,7 +9,6 @@ Broadcasting: :class:`LocalFileOffsetStore`, a JSON file written atomically (tem
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import tempfile
@@ -20,7 +19,8 @@ from typing import Protocol
 import anyio
 
 from ..client.instance import ClientInstance
-from ..errors import RocketMQError
+from ..errors import ProtocolError, RocketMQError
+from ..protocol import fastjson
 from ..protocol import headers as H
 from ..protocol.mq import MessageQueue
 
@@ -37,6 +37,8 @@ class OffsetStore(Protocol):
     def read_memory(self, mq: MessageQueue) -> int: ...
 
     async def read_store(self, mq: MessageQueue) -> int | None: ...
+
+    async def query_store(self, mq: MessageQueue) -> int | None: ...
 
     async def persist(self, mq: MessageQueue, *, sync: bool = False) -> None: ...
 
@@ -81,21 +83,28 @@ class RemoteOffsetStore(_MemoryTable):
         return None
 
     async def read_store(self, mq: MessageQueue) -> int | None:
-        """The broker's committed offset; None when it has none (22). Errors propagate."""
-        addr = await self.client.master_addr(mq.broker_name, mq.topic)
-        h = H.QueryConsumerOffsetRequestHeader(
-            consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id, bname=mq.broker_name
-        )
-        off = await self.client.api.query_consumer_offset(addr, h, self.client.timing.request_timeout)
+        """The broker's committed offset, which also becomes the local one; None when it has none
+        (22). Errors propagate."""
+        off = await self.query_store(mq)
         if off is not None:
             self.update(mq, off, increase_only=False)
         return off
+
+    async def query_store(self, mq: MessageQueue) -> int | None:
+        """The broker's committed offset, the local one left alone; None when it has none (22). Asked
+        of the master, or of a slave while the master is down (``fetchConsumeOffsetFromBroker``)."""
+        addr = await self.client.master_or_any_addr(mq.broker_name, mq.topic)
+        h = H.QueryConsumerOffsetRequestHeader(
+            consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id, bname=mq.broker_name
+        )
+        return await self.client.api.query_consumer_offset(addr, h, self.client.timing.request_timeout)
 
     async def persist(self, mq: MessageQueue, *, sync: bool = False) -> None:
         off = self.table.get(mq)
         if off is None:
             return
-        addr = await self.client.master_addr(mq.broker_name, mq.topic)
+        # the master, or a slave while the master is down (``updateConsumeOffsetToBroker``)
+        addr = await self.client.master_or_any_addr(mq.broker_name, mq.topic)
         h = H.UpdateConsumerOffsetRequestHeader(
             consumer_group=self.group,
             topic=mq.topic,
@@ -120,6 +129,20 @@ class RemoteOffsetStore(_MemoryTable):
         self._persisted.pop(mq, None)
 
 
+def _parse_offsets(text: str) -> dict[MessageQueue, int]:
+    data = fastjson.loads(text)
+    out: dict[MessageQueue, int] = {}
+    if "offsetTable" in data:  # Java's OffsetSerializeWrapper
+        table = data["offsetTable"]
+        for key, off in table if isinstance(table, fastjson.ObjectKeyMap) else table.items():
+            mq = MessageQueue(key["topic"], key["brokerName"], int(key["queueId"]))
+            out[mq] = int(off)
+        return out
+    for row in data["offsets"]:  # rmq_async's own rows, before it wrote Java's format
+        out[MessageQueue(row["topic"], row["brokerName"], int(row["queueId"]))] = int(row["offset"])
+    return out
+
+
 def default_offset_dir() -> Path:
     return Path(os.environ.get("RMQ_ASYNC_OFFSET_DIR") or Path.home() / ".rocketmq_offsets")
 
@@ -133,31 +156,35 @@ class LocalFileOffsetStore(_MemoryTable):
         self.path = base / client_id.replace(":", "_") / group / "offsets.json"
 
     async def load(self) -> None:
-        try:
-            text = await anyio.Path(self.path).read_text(encoding="utf-8")
-        except FileNotFoundError:
+        """Read the file in Java's format (``OffsetSerializeWrapper``: fastjson with the queues as
+        object keys, ``{"offsetTable":{{"brokerName":..,"queueId":0,"topic":..}:5}}``) or the row
+        format of rmq_async before 0.1; a missing or empty file falls back to Java's ``.bak`` copy
+        (``readLocalOffsetBak``)."""
+        for path in (self.path, self.path.with_name(self.path.name + ".bak")):
+            try:
+                text = await anyio.Path(path).read_text(encoding="utf-8")
+            except FileNotFoundError:
+                continue
+            if not text.strip():
+                continue
+            try:
+                self.table.update(_parse_offsets(text))
+            except (ValueError, KeyError, TypeError, ProtocolError) as exc:
+                log.error("ignoring unreadable offset file %s: %s", path, exc)
             return
-        try:
-            data = json.loads(text)
-            for row in data["offsets"]:
-                mq = MessageQueue(row["topic"], row["brokerName"], int(row["queueId"]))
-                self.table[mq] = int(row["offset"])
-        except (ValueError, KeyError, TypeError) as exc:
-            log.error("ignoring unreadable offset file %s: %s", self.path, exc)
 
     async def read_store(self, mq: MessageQueue) -> int | None:
-        off = self.table.get(mq)
-        return off
+        return self.table.get(mq)
+
+    async def query_store(self, mq: MessageQueue) -> int | None:
+        return self.table.get(mq)
 
     async def persist(self, mq: MessageQueue, *, sync: bool = False) -> None:
         await self.persist_all([mq], sync=sync)
 
     async def persist_all(self, mqs: Iterable[MessageQueue], *, sync: bool = False) -> None:
-        rows = [
-            {"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id, "offset": off}
-            for mq, off in sorted(self.table.items())
-        ]
-        payload = json.dumps({"offsets": rows}, indent=1)
+        # Java's format, so a Java member with the same client id (ip@DEFAULT) reads it too
+        payload = fastjson.dumps({"offsetTable": dict(sorted(self.table.items()))})
         try:
             await anyio.to_thread.run_sync(self._write, payload)
         except OSError as exc:  # as Java's persistAll: logged, consumption goes on

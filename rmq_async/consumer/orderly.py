@@ -35,6 +35,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
+from ..config import wrap_namespace
 from ..errors import RocketMQError
 from ..protocol.codes import Prop
 from ..protocol.message import Message, MessageExt
@@ -221,7 +222,9 @@ class OrderlyConsumeService:
     async def _refresh_offset(self, pq: ProcessQueue) -> None:
         c = self.c
         try:
-            stored = await c.offset_store.read_store(pq.mq)
+            # the broker's offset, ours left alone: a lease that lapsed and came back must not move
+            # our committed offset back to what the broker last got (that would consume it again)
+            stored = await c.offset_store.query_store(pq.mq)
         except RocketMQError as exc:
             log.warning(
                 "re-reading the offset of %s failed (%s): pulling on from %d", pq.mq, exc, pq.next_offset
@@ -369,7 +372,7 @@ class OrderlyConsumeService:
         """One batch; returns a suspend delay, or None to go on with the next batch."""
         c = self.c
         pq = st.pq
-        reset_retry_topic(batch, c.retry_topic)
+        reset_retry_topic(batch, c.retry_topic, c.namespace)
         ctx = OrderlyContext(pq.mq)
         # fast path: no checkpoint when the lock is free (a checkpoint per batch sends the task to the
         # back of the ready queue, behind every other queue's work)
@@ -554,7 +557,7 @@ class OrderlyConsumeService:
         c = self.c
         props = dict(m.properties)
         props[Prop.ORIGIN_MESSAGE_ID] = props.get(Prop.ORIGIN_MESSAGE_ID) or m.msg_id
-        props[Prop.RETRY_TOPIC] = m.topic
+        props[Prop.RETRY_TOPIC] = wrap_namespace(c.namespace, m.topic)  # handlers saw it without
         props[Prop.RECONSUME_TIME] = str(m.reconsume_times)
         props[Prop.MAX_RECONSUME_TIMES] = str(limit)
         props.pop("TRAN_MSG", None)

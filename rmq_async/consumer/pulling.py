@@ -10,12 +10,14 @@ suspend time plus the broker's hold check; the local committed offset rides alon
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import TYPE_CHECKING
 
 import anyio
 
 from ..client.api import PullStatus
+from ..client.instance import MASTER_ID
 from ..errors import BrokerError, RocketMQError
 from ..protocol import headers as H
 from ..protocol.codes import PullSysFlag, ResponseCode
@@ -34,6 +36,18 @@ class PullLoop:
         self.c = consumer
         #: suggestWhichBrokerId per queue (``PullAPIWrapper.pullFromWhichNodeTable``)
         self.suggested: dict[object, int] = {}
+        self._sub_heartbeat_at = -math.inf  # the last heartbeat sent because a pull was refused 24/25
+
+    async def _subscription_heartbeat(self, pulled_at: float) -> bool:
+        """A pull sent at ``pulled_at`` was refused for its subscription: True when a heartbeat has
+        gone out since (this call sends one unless one did within the heartbeat interval)."""
+        if self._sub_heartbeat_at >= pulled_at:
+            return True
+        now = time.monotonic()
+        if now - self._sub_heartbeat_at < self.c.timing.heartbeat_interval:
+            return False
+        self._sub_heartbeat_at = now
+        return await self.c.client.send_heartbeat_to_all_brokers()
 
     async def run(self, pq: ProcessQueue) -> None:
         with anyio.CancelScope() as scope:
@@ -97,7 +111,9 @@ class PullLoop:
                     continue
             commit_offset = c.offset_store.read_memory(mq) if cfg.clustering else -1
             header.queue_offset = pq.next_offset
-            if commit_offset > 0:
+            # a slave must not take the commit (PullAPIWrapper clears the flag for one): 5.x slaves
+            # would store it until the master's next sync
+            if commit_offset > 0 and addr == client.broker_addrs[mq.broker_name].get(MASTER_ID):
                 header.sys_flag, header.commit_offset = flags[1], commit_offset
             else:
                 header.sys_flag, header.commit_offset = flags[0], 0
@@ -109,8 +125,11 @@ class PullLoop:
             except BrokerError as exc:
                 if exc.code in (ResponseCode.SUBSCRIPTION_NOT_LATEST, ResponseCode.SUBSCRIPTION_NOT_EXIST):
                     log.debug("pull of %s: %s", mq, exc)
-                    # the broker has not seen our latest heartbeat yet: send it, then pull again soon
-                    if await client.send_heartbeat_to_all_brokers():
+                    # the broker may not have seen our latest heartbeat yet: pull again soon once one
+                    # went out after this pull did. At most one such heartbeat per heartbeat interval:
+                    # when members subscribe differently every heartbeat replaces the group's
+                    # subscription on a real broker (and notifies every member), and the refusals go on
+                    if await self._subscription_heartbeat(t0):
                         await anyio.sleep(min(0.05, timing.pull_error_delay))
                         continue
                 else:

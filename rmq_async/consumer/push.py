@@ -92,8 +92,11 @@ class PushConsumer:
             client_config = client_config.model_copy(update={"instance_name": instance_name})
         self.client_config = client_config
         self.timing = client_config.timing
-        self.group = self.config.group
-        self.retry_topic = self.config.retry_topic
+        # a namespace (Java's ``withNamespace``) prefixes the group and the topics on the wire: ``ns%G``,
+        # ``ns%T``, ``%RETRY%ns%G``; handlers see their messages' topics without it
+        self.namespace = client_config.namespace or None
+        self.group = client_config.with_namespace(self.config.group)
+        self.retry_topic = f"%RETRY%{self.group}"
         self.handler = handler
         # [orderly] per-queue ordering under broker lock leases (``MessageListenerOrderly``)
         self.orderly = orderly
@@ -151,6 +154,7 @@ class PushConsumer:
         """
         if not topic or topic.startswith("%RETRY%"):
             raise ConfigError(f"cannot subscribe to topic {topic!r}")
+        topic = self.client_config.with_namespace(topic)
         sub_string, tags, codes = parse_tag_expression(expression)
         self._subs[topic] = SubscriptionData(
             topic=topic,
@@ -165,7 +169,7 @@ class PushConsumer:
                 self._tg.start_soon(self._after_subscription_change)
 
     def unsubscribe(self, topic: str) -> None:
-        self._subs.pop(topic, None)
+        self._subs.pop(self.client_config.with_namespace(topic), None)
         if self.running:
             self.rebalance_now()
 

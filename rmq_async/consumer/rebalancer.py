@@ -25,10 +25,16 @@ __all__ = ["PushRebalancer"]
 
 log = logging.getLogger("rmq_async.consumer")
 
+#: seconds before a rebalance tries again to lock a new queue whose lock was refused (Java 5.x: 500 ms)
+_RELOCK_RETRY = 0.5
+
 
 class PushRebalancer:
     def __init__(self, consumer: PushConsumer) -> None:
         self.c = consumer
+        # Java's consumeTimestamp: fixed once, when the consumer is made, to half an hour before; every
+        # queue without a committed offset starts from that same instant, however late it is assigned
+        self._default_timestamp_ms = int((time.time() - 1800) * 1000)
 
     async def run(self) -> None:
         c = self.c
@@ -67,6 +73,7 @@ class PushRebalancer:
         if c._stopping:
             return
         topics = sorted(c.subscribed_topics())
+        all_locked = True
         for topic in topics:
             try:
                 mq_all = await c.client.subscribe_queues(topic)
@@ -74,7 +81,13 @@ class PushRebalancer:
                 log.debug("rebalance: no route for %s: %s", topic, exc)
                 continue
             if c.config.clustering:
-                cids = await self._consumer_ids(topic)
+                try:
+                    cids = await self._consumer_ids(topic)
+                except RocketMQError as exc:
+                    # Java's findConsumerIdList: this topic waits for the next round, the others go on
+                    # (a broker that has not seen our heartbeat yet answers code 1 "no consumer")
+                    log.warning("rebalance of %s for group %s: no consumer list: %s", topic, c.group, exc)
+                    continue
                 if not cids:
                     log.debug("rebalance: no consumer ids for %s yet", c.group)
                     continue
@@ -82,28 +95,42 @@ class PushRebalancer:
                 allocated = allocate_topic(c.strategy, c.group, c.client.client_id, mq_all, cids)
             else:
                 allocated = set(mq_all)
-            await self._apply(topic, allocated)
+            all_locked &= await self._apply(topic, allocated)
+        if not all_locked and c._tg is not None and not c._stopping:
+            # [orderly] a new queue's lock was refused (its holder may let go at any moment): try again
+            # soon, as Java 5.x's rebalanceLater(500), instead of a whole rebalance interval later
+            c._tg.start_soon(self._rebalance_later, _RELOCK_RETRY)
         # queues of topics no longer subscribed (truncateMessageQueueNotMyTopic)
         for mq in [mq for mq in c.pqs if mq.topic not in topics]:
             await c.drop_queue(mq)
 
-    async def _apply(self, topic: str, allocated: set[MessageQueue]) -> None:
+    async def _rebalance_later(self, delay: float) -> None:
+        await anyio.sleep(delay)
+        self.c.rebalance_now()
+
+    async def _apply(self, topic: str, allocated: set[MessageQueue]) -> bool:
+        """Make ``topic``'s process queues the ``allocated`` ones; False if a new queue's broker lock
+        was refused (orderly)."""
         c = self.c
         to_drop, to_add = diff(c.pqs.keys(), allocated, topic)
         for mq in sorted(to_drop):
             await c.drop_queue(mq)
         added: list[ProcessQueue] = []
+        all_locked = True
         for mq in sorted(to_add):
             if c._stopping:
-                return
+                return all_locked
             if c.orderly:  # [orderly] lock before the first pull; a refused queue waits for a rebalance
                 locked_pq = self._new_process_queue(mq)
                 if not await c.consume_service.lock_new(locked_pq):
+                    all_locked = False
                     continue
             try:
                 offset = await self.compute_pull_from_where(mq)
             except RocketMQError as exc:
                 log.warning("rebalance: cannot compute the start offset of %s: %s", mq, exc)
+                if c.orderly:  # [orderly] not taken after all: let another member have it
+                    await c.consume_service.unlock_dropped(locked_pq, True)
                 continue
             pq = locked_pq if c.orderly else self._new_process_queue(mq)
             pq.next_offset = offset
@@ -136,6 +163,7 @@ class PushRebalancer:
                 await call_user(
                     f"on_assigned listener of group {c.group}", c.on_assigned, topic, {pq.mq for pq in added}
                 )
+        return all_locked
 
     def _new_process_queue(self, mq: MessageQueue) -> ProcessQueue:
         c = self.c
@@ -171,7 +199,7 @@ class PushRebalancer:
         c = self.c
         ts = c.config.consume_timestamp
         if ts is None:
-            return int((time.time() - 1800) * 1000)
+            return self._default_timestamp_ms
         if isinstance(ts, int):
             return ts
         return int(time.mktime(time.strptime(ts, "%Y%m%d%H%M%S")) * 1000)

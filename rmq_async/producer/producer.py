@@ -103,6 +103,9 @@ class Producer:
     ) -> None:
         self.config = config or ProducerConfig(group=group)
         self._client_config = client_config or ClientConfig(namesrv_addr=namesrv_addr)
+        # with a namespace the group and the topics go on the wire as ``ns%name`` (Java's withNamespace)
+        self._ns = self._client_config.with_namespace
+        self.group = self._ns(self.config.group)
         self._own_client = client is None
         self._client = client
         self._publish: dict[str, TopicPublishInfo] = {}
@@ -122,7 +125,7 @@ class Producer:
             self._client = ClientInstance(self._client_config, instance_name=self._instance_name())
         if self._own_client:
             await self._client.__aenter__()
-        self._client.register_producer(self.config.group)
+        self._client.register_producer(self.group)
         self._started = True
 
     def _instance_name(self) -> str:
@@ -134,9 +137,9 @@ class Producer:
             return
         self._started = False
         client = self._client
-        client.unregister_producer_local(self.config.group)
+        client.unregister_producer_local(self.group)
         with anyio.move_on_after(self._client_config.timing.request_timeout, shield=True):
-            await client.unregister_everywhere(producer_group=self.config.group)
+            await client.unregister_everywhere(producer_group=self.group)
         if self._own_client:
             await client.__aexit__(None, None, None)
             self._client = None
@@ -193,7 +196,7 @@ class Producer:
             mrt = properties.get(Prop.MAX_RECONSUME_TIMES)
             max_reconsume = int(mrt) if mrt else None
         return H.SendMessageRequestHeader(
-            producer_group=self.config.group,
+            producer_group=self.group,
             topic=mq.topic,
             default_topic=self.config.create_topic_key,
             default_topic_queue_nums=self.config.default_topic_queue_nums,
@@ -241,14 +244,15 @@ class Producer:
         timeout = timeout or self.config.send_timeout
         body, props, sys_flag, uniq = self._prepare(msg)
         deadline = time.monotonic() + timeout
-        info = await self.publish_info(msg.topic)
+        topic = self._ns(msg.topic)
+        info = await self.publish_info(topic)
         if queue is not None or selector is not None:
             mq = queue if queue is not None else selector(list(info.queues), msg, arg)  # type: ignore[misc]
             res = await self._send_to(mq, self._header(msg, mq, props, sys_flag), body, deadline, uniq)
             assert res is not None
             return res
         return await self._send_retrying(
-            msg.topic, info, lambda mq: self._header(msg, mq, props, sys_flag), body, deadline, uniq
+            topic, info, lambda mq: self._header(msg, mq, props, sys_flag), body, deadline, uniq
         )
 
     async def _send_retrying(
@@ -307,7 +311,7 @@ class Producer:
         """Send without waiting for an answer (no retries, as in Java)."""
         self._check(msg)
         body, props, sys_flag, uniq = self._prepare(msg)
-        info = await self.publish_info(msg.topic)
+        info = await self.publish_info(self._ns(msg.topic))
         mq = queue or info.select(next(self._counter), None)
         deadline = time.monotonic() + self.config.send_timeout
         await self._send_to(mq, self._header(msg, mq, props, sys_flag), body, deadline, uniq, oneway=True)
@@ -318,12 +322,12 @@ class Producer:
         """Send messages of one topic as one SEND_BATCH_MESSAGE (no delay levels, as in Java)."""
         if not msgs:
             raise ClientError("send_batch needs at least one message")
-        topic = msgs[0].topic
+        topic = self._ns(msgs[0].topic)
         prepared: list[Message] = []
         ids: list[str] = []
         for m in msgs:
             self._check(m)
-            if m.topic != topic:
+            if self._ns(m.topic) != topic:
                 raise ClientError(f"a batch must have one topic: {m.topic!r} != {topic!r}")
             if m.delay_level > 0:
                 raise ClientError("delayed messages cannot be sent in a batch")
@@ -343,7 +347,7 @@ class Producer:
 
         def header_for(mq: MessageQueue) -> H.SendMessageRequestHeader:
             return H.SendMessageRequestHeader(
-                producer_group=self.config.group,
+                producer_group=self.group,
                 topic=topic,
                 default_topic=self.config.create_topic_key,
                 default_topic_queue_nums=self.config.default_topic_queue_nums,

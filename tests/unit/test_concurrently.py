@@ -32,6 +32,7 @@ def _consumer(sent_back: list[int]) -> Any:
         config=ConsumerConfig(group="g"),
         timing=Timing(),
         retry_topic="%RETRY%g",
+        namespace=None,
         stats=ConsumerStats(),
         offset_store=_MemoryTable(),
         before_hooks=[],

@@ -33,6 +33,7 @@ def _consumer(tg: Any, sent_back: list[int]) -> Any:
         config=ConsumerConfig(group="g"),
         timing=Timing(),
         retry_topic="%RETRY%g",
+        namespace=None,
         stats=ConsumerStats(),
         offset_store=_MemoryTable(),
         deadlines=DeadlineTracker(900.0),

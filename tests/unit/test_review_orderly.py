@@ -71,6 +71,7 @@ def _consumer(timing: Timing) -> Any:
         config=ConsumerConfig(group="g"),
         timing=timing,
         retry_topic="%RETRY%g",
+        namespace=None,
         stats=ConsumerStats(),
         offset_store=_Store(),
         before_hooks=[],

@@ -1,0 +1,64 @@
+"""A namespace (Java's ``withNamespace``) on the embedded cluster: the group and topics go on the wire
+as ``ns%name``, handlers and senders use the plain names, retries come back under the plain name."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from helpers import alive_until, produce, until
+
+from rmq_async import (
+    ClientConfig,
+    ConsumeContext,
+    ConsumeResult,
+    EmbeddedCluster,
+    Message,
+    MessageExt,
+    Producer,
+    PushConsumer,
+    Timing,
+)
+
+
+async def test_namespaced_producer_and_consumer_round_trip_with_a_retry(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, group = names
+    await cluster.create_topic(f"ns1%{topic}", queues=2)
+    cfg = ClientConfig(namesrv_addr=cluster.namesrv_addr, namespace="ns1", timing=timing)
+    seen: Counter[str] = Counter()
+    topics: set[str] = set()
+    retried: dict[str, int] = {}
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
+        m = msgs[0]
+        key = m.keys or ""
+        seen[key] += 1
+        topics.add(m.topic)
+        if seen[key] == 2:
+            retried[key] = m.reconsume_times
+        return ConsumeResult.RECONSUME_LATER if key == "k-3" and seen[key] == 1 else ConsumeResult.SUCCESS
+
+    c = PushConsumer(
+        group,
+        client_config=cfg,
+        handler=handler,
+        subscriptions={topic: "*"},
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+    )
+    assert c.group == f"ns1%{group}" and c.retry_topic == f"%RETRY%ns1%{group}"
+    assert c.subscriptions == {f"ns1%{topic}": "*"}
+    async with c:
+        async with Producer("ns_producer", config=None, client_config=cfg) as p:
+            assert p.group == "ns1%ns_producer"
+            for i in range(5):
+                res = await p.send(Message(topic, b"x", keys=f"k-{i}"))
+                assert res.message_queue.topic == f"ns1%{topic}"
+        # a sender without the namespace reaches the same topic by its full name
+        await produce(cluster.namesrv_addr, f"ns1%{topic}", 1, start=5)
+        await alive_until(c, lambda: until(lambda: len(seen) == 6 and "k-3" in retried))
+    assert topics == {topic}, "handlers see the topic without the namespace, retries included"
+    assert retried == {"k-3": 1}
+    # every topic and retry topic on the broker carries the namespace: nothing went to the plain names
+    made = [t for t in cluster.brokers[0].state.topics if t.endswith((topic, group))]
+    assert sorted(made) == sorted([f"ns1%{topic}", f"%RETRY%ns1%{group}"]), made
