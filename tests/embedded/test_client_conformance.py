@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from wire import Frame, frames
 
 from rmq_async import (
     ClientConfig,
@@ -53,54 +54,17 @@ from .rawclient import RawClient
 
 # -- the Java captures ---------------------------------------------------------------------------
 
-# the repository's byte-identical copy of shared/wire (its README: tests/fixtures/WIRE-README.md)
-_WIRE = Path(__file__).resolve().parents[1] / "fixtures"
+
+def _ext(f: Frame) -> dict[str, str]:
+    return dict(f.header.get("extFields") or {})
 
 
-@dataclass(frozen=True)
-class JFrame:
-    file: str
-    seq: int
-    conn: str
-    dir: str
-    peer: str
-    serialize: str
-    kind: str
-    code: int
-    header: dict[str, Any]
-    body_json: Any
-
-    @property
-    def ext(self) -> dict[str, str]:
-        return dict(self.header.get("extFields") or {})
-
-
-_JCACHE: dict[str, list[JFrame]] = {}
-
-
-def jframes(file: str) -> list[JFrame]:
-    got = _JCACHE.get(file)
-    if got is None:
-        got = []
-        with open(_WIRE / file, encoding="utf-8") as fh:
-            for line in fh:
-                r = json.loads(line)
-                got.append(
-                    JFrame(
-                        file, r["seq"], r["conn"], r["dir"], r["peer"], r["serialize"], r["kind"],
-                        r["code"], r["header"], r.get("body_json"),
-                    )
-                )  # fmt: skip
-        _JCACHE[file] = got
-    return got
-
-
-def java_requests(files: Iterable[str], code: int) -> list[JFrame]:
+def java_requests(files: Iterable[str], code: int) -> list[Frame]:
     """The Java client's requests (and oneways) of ``code`` in ``files``."""
     return [
         f
         for file in files
-        for f in jframes(file)
+        for f in frames(file)
         if f.dir == "c2s" and f.kind in ("request", "oneway") and f.code == code
     ]
 
@@ -593,11 +557,11 @@ def test_header_matches_java(rec: dict[str, Scenario], scen: str, code: int) -> 
     j_serialize = {f.serialize for f in java}
     j_peer = {f.peer for f in java}
     j_present = {"extFields" in f.header for f in java}
-    j_keysets = {frozenset(f.ext) for f in java}
+    j_keysets = {frozenset(_ext(f)) for f in java}
     j_kinds: dict[str, set[str]] = defaultdict(set)
     j_values: dict[str, set[str]] = defaultdict(set)
     for f in java:
-        for k, v in f.ext.items():
+        for k, v in _ext(f).items():
             j_kinds[k].add(value_kind(v))
             j_values[k].add(v)
     fixed = FIXED.get(code, set()) | FIXED_ALWAYS | FIXED_EXTRA.get(scen, {}).get(code, set())
@@ -654,7 +618,7 @@ def test_no_request_codes_java_does_not_send(rec: dict[str, Scenario]) -> None:
     problems = []
     for name, scen in rec.items():
         java = {
-            f.code for file in REFS[name] for f in jframes(file) if f.dir == "c2s" and f.kind != "response"
+            f.code for file in REFS[name] for f in frames(file) if f.dir == "c2s" and f.kind != "response"
         }
         extra = EXTRA_CODES.get(name, {})
         for code in sorted({r.cmd.code for r in scen.sent()} - java - set(extra)):
@@ -696,7 +660,7 @@ def _uniq_ok(u: str) -> bool:
 @pytest.mark.parametrize("scen", ["send", "send_bin"])
 def test_send_properties_match_java(rec: dict[str, Scenario], scen: str) -> None:
     java = [f for f in java_requests(REFS[scen], 310)]
-    j_sets = {frozenset(parse_properties(f.ext["i"])) & _SYSTEM_PROPS for f in java}
+    j_sets = {frozenset(parse_properties(_ext(f)["i"])) & _SYSTEM_PROPS for f in java}
     problems = []
     for r in _ours(rec, scen, 310):
         i = r.cmd.ext_fields["i"]
@@ -872,7 +836,7 @@ def test_unregister_set_matches_java(rec: dict[str, Scenario], scen: str) -> Non
     line 254 -> unregisterProducer; push-concurrently.jsonl seq 96/99). A group never unregistered
     stays in the broker's producer table until the connection closes."""
     who = JAVA_CLIENT[scen]
-    java = _unregs((f.ext, f.file) for f in java_requests(REFS[scen], 35) if who in f.ext["clientID"])
+    java = _unregs((_ext(f), f.file) for f in java_requests(REFS[scen], 35) if who in _ext(f)["clientID"])
     assert java
     j_sets = {frozenset(s) for s in java.values()}
     ours = _unregs((r.cmd.ext_fields, "") for r in _ours(rec, scen, 35))

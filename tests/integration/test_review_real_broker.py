@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 import pytest
+from broker_admin import commit_offset
 from helpers import Collector, alive_until, consumer, produce, until
 
 from rmq_async import ConsumeContext, ConsumeResult, EmbeddedCluster, MessageExt, PushConsumer, Timing
@@ -34,17 +35,6 @@ from rmq_async.protocol.command import FrameDecoder, RemotingCommand
 from rmq_async.protocol.mq import MessageQueue
 
 # -- helpers ---------------------------------------------------------------------------------------------
-
-
-async def _set_broker_offset(addr: str, group: str, topic: str, queue_id: int, offset: int) -> None:
-    """A sync UPDATE_CONSUMER_OFFSET (what another member's commit, or an admin tool, does)."""
-    out = Outbound(addr)
-    try:
-        ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id), "commitOffset": str(offset)}
-        resp = await out.request(RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, ext), 3.0)
-        assert resp is not None and resp.code == 0, resp
-    finally:
-        await out.close()
 
 
 class _SlaveOnlyNamesrv:
@@ -212,7 +202,7 @@ async def test_orderly_relock_does_not_move_the_committed_offset_back(
     c, mq, _ = await _orderly_until_lease_lost(cluster, topic, group)
     try:
         # the broker has an older offset than ours (the last persist/pull piggy-back was earlier)
-        await _set_broker_offset(cluster.brokers[0].addr, group, topic, 0, 5)
+        await commit_offset(cluster.brokers[0].addr, group, topic, 0, 5)
         await _relocked(cluster, c, mq)
         memory = c.offset_store.read_memory(mq)
         assert memory == 10, (
@@ -235,7 +225,7 @@ async def test_orderly_relock_skips_what_another_member_consumed_meanwhile(
     try:
         await produce(cluster.namesrv_addr, topic, 10, start=10)  # offsets 10..19
         # while we had no lease, another member held the queue and consumed 10..14
-        await _set_broker_offset(cluster.brokers[0].addr, group, topic, 0, 15)
+        await commit_offset(cluster.brokers[0].addr, group, topic, 0, 15)
         await _relocked(cluster, c, mq)
         await alive_until(c, lambda: until(lambda: {f"k-{i}" for i in range(15, 20)} <= set(seen)))
         again = sorted({f"k-{i}" for i in range(10, 15)} & set(seen))

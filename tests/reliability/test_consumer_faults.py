@@ -12,35 +12,12 @@ from typing import Any
 
 import anyio
 import pytest
+from broker_admin import commit_offset, query_offset
 
 from rmq_async import ConsumeContext, ConsumeResult, EmbeddedCluster, MessageExt, PushConsumer, Timing
-from rmq_async.embedded.outbound import Outbound
 from rmq_async.protocol.codes import RequestCode, ResponseCode
-from rmq_async.protocol.command import RemotingCommand
 
 from .scenario import LONG, SCALE, Ledger, consumer, n_msgs, produce
-
-
-async def commit_offset(addr: str, group: str, topic: str, queue_id: int, offset: int) -> None:
-    """UPDATE_CONSUMER_OFFSET straight to the broker, as an admin tool would."""
-    out = Outbound(addr)
-    try:
-        ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id), "commitOffset": str(offset)}
-        resp = await out.request(RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, ext), 3.0)
-        assert resp is not None and resp.code == 0, resp
-    finally:
-        await out.close()
-
-
-async def query_offset(addr: str, group: str, topic: str, queue_id: int) -> int:
-    out = Outbound(addr)
-    try:
-        ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id)}
-        resp = await out.request(RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, ext), 3.0)
-        assert resp is not None
-        return int(resp.ext_fields["offset"]) if resp.code == 0 else -1
-    finally:
-        await out.close()
 
 
 @pytest.fixture
