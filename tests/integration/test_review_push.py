@@ -16,13 +16,13 @@ from pathlib import Path
 
 import anyio
 import pytest
+from broker_admin import query_offset
 from helpers import Collector, alive_until, consumer, produce, until
 
 from rmq_async import EmbeddedCluster, PushConsumer, Timing
 from rmq_async.client.instance import ClientInstance, build_client_id
 from rmq_async.config import ClientConfig
 from rmq_async.consumer.offset_store import LocalFileOffsetStore
-from rmq_async.embedded.outbound import Outbound
 from rmq_async.protocol.codes import RequestCode, ResponseCode
 from rmq_async.protocol.command import RemotingCommand
 from rmq_async.protocol.mq import MessageQueue
@@ -161,17 +161,6 @@ async def test_broadcasting_offset_illegal_keeps_the_corrected_offset(
 # -- 4. orderly: RESET_CONSUMER_CLIENT_OFFSET is overwritten by the handler that was running ----------
 
 
-async def _broker_offset(addr: str, group: str, topic: str, queue_id: int) -> int:
-    out = Outbound(addr)
-    try:
-        ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id)}
-        resp = await out.request(RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, ext), 3.0)
-        assert resp is not None
-        return int(resp.ext_fields["offset"]) if resp.code == 0 else -1
-    finally:
-        await out.close()
-
-
 async def test_orderly_reset_offset_is_not_undone_by_the_running_handler(
     cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
 ) -> None:
@@ -216,7 +205,7 @@ async def test_orderly_reset_offset_is_not_undone_by_the_running_handler(
         await alive_until(c, entered.wait)  # k-0 committed, the handler of k-1 is running
 
         async def committed() -> None:  # the broker resets only groups with a committed offset
-            while await _broker_offset(broker.addr, group, topic, 0) < 1:  # noqa: ASYNC110 (broker state)
+            while await query_offset(broker.addr, group, topic, 0) < 1:  # noqa: ASYNC110 (broker state)
                 await anyio.sleep(0.02)
 
         await alive_until(c, committed)
@@ -229,7 +218,7 @@ async def test_orderly_reset_offset_is_not_undone_by_the_running_handler(
         await alive_until(c, lambda: until(lambda: mq not in c.pqs))  # the reset is dropping the queue
         release.set()  # the running handler finishes (successfully) while the drop waits for it
         await alive_until(c, lambda: until(lambda: len(starts) >= 2))  # restarted after the reset
-        stored = await _broker_offset(broker.addr, group, topic, 0)
+        stored = await query_offset(broker.addr, group, topic, 0)
         assert starts[-1] == 10 and stored >= 10, (
             f"reset to 10, but the queue restarted at {starts[-1]} (broker offset {stored})"
         )
