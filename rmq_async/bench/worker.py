@@ -11,8 +11,10 @@ run on this build, ``{"error": ...}`` (exit 1) when it failed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Awaitable, Callable
@@ -103,8 +105,18 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if prof is not None:
             prof.dump_stats(params["profile"])
-    print(json.dumps(result), flush=True)
+    _print_result(json.dumps(result))
     return 0
+
+
+def _print_result(line: str) -> None:
+    """The result line (up to a few hundred KB with latency samples), written whole: stdout is made
+    blocking first, since an event loop's child-process plumbing may have left it non-blocking, and a
+    partial write then cut the line (one uvloop latency run ended with half a JSON line)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        os.set_blocking(sys.stdout.fileno(), True)
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

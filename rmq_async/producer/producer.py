@@ -155,7 +155,10 @@ class Producer:
 
     async def publish_info(self, topic: str, *, refresh: bool = False) -> TopicPublishInfo:
         """The queues a send to ``topic`` may use. An unknown topic uses the ``TBW102`` route, so the
-        broker creates the topic on the first send (autoCreateTopicEnable), as the Java producer does."""
+        broker creates the topic on the first send (autoCreateTopicEnable), as the Java producer does.
+        With a namespace, ``topic`` is the plain name or the namespaced one."""
+        if self._client_config.namespace:
+            topic = self._ns(topic)
         info = self._publish.get(topic)
         if info is not None and not refresh:
             return info

@@ -51,6 +51,7 @@ async def test_namespaced_producer_and_consumer_round_trip_with_a_retry(
     async with c:
         async with Producer("ns_producer", config=None, client_config=cfg) as p:
             assert p.group == "ns1%ns_producer"
+            assert {mq.topic for mq in await p.queues(topic)} == {f"ns1%{topic}"}
             for i in range(5):
                 res = await p.send(Message(topic, b"x", keys=f"k-{i}"))
                 assert res.message_queue.topic == f"ns1%{topic}"
