@@ -29,7 +29,7 @@ import anyio.abc
 
 from ..client.api import PullStatus
 from ..client.instance import ClientInstance, pid_instance_name
-from ..config import ClientConfig, Timing
+from ..config import ClientConfig, Timing, unwrap_namespace, wrap_namespace
 from ..errors import BrokerError, ClientError, ConfigError, RocketMQError
 from ..protocol import headers as H
 from ..protocol.bodies import ConsumerData, SubscriptionData
@@ -118,13 +118,11 @@ class LitePullConsumer:
         if instance_name is not None:
             update["instance_name"] = instance_name
         self.client_config = client_config.model_copy(update=update)
-        if self.client_config.namespace:
-            raise ConfigError(
-                "LitePullConsumer does not support a namespace yet: pass the namespaced names "
-                "('ns%group', 'ns%topic') instead"
-            )
         self.timing = self.client_config.timing
-        self.group = group
+        # a namespace (Java's withNamespace): the group, topics and queues go on the wire as ``ns%name``;
+        # every method takes and returns the plain names, as Java's DefaultLitePullConsumer does
+        self.namespace = self.client_config.namespace or None
+        self.group = self.client_config.with_namespace(group)
         self.auto_commit = auto_commit
         self.auto_commit_interval = auto_commit_interval
         self.consume_from_where = consume_from_where
@@ -220,6 +218,19 @@ class LitePullConsumer:
             raise ClientError("lite pull consumer is not running (use 'async with')")
         return self._tg
 
+    # -- names with and without the namespace ---------------------------------------------------------
+
+    def _in(self, mq: MessageQueue) -> MessageQueue:
+        """A queue as the user names it -> as the broker does (idempotent)."""
+        if not self.namespace:
+            return mq
+        return MessageQueue(wrap_namespace(self.namespace, mq.topic), mq.broker_name, mq.queue_id)
+
+    def _out(self, mq: MessageQueue) -> MessageQueue:
+        if not self.namespace:
+            return mq
+        return MessageQueue(unwrap_namespace(self.namespace, mq.topic), mq.broker_name, mq.queue_id)
+
     # -- assign / subscribe ---------------------------------------------------------------------------
 
     async def assign(self, queues: Iterable[MessageQueue]) -> None:
@@ -229,7 +240,7 @@ class LitePullConsumer:
             raise ClientError("assign() and subscribe() cannot be mixed")
         self._mode = "assign"
         self._task_group()
-        target = set(queues)
+        target = {self._in(mq) for mq in queues}
         self._assigned = target
         for topic in sorted({mq.topic for mq in target}):
             await self.client.update_route(topic)
@@ -246,6 +257,7 @@ class LitePullConsumer:
             raise ClientError("assign() and subscribe() cannot be mixed")
         if not topic or topic.startswith("%"):
             raise ConfigError(f"cannot subscribe to topic {topic!r}")
+        topic = self.client_config.with_namespace(topic)
         tg = self._task_group()
         sub_string, tags, codes = parse_tag_expression(expression)
         self._subs[topic] = SubscriptionData(
@@ -263,12 +275,13 @@ class LitePullConsumer:
 
     def assignment(self) -> set[MessageQueue]:
         """The queues this consumer owns now."""
-        return set(self.queues)
+        return {self._out(mq) for mq in self.queues}
 
     async def fetch_queues(self, topic: str) -> list[MessageQueue]:
         """The readable queues of ``topic`` (``fetchMessageQueues``)."""
+        topic = self.client_config.with_namespace(topic)
         await self.client.update_route(topic)
-        return await self.client.subscribe_queues(topic)
+        return [self._out(mq) for mq in await self.client.subscribe_queues(topic)]
 
     # -- polling ----------------------------------------------------------------------------------------
 
@@ -285,6 +298,9 @@ class LitePullConsumer:
                 self._take(out, limit)
                 if not out:
                     await self._wait_changed()
+        if self.namespace:
+            for m in out:
+                m.topic = unwrap_namespace(self.namespace, m.topic)
         return out
 
     def _take(self, out: list[MessageExt], limit: int) -> None:
@@ -321,13 +337,13 @@ class LitePullConsumer:
     def pause(self, queues: Iterable[MessageQueue]) -> None:
         """Stop pulling ``queues`` and hold back their buffered messages until :meth:`resume`."""
         for mq in queues:
-            q = self.queues.get(mq)
+            q = self.queues.get(self._in(mq))
             if q is not None:
                 q.paused = True
 
     def resume(self, queues: Iterable[MessageQueue]) -> None:
         for mq in queues:
-            q = self.queues.get(mq)
+            q = self.queues.get(self._in(mq))
             if q is not None and q.paused:
                 q.paused = False
                 if q.batches and not q.in_ready:
@@ -336,12 +352,12 @@ class LitePullConsumer:
         self._wake()
 
     def paused(self) -> set[MessageQueue]:
-        return {mq for mq, q in self.queues.items() if q.paused}
+        return {self._out(mq) for mq, q in self.queues.items() if q.paused}
 
     # -- seeking ----------------------------------------------------------------------------------------
 
     def _owned(self, mq: MessageQueue) -> _Queue:
-        q = self.queues.get(mq)
+        q = self.queues.get(self._in(mq))
         if q is None:
             raise ClientError(f"{mq} is not assigned to this consumer")
         return q
@@ -350,13 +366,16 @@ class LitePullConsumer:
         return await self.client.master_addr(mq.broker_name, mq.topic)
 
     async def min_offset(self, mq: MessageQueue) -> int:
+        mq = self._in(mq)
         return await self.client.api.get_min_offset(await self._addr(mq), mq, self.timing.request_timeout)
 
     async def max_offset(self, mq: MessageQueue) -> int:
+        mq = self._in(mq)
         return await self.client.api.get_max_offset(await self._addr(mq), mq, self.timing.request_timeout)
 
     async def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
         """The first offset of ``mq`` stored at or after ``timestamp_ms`` (SEARCH_OFFSET_BY_TIMESTAMP)."""
+        mq = self._in(mq)
         addr = await self._addr(mq)
         return await self.client.api.search_offset(addr, mq, timestamp_ms, self.timing.request_timeout)
 
@@ -409,7 +428,9 @@ class LitePullConsumer:
         self._last_auto_commit = time.monotonic()
         store = self.offset_store
         items = (
-            dict(offsets) if offsets is not None else {m: q.consume_offset for m, q in self.queues.items()}
+            {self._in(m): off for m, off in offsets.items()}
+            if offsets is not None
+            else {m: q.consume_offset for m, q in self.queues.items()}
         )
         for mq, off in items.items():
             store.update(mq, off, increase_only=False)
@@ -417,7 +438,7 @@ class LitePullConsumer:
 
     async def committed(self, mq: MessageQueue) -> int | None:
         """The offset the broker holds for this group on ``mq`` (None: never committed)."""
-        return await self.offset_store.read_store(mq)
+        return await self.offset_store.read_store(self._in(mq))
 
     async def _persist_loop(self) -> None:
         while True:

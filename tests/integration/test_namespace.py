@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import anyio
+from broker_admin import query_offset
 from helpers import alive_until, produce, until
 
 from rmq_async import (
@@ -18,6 +20,7 @@ from rmq_async import (
     PushConsumer,
     Timing,
 )
+from rmq_async.consumer.lite_pull import LitePullConsumer
 
 
 async def test_namespaced_producer_and_consumer_round_trip_with_a_retry(
@@ -63,3 +66,33 @@ async def test_namespaced_producer_and_consumer_round_trip_with_a_retry(
     # every topic and retry topic on the broker carries the namespace: nothing went to the plain names
     made = [t for t in cluster.brokers[0].state.topics if t.endswith((topic, group))]
     assert sorted(made) == sorted([f"ns1%{topic}", f"%RETRY%ns1%{group}"]), made
+
+
+async def test_namespaced_lite_pull_takes_and_returns_plain_names(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, group = names
+    await cluster.create_topic(f"ns2%{topic}", queues=2)
+    await produce(cluster.namesrv_addr, f"ns2%{topic}", 6)
+    cfg = ClientConfig(namesrv_addr=cluster.namesrv_addr, namespace="ns2", timing=timing)
+    async with LitePullConsumer(
+        group, client_config=cfg, auto_commit=False, consume_from_where="CONSUME_FROM_FIRST_OFFSET"
+    ) as c:
+        assert c.group == f"ns2%{group}"
+        queues = await c.fetch_queues(topic)
+        assert {mq.topic for mq in queues} == {topic}
+        await c.assign(queues)
+        assert c.assignment() == set(queues)
+        got: list[MessageExt] = []
+        with anyio.fail_after(10):
+            while len(got) < 6:
+                got += await c.poll(timeout=1.0)
+        assert {m.topic for m in got} == {topic}
+        await c.commit(sync=True)
+        committed = {mq.queue_id: await c.committed(mq) for mq in queues}
+        assert sum(committed.values()) == 6, committed
+        await c.seek_to_begin(queues[0])
+        assert c.position(queues[0]) == 0
+    # the offsets are the namespaced group's, on the namespaced topic
+    for mq in queues:
+        assert await query_offset(cluster.brokers[0].addr, f"ns2%{group}", f"ns2%{topic}", mq.queue_id) >= 0
