@@ -101,6 +101,17 @@ async def _start_queue(c: Any, svc: OrderlyConsumeService, count: int = 1) -> Pr
     return pq
 
 
+async def _run_until_committed(c: Any, handler: Any) -> None:
+    """Run the service on one locked queue with one message until the first commit (5 s at most)."""
+    svc = OrderlyConsumeService(c, handler)
+    async with anyio.create_task_group() as tg:
+        await svc.run(tg)
+        await _start_queue(c, svc)
+        with anyio.fail_after(5):
+            await c.offset_store.committed.wait()
+        tg.cancel_scope.cancel()
+
+
 async def test_a_stray_cancelled_error_from_the_handler_is_a_failed_consume_not_a_stop() -> None:
     # A handler awaits a future (a shared fetch, a connection's waiter) that its owner cancelled: the
     # handler's task gets a CancelledError although nobody cancelled it. That is the handler failing:
@@ -154,13 +165,7 @@ async def test_an_after_hook_emptying_its_list_does_not_commit_a_suspended_batch
         calls.append([m.queue_offset for m in msgs])
         return OrderlyResult.SUSPEND_CURRENT_QUEUE_A_MOMENT if len(calls) == 1 else OrderlyResult.SUCCESS
 
-    svc = OrderlyConsumeService(c, handler)
-    async with anyio.create_task_group() as tg:
-        await svc.run(tg)
-        await _start_queue(c, svc)
-        with anyio.fail_after(5):
-            await c.offset_store.committed.wait()
-        tg.cancel_scope.cancel()
+    await _run_until_committed(c, handler)
     # (offset committed, handler calls made before that commit): the first commit must follow the
     # second call (the one that succeeded), never the first (SUSPEND)
     assert c.offset_store.commits[0] == (101, 2), (
@@ -185,12 +190,6 @@ async def test_a_suspend_time_that_is_not_a_number_suspends_for_the_default(bad:
             return OrderlyResult.SUSPEND_CURRENT_QUEUE_A_MOMENT
         return OrderlyResult.SUCCESS
 
-    svc = OrderlyConsumeService(c, handler)
-    async with anyio.create_task_group() as tg:
-        await svc.run(tg)
-        await _start_queue(c, svc)
-        with anyio.fail_after(5):
-            await c.offset_store.committed.wait()
-        tg.cancel_scope.cancel()
+    await _run_until_committed(c, handler)
     assert calls == [[100], [100]]
     assert c.offset_store.read_memory(MQ) == 101
