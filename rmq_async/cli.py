@@ -19,7 +19,7 @@ from typing import Any
 
 import anyio
 
-from .errors import RocketMQError
+from .errors import RocketMQError, TopicNotExist
 
 __all__ = ["main"]
 
@@ -55,14 +55,6 @@ async def _produce(args: argparse.Namespace) -> int:
     from .producer.producer import Producer
     from .protocol.message import Message
 
-    cfg = ProducerConfig(group=args.group, default_topic_queue_nums=args.queues)
-    producer = Producer(config=cfg, client_config=ClientConfig(namesrv_addr=_namesrv(args)))
-    try:
-        await producer.start()
-        await producer.queues(args.topic)  # fail fast when the cluster is unreachable
-    except RocketMQError as exc:
-        await producer.stop()
-        return _fail(f"cannot reach the cluster: {exc}")
     n = args.count
     pad = b"x" * args.size
 
@@ -70,6 +62,22 @@ async def _produce(args: argparse.Namespace) -> int:
         key = f"{args.keys_prefix}{i}"
         body = (key.encode() + b":" + pad)[: args.size] if args.size > 0 else b""
         return Message(args.topic, body or b"-", tags=args.tags, keys=key)
+
+    try:
+        make(0)  # the topic, tags and keys as a message: Java's Validators.checkMessage, before sending
+        cfg = ProducerConfig(group=args.group, default_topic_queue_nums=args.queues)
+    except ValueError as exc:
+        return _fail(f"bad message settings: {exc}")
+    producer = Producer(config=cfg, client_config=ClientConfig(namesrv_addr=_namesrv(args)))
+    try:
+        await producer.start()
+        await producer.queues(args.topic)  # fail fast when the cluster is unreachable
+    except TopicNotExist as exc:
+        await producer.stop()
+        return _fail(f"topic {args.topic!r} does not exist: {exc}")
+    except RocketMQError as exc:
+        await producer.stop()
+        return _fail(f"cannot reach the cluster: {exc}")
 
     sent = failed = 0
     progress = _Progress(n, "produce", enabled=sys.stderr.isatty() and not args.quiet)
@@ -126,10 +134,10 @@ async def _produce(args: argparse.Namespace) -> int:
                                 await batch(i0, i1)
 
                     tg.start_soon(worker)
+        secs = time.perf_counter() - t0  # the sends only: not the unregister at shutdown
     finally:
         progress.close()
         await producer.stop()
-    secs = time.perf_counter() - t0
     print(
         json.dumps(
             {
@@ -262,25 +270,35 @@ async def _consume(args: argparse.Namespace) -> int:
     except RocketMQError as exc:
         return _fail(f"cannot start the consumer: {exc}")
     try:
-        if not consumer.client.broker_addrs:
-            try:
-                await consumer.client.fetch_route(args.topic)
-            except RocketMQError as exc:
-                await consumer.stop()
-                return _fail(f"cannot reach the cluster or topic {args.topic!r}: {exc}")
-        while not done.is_set():
-            ev = activity
-            idle = max(args.idle_exit, _RETRY_WAIT) if awaited_retries else args.idle_exit
-            with anyio.move_on_after(idle) as scope:
-                await ev.wait()
-            if scope.cancelled_caught:
-                if awaited_retries:
+        async with anyio.create_task_group() as tg:
+            if not consumer.client.broker_addrs:
+                try:
+                    await consumer.client.fetch_route(args.topic)
+                except TopicNotExist:
+                    # the name server answered: the topic may be created any moment (a producer's first
+                    # send auto-creates it), as a Java consumer waits for it
                     log.warning(
-                        "%d messages failed on purpose were not redelivered within %.0f s",
-                        len(awaited_retries),
-                        idle,
+                        "topic %r does not exist yet: waiting for it (idle exit after %.0f s)",
+                        args.topic,
+                        args.idle_exit,
                     )
-                break
+                    tg.start_soon(_await_topic, consumer, args.topic)
+                except RocketMQError as exc:
+                    return _fail(f"cannot reach the cluster: {exc}")
+            while not done.is_set():
+                ev = activity
+                idle = max(args.idle_exit, _RETRY_WAIT) if awaited_retries else args.idle_exit
+                with anyio.move_on_after(idle) as scope:
+                    await ev.wait()
+                if scope.cancelled_caught:
+                    if awaited_retries:
+                        log.warning(
+                            "%d messages failed on purpose were not redelivered within %.0f s",
+                            len(awaited_retries),
+                            idle,
+                        )
+                    break
+            tg.cancel_scope.cancel()
     finally:
         await consumer.stop()
     secs = (t_last - t_first) if t_first is not None else 0.0
@@ -294,6 +312,21 @@ async def _consume(args: argparse.Namespace) -> int:
     }
     print(json.dumps(out), flush=True)
     return 0
+
+
+async def _await_topic(consumer: Any, topic: str) -> None:
+    """Look ``topic`` up every second until the name server knows it, then register with its brokers
+    and rebalance at once (the consumer's own route refresh would take up to 30 s)."""
+    while True:
+        await anyio.sleep(1.0)
+        try:
+            await consumer.client.update_route(topic)
+        except RocketMQError:
+            continue
+        log.info("topic %r exists now: consuming", topic)
+        await consumer.client.send_heartbeat_to_all_brokers()
+        consumer.rebalance_now()
+        return
 
 
 # -- main ----------------------------------------------------------------------------------------------

@@ -183,7 +183,7 @@ class MQClientAPI:
             message_queue=real_mq,
             queue_offset=rh.queue_offset,
             transaction_id=rh.transaction_id,
-            region_id=resp.ext_fields.get("MSG_REGION"),
+            region_id=resp.ext_fields.get("MSG_REGION") or "DefaultRegion",  # processSendResponse
         )
 
     async def consumer_send_msg_back(

@@ -84,7 +84,9 @@ def publish_info(topic: str, route: TopicRouteData, *, cap: int | None = None) -
     queues: list[MessageQueue] = []
     for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
         if qd.perm & Perm.WRITE and qd.broker_name in masters:
-            n = qd.write_queue_nums if cap is None else min(cap, qd.write_queue_nums)
+            # the default topic's stand-in: min(defaultTopicQueueNums, readQueueNums), as Java sets both
+            # of its queue counts (MQClientInstance.updateTopicRouteInfoFromNameServer)
+            n = qd.write_queue_nums if cap is None else min(cap, qd.read_queue_nums)
             queues.extend(MessageQueue(topic, qd.broker_name, i) for i in range(n))
     return TopicPublishInfo(queues, route, from_default_topic=cap is not None)
 
@@ -111,6 +113,7 @@ class Producer:
         self._publish: dict[str, TopicPublishInfo] = {}
         self._counter = itertools.count(random.randrange(1 << 16))
         self._started = False
+        self._route_listening = False
 
     @property
     def client(self) -> ClientInstance:
@@ -125,6 +128,9 @@ class Producer:
             self._client = ClientInstance(self._client_config, instance_name=self._instance_name())
         if self._own_client:
             await self._client.__aenter__()
+        if not self._route_listening:
+            self._client.on_route_change(self._on_route_change)
+            self._route_listening = True
         self._client.register_producer(self.group)
         self._started = True
 
@@ -143,6 +149,8 @@ class Producer:
         if self._own_client:
             await client.__aexit__(None, None, None)
             self._client = None
+            self._route_listening = False
+            self._publish.clear()
 
     async def __aenter__(self) -> Producer:
         await self.start()
@@ -168,12 +176,36 @@ class Producer:
             route = await client.update_route(topic)
             info = publish_info(topic, route)
         except TopicNotExist:
-            route = await client.update_route(self.config.create_topic_key)
+            try:
+                route = await client.update_route(self.config.create_topic_key)
+            except TopicNotExist:
+                # no broker creates topics (autoCreateTopicEnable=false): Java's "No route info of
+                # this topic", not an error about the default topic
+                raise TopicNotExist(
+                    ResponseCode.TOPIC_NOT_EXIST,
+                    f"no route info of topic {topic!r}: the name server does not know it and no broker "
+                    f"creates topics (autoCreateTopicEnable=false?)",
+                ) from None
             info = publish_info(topic, route, cap=self.config.default_topic_queue_nums)
         if not info.queues:
             raise MQClientError(f"no writable queue for topic {topic!r} (route: {info.route})")
         self._publish[topic] = info
         return info
+
+    def _on_route_change(self, topic: str) -> None:
+        """``updateTopicPublishInfo``: a refreshed route (the periodic refresh, a send's lookup)
+        replaces the queues sends rotate over: queues added or removed, brokers gone, permissions, and
+        a topic's own route replacing the default topic's stand-in."""
+        if topic not in self._publish or self._client is None:
+            return
+        route = self._client.routes.get(topic)
+        if route is None:
+            return
+        info = publish_info(topic, route)
+        if info.queues:
+            self._publish[topic] = info
+        else:
+            del self._publish[topic]  # the next send looks it up again (and says why it cannot)
 
     async def queues(self, topic: str) -> list[MessageQueue]:
         return list((await self.publish_info(topic)).queues)
