@@ -63,6 +63,7 @@ class _Queue:
         "next_offset",
         "paused",
         "scope",
+        "suggested",
     )
 
     def __init__(self, mq: MessageQueue, offset: int) -> None:
@@ -76,6 +77,7 @@ class _Queue:
         self.paused = False
         self.in_ready = False
         self.scope: anyio.CancelScope | None = None
+        self.suggested = 0  # suggestWhichBrokerId: the node the last pull's broker told us to use
 
 
 class LitePullConsumer:
@@ -374,7 +376,9 @@ class LitePullConsumer:
         return await self.client.api.get_max_offset(await self._addr(mq), mq, self.timing.request_timeout)
 
     async def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
-        """The first offset of ``mq`` stored at or after ``timestamp_ms`` (SEARCH_OFFSET_BY_TIMESTAMP)."""
+        """The broker's answer to SEARCH_OFFSET_BY_TIMESTAMP for ``mq`` at ``timestamp_ms``, as Java's
+        ``offsetForTimestamp``: a 5.x broker answers the first offset stored at or after it, a 4.9.8
+        broker the offset whose store time is nearest (it may be an older message)."""
         mq = self._in(mq)
         addr = await self._addr(mq)
         return await self.client.api.search_offset(addr, mq, timestamp_ms, self.timing.request_timeout)
@@ -427,18 +431,31 @@ class LitePullConsumer:
     def _commit_memory(self, offsets: Mapping[MessageQueue, int] | None) -> list[MessageQueue]:
         self._last_auto_commit = time.monotonic()
         store = self.offset_store
-        items = (
-            {self._in(m): off for m, off in offsets.items()}
-            if offsets is not None
-            else {m: q.consume_offset for m, q in self.queues.items()}
-        )
+        if offsets is None:
+            items = {m: q.consume_offset for m, q in self.queues.items()}
+        else:
+            # as Java's commit(Map): only queues this consumer owns (another member's, or one just
+            # rebalanced away, must not be overwritten), and no negative offset
+            items = {}
+            for m, off in offsets.items():
+                mq = self._in(m)
+                if mq not in self.queues or off < 0:
+                    log.warning("commit of %s at %d ignored: not an owned queue or a negative offset", m, off)
+                    continue
+                items[mq] = off
         for mq, off in items.items():
             store.update(mq, off, increase_only=False)
         return list(items)
 
     async def committed(self, mq: MessageQueue) -> int | None:
-        """The offset the broker holds for this group on ``mq`` (None: never committed)."""
-        return await self.offset_store.read_store(self._in(mq))
+        """The committed offset of ``mq``: the one committed in this consumer's memory (not yet written by
+        the persist timer), else the broker's (None: never committed). As Java's ``committed``
+        (``MEMORY_FIRST_THEN_STORE``), and without overwriting a pending commit with the broker's value."""
+        mq = self._in(mq)
+        local = self.offset_store.read_memory(mq)
+        if local >= 0:
+            return local
+        return await self.offset_store.query_store(mq)
 
     async def _persist_loop(self) -> None:
         while True:
@@ -503,10 +520,12 @@ class LitePullConsumer:
         client, mq = self._client, q.mq
         assert client is not None
         sub = self._subs.get(mq.topic)
-        addr = client.broker_addr(mq.broker_name)
+        # the node the broker suggested last (a slave while the master's data is not in memory), else
+        # the master, else any (PullAPIWrapper.pullKernelImpl)
+        addr = client.broker_addr(mq.broker_name, q.suggested)
         if addr is None:
             await client.update_route_quietly([mq.topic])
-            addr = client.broker_addr(mq.broker_name)
+            addr = client.broker_addr(mq.broker_name, q.suggested)
             if addr is None:
                 await anyio.sleep(self.timing.pull_error_delay)
                 return
@@ -535,6 +554,7 @@ class LitePullConsumer:
             log.warning("pull of %s failed: %s", mq, exc)
             await anyio.sleep(self.timing.pull_error_delay)
             return
+        q.suggested = res.suggest_which_broker_id
         if q.generation != gen or self.queues.get(mq) is not q:
             return  # seeked or dropped meanwhile
         if res.status is PullStatus.OFFSET_ILLEGAL:

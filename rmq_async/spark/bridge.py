@@ -22,10 +22,10 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from ..client.api import PullStatus
 from ..client.instance import ClientInstance, pid_instance_name
 from ..config import ClientConfig, Timing
-from ..errors import RocketMQError
+from ..errors import BrokerError, RocketMQError
 from ..protocol import headers as H
 from ..protocol.bodies import ConsumerData, SubscriptionData
-from ..protocol.codes import Perm, PullSysFlag
+from ..protocol.codes import Perm, PullSysFlag, ResponseCode
 from ..protocol.command import RemotingCommand
 from ..protocol.filter import parse_tag_expression
 from ..protocol.message import MessageExt
@@ -42,7 +42,8 @@ ARROW_BATCH_ROWS = 4096
 
 
 class _GroupHandle:
-    """Registers the commit group in heartbeats (CONSUME_ACTIVELY), so 5.x brokers accept its offsets."""
+    """The commit group in one heartbeat (CONSUME_ACTIVELY): how a broker that has not seen the group
+    yet creates it (5.x brokers refuse offsets of an unknown group, code 26)."""
 
     def __init__(self, group: str, topic: str, tags: str) -> None:
         self.group = group
@@ -83,23 +84,22 @@ class Session:
         sub_string, tags, _ = parse_tag_expression(opts.tags)
         self.sub_string = sub_string
         self.tags = frozenset(tags)
-        self._registered = False
+        self._group_made = False
 
     async def __aenter__(self) -> Session:
         await self.client.__aenter__()
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
-        with anyio.move_on_after(self.opts.request_timeout, shield=True):
-            if self._registered:
-                await self.client.unregister_everywhere(consumer_group=self.opts.group)
         await self.client.__aexit__(None, None, None)
 
     def _mq(self, key: QueueKey) -> MessageQueue:
         return MessageQueue(self.opts.topic, key[0], key[1])
 
     async def _addr(self, key: QueueKey) -> str:
-        return await self.client.master_addr(key[0], self.opts.topic)
+        """The broker's master, or a slave while the master is down (slaves answer pulls and offset
+        look-ups; Java consumers read from them then too)."""
+        return await self.client.master_or_any_addr(key[0], self.opts.topic)
 
     async def queues(self) -> list[QueueKey]:
         """The readable queues of the topic, from a fresh route."""
@@ -138,20 +138,37 @@ class Session:
         return off
 
     async def commit(self, offsets: dict[QueueKey, int]) -> None:
-        """Write ``offsets`` for the group (registered by a heartbeat first)."""
-        if not self._registered:
-            self.client.register_consumer(_GroupHandle(self.opts.group, self.opts.topic, self.opts.tags))
-            self._registered = True
-            await self.client.update_route(self.opts.topic)
-            await self.client.send_heartbeat_to_all_brokers()
+        """Write ``offsets`` for the group. The driver never stays a member of the group (a Java push
+        group of that name would give it queues it never pulls): a broker that does not know the group
+        yet (26) is shown it by one heartbeat, undone at once, and the write is tried again."""
         for key, off in sorted(offsets.items()):
             h = H.UpdateConsumerOffsetRequestHeader(
                 consumer_group=self.opts.group, topic=self.opts.topic, queue_id=key[1],
                 commit_offset=off, bname=key[0],
             )  # fmt: skip
-            await self.client.api.update_consumer_offset(
-                await self._addr(key), h, self.opts.request_timeout, oneway=False
-            )
+            try:
+                await self.client.api.update_consumer_offset(
+                    await self._addr(key), h, self.opts.request_timeout, oneway=False
+                )
+            except BrokerError as exc:
+                if exc.code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST or self._group_made:
+                    raise
+                await self._make_group()
+                await self.client.api.update_consumer_offset(
+                    await self._addr(key), h, self.opts.request_timeout, oneway=False
+                )
+
+    async def _make_group(self) -> None:
+        self._group_made = True
+        handle = _GroupHandle(self.opts.group, self.opts.topic, self.opts.tags)
+        self.client.register_consumer(handle)
+        try:
+            await self.client.update_route(self.opts.topic)
+            await self.client.send_heartbeat_to_all_brokers()
+        finally:
+            self.client.unregister_consumer_local(self.opts.group)
+            with anyio.move_on_after(self.opts.request_timeout, shield=True):
+                await self.client.unregister_everywhere(consumer_group=self.opts.group)
 
     async def read_chunk(self, r: Range, offset: int, max_rows: int) -> tuple[list[MessageExt], int]:
         """Messages of ``r`` from ``offset`` (up to about ``max_rows``) and the offset to go on from;
