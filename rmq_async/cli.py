@@ -193,8 +193,11 @@ async def _consume(args: argparse.Namespace) -> int:
         "timestamp": "CONSUME_FROM_TIMESTAMP",
     }[args.from_]
     seen: dict[str, int] = {}
-    # order check: per queue, the send index (a key's trailing integer) must not go down
-    last_index: dict[tuple[str, int], int] = {}
+    # order check: per queue (broker, topic, queue id), the send index (a key's trailing integer) must
+    # not go down from one first delivery to the next. Retries (reconsume times > 0, possibly from the
+    # retry topic) and redeliveries (an offset of the queue at or below one already checked: a batch
+    # consumed again after a rebalance or a lost lock) are at-least-once repeats, not disorder.
+    last_index: dict[tuple[str, str, int], tuple[int, int]] = {}  # queue -> (offset, send index)
     order_violations = 0
     first_seen: set[str] = set()
     # keys failed on purpose (--fail-every) and not seen since: their retries are on their way (a real
@@ -228,12 +231,13 @@ async def _consume(args: argparse.Namespace) -> int:
             seen[key] = seen.get(key, 0) + 1
             consumed += 1
             idx = _TRAILING_INT.search(key)
-            if idx is not None:
-                q = (m.topic, m.queue_id)
+            if idx is not None and m.reconsume_times == 0:
+                q = (m.broker_name, m.topic, m.queue_id)
                 prev = last_index.get(q)
-                if prev is not None and int(idx.group(1)) < prev:
-                    order_violations += 1
-                last_index[q] = int(idx.group(1))
+                if prev is None or m.queue_offset > prev[0]:
+                    if prev is not None and int(idx.group(1)) < prev[1]:
+                        order_violations += 1
+                    last_index[q] = (m.queue_offset, int(idx.group(1)))
             if args.print:
                 print(
                     json.dumps(

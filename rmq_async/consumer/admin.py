@@ -144,12 +144,15 @@ async def _consume_directly(c: PushConsumer, cmd: RemotingCommand) -> RemotingCo
     reset_retry_topic(msgs, c.retry_topic, c.namespace)  # consumeMessageDirectly: the original topic
     orderly = bool(getattr(c, "orderly", False))
     t0 = time.perf_counter()
+    auto_commit = True
     try:
         res: Any
         if orderly:  # [orderly] ConsumeMessageOrderlyService.consumeMessageDirectly
             from .orderly import OrderlyContext
 
-            res = await c.handler([m], OrderlyContext(mq))  # type: ignore[arg-type]
+            octx = OrderlyContext(mq)
+            res = await c.handler([m], octx)  # type: ignore[arg-type]
+            auto_commit = octx.auto_commit  # as Java: the context's, after the handler
             name = getattr(res, "name", "SUCCESS" if res is None else "")
             outcome = {"SUCCESS": "CR_SUCCESS", "COMMIT": "CR_COMMIT", "ROLLBACK": "CR_ROLLBACK"}.get(
                 name, "CR_LATER"
@@ -162,7 +165,7 @@ async def _consume_directly(c: PushConsumer, cmd: RemotingCommand) -> RemotingCo
         outcome, remark = "CR_THROW_EXCEPTION", repr(exc)
     result = ConsumeMessageDirectlyResult(
         order=orderly,
-        auto_commit=True,
+        auto_commit=bool(auto_commit),
         consume_result=outcome,
         remark=remark,
         spent_time_mills=int((time.perf_counter() - t0) * 1000),

@@ -142,10 +142,10 @@ class OrderlyConsumeService:
             await self._idle.wait()
 
     def set_timeout(self, timeout: float) -> None:
+        """The consume timeout: an orderly handler running longer is logged, never cancelled (Java's
+        ConsumeMessageOrderlyService has no consume timeout; cancelling would cut its side effects and
+        retry, or dead-letter, a batch Java would commit)."""
         self.timeout = timeout
-        for st in self._states.values():
-            if st.scope is not None:
-                st.scope.deadline = self._deadline(st)
 
     # -- intake -------------------------------------------------------------------------------------
 
@@ -167,10 +167,11 @@ class OrderlyConsumeService:
     # -- locks and leases ----------------------------------------------------------------------------
 
     def _deadline(self, st: _Queue) -> float:
-        deadline = st.start + self.timeout
+        """When a running handler is cancelled: the end of the queue's lock lease (clustering), so it
+        stops before the broker can give the queue to another member; never in broadcasting."""
         if self.clustering:
-            deadline = min(deadline, self._loop_time() + self.locks.lease_remaining(st.pq))
-        return deadline
+            return self._loop_time() + self.locks.lease_remaining(st.pq)
+        return math.inf
 
     def _on_locked(self, pq: ProcessQueue) -> None:
         st = self._states.get(pq)
@@ -436,16 +437,26 @@ class OrderlyConsumeService:
             pq.put_back(batch)
             return None
         if scope.cancelled_caught or result is None:
-            log.warning(
-                "orderly handler of group %s ran past the consume timeout (%.1fs) on %s: suspending",
-                c.group,
-                self.timeout,
-                pq.mq,
+            # cancelled by us (shutdown, a lock lost to another member): not the handler failing, so
+            # no reconsume counted; the batch is consumed again by whoever holds the queue next
+            log.info(
+                "orderly handler of group %s on %s was cancelled: its batch is not committed", c.group, pq.mq
             )
-            result = _SUSPEND
+            pq.put_back(batch)
+            return None
+        took = self._loop_time() - st.start
+        if took > self.timeout:
+            log.warning(
+                "orderly handler of group %s ran %.1fs on %s, longer than the consume timeout (%.1fs); "
+                "orderly handlers are not cancelled for it (as in Java)",
+                c.group,
+                took,
+                pq.mq,
+                self.timeout,
+            )
         if self.handler is not None:
             ok = result in (OrderlyResult.SUCCESS, OrderlyResult.COMMIT)
-            c.stats.consumed(pq.mq.topic, len(batch), self._loop_time() - st.start, ok=ok)
+            c.stats.consumed(pq.mq.topic, len(batch), took, ok=ok)
         if c.after_hooks:
             await c.hooks_after(list(batch), ctx, result)  # their own list, as the handler's
         if pq.dropped:
