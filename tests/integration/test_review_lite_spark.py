@@ -8,20 +8,18 @@ pull answers the way a real master/slave cluster answers them.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
 from collections.abc import Callable
 
 import anyio
 import pytest
 from broker_admin import query_offset
+from frame_proxy import FrameProxy, route_rewriter
 from helpers import produce
 
 from rmq_async import EmbeddedCluster, MessageExt, Timing
 from rmq_async.consumer.lite_pull import LitePullConsumer
 from rmq_async.errors import BrokerError
-from rmq_async.protocol.command import FrameDecoder, RemotingCommand
+from rmq_async.protocol.command import RemotingCommand
 from rmq_async.protocol.mq import MessageQueue
 from rmq_async.spark.bridge import Session
 from rmq_async.spark.offsets import Range
@@ -31,75 +29,6 @@ pytestmark = pytest.mark.timeout(40)
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
-
-
-class _Proxy:
-    """A TCP proxy that decodes the server's frames and passes each through ``rewrite``; counts the
-    PULL_MESSAGE (11) requests it forwards."""
-
-    def __init__(self, upstream: str, rewrite: Callable[[RemotingCommand], RemotingCommand]) -> None:
-        self.upstream = upstream
-        self.rewrite = rewrite
-        self.addr = ""
-        self.pulls = 0
-        self._server: asyncio.base_events.Server | None = None
-        self._writers: list[asyncio.StreamWriter] = []
-
-    async def __aenter__(self) -> _Proxy:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.addr = f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for w in self._writers:
-            w.close()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._server.wait_closed(), 2.0)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        host, _, port = self.upstream.rpartition(":")
-        ureader, uwriter = await asyncio.open_connection(host, int(port))
-        self._writers += [writer, uwriter]
-
-        async def up() -> None:
-            decoder = FrameDecoder()
-            try:
-                while data := await reader.read(65536):
-                    for cmd in decoder.feed(data):
-                        if not cmd.is_response and cmd.code == 11:
-                            self.pulls += 1
-                        uwriter.write(cmd.encode())
-                    await uwriter.drain()
-            finally:
-                uwriter.close()
-
-        async def down() -> None:
-            decoder = FrameDecoder()
-            try:
-                while data := await ureader.read(65536):
-                    for cmd in decoder.feed(data):
-                        writer.write(self.rewrite(cmd).encode())
-                    await writer.drain()
-            finally:
-                writer.close()
-
-        await asyncio.gather(up(), down(), return_exceptions=True)
-
-
-def _route_rewriter(
-    addrs: Callable[[dict[str, str]], dict[str, str]],
-) -> Callable[[RemotingCommand], RemotingCommand]:
-    def rewrite(cmd: RemotingCommand) -> RemotingCommand:
-        if cmd.is_response and cmd.body[:1] == b"{" and b'"brokerDatas"' in cmd.body:
-            route = json.loads(cmd.body)
-            for bd in route["brokerDatas"]:
-                bd["brokerAddrs"] = addrs(bd["brokerAddrs"])
-            cmd.body = json.dumps(route, separators=(",", ":")).encode()
-        return cmd
-
-    return rewrite
 
 
 async def _poll_until(
@@ -204,9 +133,9 @@ async def test_lite_pull_follows_suggest_which_broker_id(
         return cmd
 
     async with (
-        _Proxy(real, suggest_slave) as master,
-        _Proxy(real, lambda cmd: cmd) as slave,
-        _Proxy(cluster.namesrv_addr, _route_rewriter(lambda _: {"0": master.addr, "1": slave.addr})) as ns,
+        FrameProxy(real, suggest_slave) as master,
+        FrameProxy(real, lambda cmd: cmd) as slave,
+        FrameProxy(cluster.namesrv_addr, route_rewriter(lambda _: {"0": master.addr, "1": slave.addr})) as ns,
     ):
         async with LitePullConsumer(
             group, namesrv_addr=ns.addr, timing=timing, auto_commit=False, pull_batch_size=2,
@@ -236,8 +165,8 @@ async def test_spark_executor_reads_a_broker_whose_master_is_down(
     ``MQAdminImpl``, which is why the range is given here)."""
     topic, _ = names
     await produce(cluster.namesrv_addr, topic, 8)
-    async with _Proxy(
-        cluster.namesrv_addr, _route_rewriter(lambda a: {"1": a.get("0") or next(iter(a.values()))})
+    async with FrameProxy(
+        cluster.namesrv_addr, route_rewriter(lambda a: {"1": a.get("0") or next(iter(a.values()))})
     ) as ns:
         opts = parse_options({"namesrv": ns.addr, "topic": topic, "requestTimeout": "3"}, streaming=False)
         async with Session(opts) as s:

@@ -13,20 +13,15 @@ from __future__ import annotations
 
 import json
 import sys
-import types
 from typing import Any
 
 import anyio
 from helpers import child_env
+from orderly_stub import stub_consumer
 
 from rmq_async import EmbeddedCluster, Message, Producer, Timing
-from rmq_async.config import ConsumerConfig
-from rmq_async.consumer.deadlines import DeadlineTracker
-from rmq_async.consumer.offset_store import _MemoryTable
 from rmq_async.consumer.orderly import OrderlyConsumeService, OrderlyContext, OrderlyResult
 from rmq_async.consumer.process_queue import ProcessQueue
-from rmq_async.consumer.push import PushConsumer
-from rmq_async.consumer.stats import ConsumerStats
 from rmq_async.protocol.message import MessageExt
 from rmq_async.protocol.mq import MessageQueue
 
@@ -65,61 +60,6 @@ async def test_cli_order_violations_does_not_merge_same_queue_id_of_two_brokers(
 MQ = MessageQueue("T", "b", 0)
 
 
-class _Store(_MemoryTable):
-    def __init__(self) -> None:
-        super().__init__()
-        self.commits: list[int] = []
-        self.committed = anyio.Event()
-
-    def update(self, mq: MessageQueue, offset: int, *, increase_only: bool) -> None:
-        self.commits.append(offset)
-        self.committed.set()
-        super().update(mq, offset, increase_only=increase_only)
-
-
-def _consumer(timing: Timing) -> Any:
-    async def master_addr(broker_name: str, topic: str | None = None) -> str:
-        return "127.0.0.1:10911"
-
-    async def lock_batch_mq(
-        addr: str, group: str, client_id: str, mqs: list[MessageQueue], timeout: float
-    ) -> set[MessageQueue]:
-        return set(mqs)  # this member holds every lock it asks for (renewals succeed)
-
-    async def unlock_batch_mq(*args: Any, **kwargs: Any) -> None:
-        return None
-
-    async def send(msg: Any) -> None:
-        return None
-
-    client = types.SimpleNamespace(
-        client_id="127.0.0.1@review",
-        master_addr=master_addr,
-        api=types.SimpleNamespace(lock_batch_mq=lock_batch_mq, unlock_batch_mq=unlock_batch_mq),
-    )
-    c = types.SimpleNamespace(
-        config=ConsumerConfig(group="g"),
-        timing=timing,
-        retry_topic="%RETRY%g",
-        namespace=None,
-        stats=ConsumerStats(),
-        offset_store=_Store(),
-        before_hooks=[],
-        after_hooks=[],
-        stopping=False,
-        group="g",
-        max_reconsume_times=2**31 - 1,
-        inner_producer=types.SimpleNamespace(send=send),
-        deadlines=DeadlineTracker(timing.consume_timeout),
-        pqs={},
-        client=client,
-        _deliveries=None,
-    )
-    c.hooks_before = types.MethodType(PushConsumer.hooks_before, c)
-    c.hooks_after = types.MethodType(PushConsumer.hooks_after, c)
-    return c
-
-
 async def test_orderly_handler_is_not_cancelled_by_the_consume_timeout() -> None:
     # Java's ConsumeMessageOrderlyService has no consume timeout: a handler runs under the queue's
     # lock until it returns (consumeTimeout only labels the hook's return type TIME_OUT), and its
@@ -127,7 +67,7 @@ async def test_orderly_handler_is_not_cancelled_by_the_consume_timeout() -> None
     # lock is renewed all along: it must run once and its batch be committed, not be cancelled,
     # suspended (reconsume_times + 1, the DLQ once max_reconsume_times is set) and run again forever.
     timing = Timing.fast().model_copy(update={"consume_timeout": 0.3})
-    c = _consumer(timing)
+    c = stub_consumer(timing)
     calls: list[int] = []
 
     async def handler(msgs: list[MessageExt], ctx: OrderlyContext) -> OrderlyResult:
@@ -147,5 +87,5 @@ async def test_orderly_handler_is_not_cancelled_by_the_consume_timeout() -> None
         with anyio.move_on_after(3):
             await c.offset_store.committed.wait()
         tg.cancel_scope.cancel()
-    assert c.offset_store.commits == [101], (c.offset_store.commits, calls)
+    assert [off for off, _ in c.offset_store.commits] == [101], (c.offset_store.commits, calls)
     assert calls == [0], calls

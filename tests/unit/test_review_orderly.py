@@ -13,81 +13,19 @@ Each test here states a guarantee of the orderly path that the code once broke:
 from __future__ import annotations
 
 import asyncio
-import types
 from typing import Any
 
 import anyio
 import pytest
+from orderly_stub import stub_consumer
 
-from rmq_async.config import ConsumerConfig, Timing
-from rmq_async.consumer.deadlines import DeadlineTracker
-from rmq_async.consumer.offset_store import _MemoryTable
+from rmq_async.config import Timing
 from rmq_async.consumer.orderly import OrderlyConsumeService, OrderlyContext, OrderlyResult
 from rmq_async.consumer.process_queue import ProcessQueue
-from rmq_async.consumer.push import PushConsumer
-from rmq_async.consumer.stats import ConsumerStats
 from rmq_async.protocol.message import MessageExt
 from rmq_async.protocol.mq import MessageQueue
 
 MQ = MessageQueue("T", "b", 0)
-
-
-class _Store(_MemoryTable):
-    """The in-memory offset table; records every commit with how many handler calls preceded it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls_before: list[int] = []  # set by the test: the handler's call list, by reference
-        self.commits: list[tuple[int, int]] = []  # (offset, handler calls made before it)
-        self.committed = anyio.Event()
-
-    def update(self, mq: MessageQueue, offset: int, *, increase_only: bool) -> None:
-        self.commits.append((offset, len(self.calls_before)))
-        self.committed.set()
-        super().update(mq, offset, increase_only=increase_only)
-
-
-def _consumer(timing: Timing) -> Any:
-    async def master_addr(broker_name: str, topic: str | None = None) -> str:
-        return "127.0.0.1:10911"
-
-    async def lock_batch_mq(
-        addr: str, group: str, client_id: str, mqs: list[MessageQueue], timeout: float
-    ) -> set[MessageQueue]:
-        return set(mqs)  # this member holds every lock it asks for
-
-    async def unlock_batch_mq(*args: Any, **kwargs: Any) -> None:
-        return None
-
-    async def send(msg: Any) -> None:
-        return None
-
-    client = types.SimpleNamespace(
-        client_id="127.0.0.1@review",
-        master_addr=master_addr,
-        api=types.SimpleNamespace(lock_batch_mq=lock_batch_mq, unlock_batch_mq=unlock_batch_mq),
-    )
-    c = types.SimpleNamespace(
-        config=ConsumerConfig(group="g"),
-        timing=timing,
-        retry_topic="%RETRY%g",
-        namespace=None,
-        stats=ConsumerStats(),
-        offset_store=_Store(),
-        before_hooks=[],
-        after_hooks=[],
-        stopping=False,
-        group="g",
-        max_reconsume_times=2**31 - 1,
-        inner_producer=types.SimpleNamespace(send=send),
-        deadlines=DeadlineTracker(timing.consume_timeout),
-        pqs={},
-        client=client,
-        _deliveries=None,
-    )
-    c.hooks_before = types.MethodType(PushConsumer.hooks_before, c)
-    c.hooks_after = types.MethodType(PushConsumer.hooks_after, c)
-    return c
 
 
 async def _start_queue(c: Any, svc: OrderlyConsumeService, count: int = 1) -> ProcessQueue:
@@ -118,7 +56,7 @@ async def test_a_stray_cancelled_error_from_the_handler_is_a_failed_consume_not_
     # the batch must be consumed again (SUSPEND), and the consumer must go on. The drive task must not
     # end with that CancelledError: anyio then cancels the task group it runs in, i.e. the consumer's
     # whole group (pull loops, rebalance, lock renewal), and the consumer stops without a shutdown.
-    c = _consumer(Timing(suspend_current_queue=0.01))
+    c = stub_consumer(Timing(suspend_current_queue=0.01))
     calls: list[list[int]] = []
     c.offset_store.calls_before = calls
 
@@ -151,7 +89,7 @@ async def test_an_after_hook_emptying_its_list_does_not_commit_a_suspended_batch
     # The handler asks for the batch to be consumed again (SUSPEND). An after-consume hook drains the
     # list it is given (a tracing/audit hook that pops what it records). The batch must still be put
     # back and consumed again; the offset may move past it only after a call that succeeded.
-    c = _consumer(Timing(suspend_current_queue=0.01))
+    c = stub_consumer(Timing(suspend_current_queue=0.01))
     calls: list[list[int]] = []
     c.offset_store.calls_before = calls
 
@@ -179,7 +117,7 @@ async def test_an_after_hook_emptying_its_list_does_not_commit_a_suspended_batch
 async def test_a_suspend_time_that_is_not_a_number_suspends_for_the_default(bad: object) -> None:
     # a handler's typo in ctx.suspend_time must not end the drive task (float("x") raised in it, and
     # with it the consumer's task group): the queue is suspended for the default time and retried
-    c = _consumer(Timing(suspend_current_queue=0.01))
+    c = stub_consumer(Timing(suspend_current_queue=0.01))
     calls: list[list[int]] = []
     c.offset_store.calls_before = calls
 

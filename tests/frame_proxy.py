@@ -1,0 +1,83 @@
+"""A frame-level TCP proxy for tests: forwards requests to an upstream server (counting pulls) and
+passes each of the server's frames through a rewrite function, e.g. a name server's route answers
+with other broker addresses (a master that is down, a slave)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable
+
+from rmq_async.protocol.command import FrameDecoder, RemotingCommand
+
+__all__ = ["FrameProxy", "route_rewriter"]
+
+
+class FrameProxy:
+    """A TCP proxy that decodes the server's frames and passes each through ``rewrite``; counts the
+    PULL_MESSAGE (11) requests it forwards."""
+
+    def __init__(self, upstream: str, rewrite: Callable[[RemotingCommand], RemotingCommand]) -> None:
+        self.upstream = upstream
+        self.rewrite = rewrite
+        self.addr = ""
+        self.pulls = 0
+        self._server: asyncio.base_events.Server | None = None
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def __aenter__(self) -> FrameProxy:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.addr = f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for w in self._writers:
+            w.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._server.wait_closed(), 2.0)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        host, _, port = self.upstream.rpartition(":")
+        ureader, uwriter = await asyncio.open_connection(host, int(port))
+        self._writers += [writer, uwriter]
+
+        async def up() -> None:
+            decoder = FrameDecoder()
+            try:
+                while data := await reader.read(65536):
+                    for cmd in decoder.feed(data):
+                        if not cmd.is_response and cmd.code == 11:
+                            self.pulls += 1
+                        uwriter.write(cmd.encode())
+                    await uwriter.drain()
+            finally:
+                uwriter.close()
+
+        async def down() -> None:
+            decoder = FrameDecoder()
+            try:
+                while data := await ureader.read(65536):
+                    for cmd in decoder.feed(data):
+                        writer.write(self.rewrite(cmd).encode())
+                    await writer.drain()
+            finally:
+                writer.close()
+
+        await asyncio.gather(up(), down(), return_exceptions=True)
+
+
+def route_rewriter(
+    addrs: Callable[[dict[str, str]], dict[str, str]],
+) -> Callable[[RemotingCommand], RemotingCommand]:
+    def rewrite(cmd: RemotingCommand) -> RemotingCommand:
+        if cmd.is_response and cmd.body[:1] == b"{" and b'"brokerDatas"' in cmd.body:
+            route = json.loads(cmd.body)
+            for bd in route["brokerDatas"]:
+                bd["brokerAddrs"] = addrs(bd["brokerAddrs"])
+            cmd.body = json.dumps(route, separators=(",", ":")).encode()
+        return cmd
+
+    return rewrite
