@@ -51,6 +51,7 @@ _RETRY_CODES = frozenset(
         ResponseCode.NO_PERMISSION,
         204,  # NO_BUYER_ID
         205,  # NOT_IN_CURRENT_UNIT
+        1500,  # GO_AWAY (5.x: a proxy or broker going away; 5.3.3 retries it)
     }
 )
 

@@ -45,11 +45,13 @@ async def test_new_topic_selector_batch_oneway_and_compression(
     assert bodies["k-7"] == big and bodies["k-6"] == b"one"
 
 
-async def test_retries_on_the_other_broker(names: tuple[str, str], timing: Timing) -> None:
+@pytest.mark.parametrize("code", [ResponseCode.SYSTEM_BUSY, 1500], ids=["SYSTEM_BUSY", "GO_AWAY"])
+async def test_retries_on_the_other_broker(names: tuple[str, str], timing: Timing, code: int) -> None:
+    # the answers Java 5.3.3 retries (DefaultMQProducer.retryResponseCodes), GO_AWAY among them
     topic, _ = names
     async with EmbeddedCluster(brokers=2, timing=timing) as cluster:
         await cluster.create_topic(topic, queues=2)
-        cluster.brokers[0].faults.refuse(RequestCode.SEND_MESSAGE_V2, ResponseCode.SYSTEM_BUSY, "busy")
+        cluster.brokers[0].faults.refuse(RequestCode.SEND_MESSAGE_V2, code, "busy or going away")
         async with Producer("p", namesrv_addr=cluster.namesrv_addr) as p:
             results = [await p.send(Message(topic, b"x")) for _ in range(6)]
         assert {r.message_queue.broker_name for r in results} == {cluster.brokers[1].name}
