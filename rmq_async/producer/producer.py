@@ -359,6 +359,8 @@ class Producer:
         if not msgs:
             raise ClientError("send_batch needs at least one message")
         topic = self._ns(msgs[0].topic)
+        if topic.startswith("%RETRY%"):  # as Java's DefaultMQProducer.batch
+            raise ClientError("a retry topic cannot take a batch: send its messages one by one")
         prepared: list[Message] = []
         ids: list[str] = []
         for m in msgs:

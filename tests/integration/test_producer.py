@@ -55,3 +55,11 @@ async def test_retries_on_the_other_broker(names: tuple[str, str], timing: Timin
         async with Producer("p", namesrv_addr=cluster.namesrv_addr) as p:
             results = [await p.send(Message(topic, b"x")) for _ in range(6)]
         assert {r.message_queue.broker_name for r in results} == {cluster.brokers[1].name}
+
+
+async def test_a_batch_to_a_retry_topic_is_refused_before_sending(cluster: EmbeddedCluster) -> None:
+    # Java's DefaultMQProducer.batch refuses it ("Retry Group is not supported for batching"); the
+    # broker would answer 13 MESSAGE_ILLEGAL
+    async with Producer("p", namesrv_addr=cluster.namesrv_addr) as p:
+        with pytest.raises(ClientError, match="retry topic"):
+            await p.send_batch([Message("%RETRY%g", b"x"), Message("%RETRY%g", b"y")])
