@@ -1,5 +1,5 @@
-"""Paired A/B runs of the push or raw pull scenario between two source trees (e.g. two git worktrees),
-or between the two scenarios in one tree.
+"""Paired A/B runs of one scenario (push, push-orderly, lite-pull, raw-pull) between two source trees
+(e.g. two git worktrees), or between two scenarios in one tree.
 
 On a shared VM consecutive single runs differ by up to 30%, more than most single changes are worth.
 This alternates the two trees (ABBA order) so that each pair shares a spell of the machine, and reports
@@ -7,7 +7,8 @@ the median of the per-pair ratios of the consumer's CPU per message (``cpu_us_pe
 lowest and lower-quartile runs of each side.
 
     git worktree add /tmp/base <base-commit>
-    python benchmarks/ab.py --a /tmp/base --b . [--scenario push|raw-pull] [--pairs 12]
+    python benchmarks/ab.py --a /tmp/base --b . [--scenario push|push-orderly|lite-pull|raw-pull]
+                            [--pairs 12]
                             [--messages 300000] [--loop uvloop|asyncio]
     python benchmarks/ab.py --a . --b . --a-scenario raw-pull --b-scenario push   # push vs raw
 
@@ -36,7 +37,12 @@ import asyncio, json, sys
 from rmq_async.bench import scenarios
 kind, loop, namesrv, topic, n = sys.argv[1:6]
 p = {"scenario": kind, "namesrv": namesrv, "topic": topic, "messages": int(n), "timeout": 300}
-fn = scenarios.run_push if kind == "push" else scenarios.raw_pull
+if kind == "lite-pull":
+    from rmq_async.bench.lite import lite_pull as fn
+elif kind == "raw-pull":
+    fn = scenarios.raw_pull
+else:  # push, push-orderly
+    fn = scenarios.run_push
 if loop == "uvloop":
     import uvloop
     r = uvloop.run(fn(p))
@@ -58,9 +64,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--a", required=True, help="base source tree (holds rmq_async/)")
     ap.add_argument("--b", required=True, help="changed source tree")
-    ap.add_argument("--scenario", choices=["push", "raw-pull"], default="push")
-    ap.add_argument("--a-scenario", choices=["push", "raw-pull"], help="A's scenario (default: --scenario)")
-    ap.add_argument("--b-scenario", choices=["push", "raw-pull"], help="B's scenario (default: --scenario)")
+    kinds = ["push", "push-orderly", "lite-pull", "raw-pull"]
+    ap.add_argument("--scenario", choices=kinds, default="push")
+    ap.add_argument("--a-scenario", choices=kinds, help="A's scenario (default: --scenario)")
+    ap.add_argument("--b-scenario", choices=kinds, help="B's scenario (default: --scenario)")
     ap.add_argument("--pairs", type=int, default=12)
     ap.add_argument("--messages", type=int, default=300_000)
     ap.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
