@@ -3,7 +3,7 @@
 Run: ``python benchmarks/bench_codec.py`` (``--profile`` adds a short cProfile of each case).
 Prints a table and one JSON line. Each figure is the median of ``--runs`` runs of ``--seconds`` each.
 The pull body is 32 stored messages of 1 KiB with KEYS, TAGS, UNIQ_KEY and one user property, built
-with the test encoder (tests/helpers_stored.py), as a 4.9.8 broker stores them (plus CLUSTER).
+with the test encoder (tests/support/helpers_stored.py), as a 4.9.8 broker stores them (plus CLUSTER).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from helpers_stored import encode_stored  # noqa: E402
+from support.helpers_stored import encode_stored  # noqa: E402
 
 from rmq_async.protocol.command import RemotingCommand  # noqa: E402
 from rmq_async.protocol.message import (  # noqa: E402

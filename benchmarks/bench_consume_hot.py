@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import anyio  # noqa: E402
-from helpers_stored import encode_stored  # noqa: E402
+from support.helpers_stored import encode_stored  # noqa: E402
 
 from rmq_async.config import ConsumerConfig, Timing  # noqa: E402
 from rmq_async.consumer.concurrently import ConcurrentConsumeService, ConsumeContext, _Slot  # noqa: E402

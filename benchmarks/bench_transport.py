@@ -1,6 +1,6 @@
 """Transport benchmark: request/response round trips per second over one connection.
 
-Strategy: the echo server of ``tests/transport_server.py`` runs in a child process (on uvloop), so
+Strategy: the echo server of ``tests/support/transport_server.py`` runs in a child process (on uvloop), so
 client and server do not share a core or an event loop. The client measures, on the default
 asyncio loop and on uvloop, (1) sequential round trips (one request in flight: latency) and
 (2) pipelined round trips (``--concurrency`` tasks sharing the connection: throughput). The
@@ -135,7 +135,7 @@ def run_on(loop_name: str, coro_fn: Callable[[], Coroutine[Any, Any, float]]) ->
 
 def start_server() -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "transport_server.py"), "--uvloop"],
+        [sys.executable, str(ROOT / "tests" / "support" / "transport_server.py"), "--uvloop"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
         SECTION,
         "",
         "`python benchmarks/bench_transport.py --write`: request/response round trips over one",
-        "`Connection` to the echo server of `tests/transport_server.py` running on uvloop in a child",
+        "`Connection` to the echo server of `tests/support/transport_server.py` running on uvloop in a child",
         f"process. Request: code 14 with 4 ext fields (JSON header), {args.body} B body, echoed back.",
         f"Sequential = 1 request in flight ({args.count // 4} round trips); pipelined = {args.concurrency}",
         f"tasks sharing the connection ({args.count} round trips). Best of {args.repeat} runs.",

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from wire import Frame, frames
+from support.wire import Frame, frames
 
 from rmq_async import (
     ClientConfig,

@@ -22,7 +22,7 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
-from wire import CAPTURE_FILES, Frame, frames, pairs
+from support.wire import CAPTURE_FILES, Frame, frames, pairs
 
 from rmq_async.config import Timing
 from rmq_async.embedded import EmbeddedCluster

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import Counter
 
 import anyio
-from broker_admin import query_offset
 from helpers import alive_until, produce, until
+from support.broker_admin import query_offset
 
 from rmq_async import (
     ClientConfig,

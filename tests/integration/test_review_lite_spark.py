@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 import anyio
 import pytest
-from broker_admin import query_offset
-from frame_proxy import FrameProxy, route_rewriter
 from helpers import produce
+from support.broker_admin import query_offset
+from support.frame_proxy import FrameProxy, route_rewriter
 
 from rmq_async import EmbeddedCluster, MessageExt, Timing
 from rmq_async.consumer.lite_pull import LitePullConsumer

@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 from helpers import child_env
-from orderly_stub import stub_consumer
+from support.orderly_stub import stub_consumer
 
 from rmq_async import EmbeddedCluster, Message, Producer, Timing
 from rmq_async.consumer.orderly import OrderlyConsumeService, OrderlyContext, OrderlyResult

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import anyio
 import pytest
-from broker_admin import query_offset
 from helpers import Collector, alive_until, consumer, produce, until
+from support.broker_admin import query_offset
 
 from rmq_async import EmbeddedCluster, PushConsumer, Timing
 from rmq_async.client.instance import ClientInstance, build_client_id

@@ -18,9 +18,9 @@ from typing import Any
 
 import anyio
 import pytest
-from broker_admin import commit_offset
-from frame_proxy import FrameProxy, route_rewriter
 from helpers import Collector, alive_until, consumer, produce, until
+from support.broker_admin import commit_offset
+from support.frame_proxy import FrameProxy, route_rewriter
 
 from rmq_async import ConsumeContext, ConsumeResult, EmbeddedCluster, MessageExt, PushConsumer, Timing
 from rmq_async.client.instance import local_ip

@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
-from broker_admin import commit_offset, query_offset
+from support.broker_admin import commit_offset, query_offset
 
 from rmq_async import ConsumeContext, ConsumeResult, EmbeddedCluster, MessageExt, PushConsumer, Timing
 from rmq_async.protocol.codes import RequestCode, ResponseCode

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wire import CAPTURE_FILES, Frame, pairs
+from support.wire import CAPTURE_FILES, Frame, pairs
 
 from rmq_async.errors import ProtocolError
 from rmq_async.protocol import fastjson

@@ -8,7 +8,7 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wire import CAPTURE_FILES, all_frames, frames
+from support.wire import CAPTURE_FILES, all_frames, frames
 
 from rmq_async.errors import FrameError, ProtocolError
 from rmq_async.protocol.codes import SerializeType

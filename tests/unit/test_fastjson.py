@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wire import CAPTURE_FILES, pairs
+from support.wire import CAPTURE_FILES, pairs
 
 from rmq_async.errors import ProtocolError
 from rmq_async.protocol import fastjson

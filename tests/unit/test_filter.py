@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from wire import CAPTURE_FILES, frames
+from support.wire import CAPTURE_FILES, frames
 
 from rmq_async.protocol.filter import SUB_ALL, java_string_hash, java_trim, parse_tag_expression, tag_matches
 from rmq_async.protocol.message import decode_messages

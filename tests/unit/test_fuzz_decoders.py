@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from wire import CAPTURE_FILES, frames
+from support.wire import CAPTURE_FILES, frames
 
 from rmq_async.errors import ProtocolError
 from rmq_async.protocol.command import FrameDecoder, RemotingCommand, decode_frame

@@ -11,10 +11,10 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from helpers_stored import MAGIC_V1, MAGIC_V2, encode_stored
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from wire import CAPTURE_FILES, Frame, frames, pairs
+from support.helpers_stored import MAGIC_V1, MAGIC_V2, encode_stored
+from support.wire import CAPTURE_FILES, Frame, frames, pairs
 
 from rmq_async.errors import ProtocolError
 from rmq_async.protocol import message as message_mod

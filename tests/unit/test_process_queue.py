@@ -142,7 +142,7 @@ def test_out_of_order_put_and_put_back_keep_offset_order() -> None:
 
 
 def test_put_trusts_what_the_decoder_found() -> None:
-    from helpers_stored import encode_stored
+    from support.helpers_stored import encode_stored
 
     from rmq_async.protocol.message import decode_messages
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 import pytest
-from orderly_stub import stub_consumer
+from support.orderly_stub import stub_consumer
 
 from rmq_async.config import Timing
 from rmq_async.consumer.orderly import OrderlyConsumeService, OrderlyContext, OrderlyResult

@@ -13,7 +13,7 @@ Strategy: an ``asyncio.Protocol`` per accepted connection decodes frames with th
 to the client (:meth:`ServerConn.request`, :meth:`ServerConn.oneway`). Tests await conditions with
 :meth:`FrameServer.wait_for`, never sleep.
 
-Run as a script (``python tests/transport_server.py [--uvloop]``) it echoes on an ephemeral port,
+Run as a script (``python tests/support/transport_server.py [--uvloop]``) it echoes on an ephemeral port,
 prints ``LISTENING <port>`` and serves until its stdin closes: the benchmark's child process.
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import cast
 
 if __package__ in (None, ""):  # run as a script: make rmq_async importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from rmq_async.errors import ProtocolError
 from rmq_async.protocol.command import FrameDecoder, RemotingCommand
