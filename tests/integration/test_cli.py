@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import anyio
 from helpers import child_env, produce
 
-from rmq_async import EmbeddedCluster, Timing
+from rmq_async import EmbeddedCluster, Message, Producer, Timing
+from rmq_async.protocol.codes import RequestCode
+from rmq_async.protocol.mq import MessageQueue
 
 
 async def test_consume_fail_every_waits_for_the_retries_longer_than_the_idle_exit(
@@ -59,3 +62,99 @@ async def test_consume_of_a_topic_created_later_consumes_it_once_it_exists(names
     assert proc.returncode == 0
     summary = json.loads(out.decode().strip().splitlines()[-1])
     assert summary["unique_keys"] == 5, summary
+
+
+async def test_cli_order_violations_does_not_merge_same_queue_id_of_two_brokers(
+    names: tuple[str, str],
+) -> None:
+    # A real cluster has several brokers: the topic's queue 0 on broker-a and its queue 0 on broker-b
+    # are different queues, consumed concurrently. Message i goes to broker (i % 2), queue 0, so each
+    # queue holds strictly increasing send indexes and an orderly consumer consumes each in order: the
+    # summary must report 0 order violations (cli.py keys its per-queue check on (topic, queue_id)).
+    topic, group = names
+    async with EmbeddedCluster(brokers=2, queues=1, timing=Timing.fast()) as cluster:
+        await cluster.create_topic(topic, queues=1)
+        async with Producer("review_orderly_pg", namesrv_addr=cluster.namesrv_addr) as p:
+
+            def by_index(queues: Any, msg: Any, arg: int) -> MessageQueue:
+                ordered = sorted(queues, key=lambda q: (q.broker_name, q.queue_id))
+                return ordered[arg % len(ordered)]
+
+            for i in range(40):
+                await p.send(Message(topic, b"x", keys=f"k-{i}"), selector=by_index, arg=i)
+        args = [sys.executable, "-m", "rmq_async.cli", "--no-uvloop", "consume", "--orderly"]
+        args += ["--namesrv", cluster.namesrv_addr, "--group", group, "--topic", topic]
+        args += ["--count", "40", "--idle-exit", "5"]
+        with anyio.fail_after(25):
+            out = await anyio.run_process(args, env=child_env(), check=False)
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    summary = json.loads(out.stdout.decode().strip().splitlines()[-1])
+    assert summary["unique_keys"] == 40, summary
+    assert summary["order_violations"] == 0, summary
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "rmq_async.cli", "--no-uvloop", *args]
+
+
+async def test_cli_produce_seconds_exclude_the_shutdown(timing: Timing) -> None:
+    # _produce measures "seconds" after `await producer.stop()` (unregister from every broker, up to
+    # request_timeout each), so a slow or dead broker at shutdown inflates seconds and deflates
+    # msgs_per_s. Here UNREGISTER_CLIENT is answered after 2 s: 10 sends report >= 2 s.
+    topic = "ReviewSecs"
+    async with EmbeddedCluster(brokers=1, queues=4, timing=timing) as cluster:
+        await cluster.create_topic(topic, queues=4)
+        cluster.brokers[0].faults.delay(RequestCode.UNREGISTER_CLIENT, 2.0)
+        with anyio.fail_after(30):
+            out = await anyio.run_process(
+                _cli(
+                    "produce", "--namesrv", cluster.namesrv_addr, "--topic", topic, "--count", "10", "--quiet"
+                ),
+                env=child_env(),
+                check=False,
+            )
+    assert out.returncode == 0, out.stderr.decode()[-1000:]
+    summary = json.loads(out.stdout.decode().strip().splitlines()[-1])
+    assert summary["sent"] == 10 and summary["failed"] == 0, summary
+    assert summary["seconds"] < 1.5, summary
+
+
+async def test_cli_consume_waits_for_a_topic_not_created_yet(timing: Timing) -> None:
+    # Java DefaultMQPushConsumer on a topic the name server does not know yet keeps running and
+    # picks the route up at a later refresh; the usual "start consume --from last, then produce to a
+    # new (auto-created) topic" works. `rmq-async consume` exits 2 at once ("cannot reach the cluster
+    # or topic") although the name server answered.
+    topic = "ReviewLater"
+    async with EmbeddedCluster(brokers=1, queues=4, timing=timing) as cluster:
+        args = _cli("consume", "--namesrv", cluster.namesrv_addr, "--group", "review_later_cg")
+        args += ["--topic", topic, "--from", "last", "--idle-exit", "30"]
+        proc = await anyio.open_process(args, env=child_env())
+        try:
+            await anyio.sleep(4.0)
+            code = proc.returncode
+            err = b""
+            if code is not None and proc.stderr is not None:
+                err = await proc.stderr.receive()
+        finally:
+            if proc.returncode is None:
+                proc.terminate()
+            with anyio.move_on_after(10):
+                await proc.wait()
+            await proc.aclose()
+    assert code is None, (code, err.decode()[-500:])
+
+
+async def test_cli_produce_illegal_topic_prints_a_message_not_a_traceback(timing: Timing) -> None:
+    # Java: Validators.checkTopic throws MQClientException "The specified topic[...] contains illegal
+    # characters". The CLI lets the ValueError from Message() escape its task group: an exception
+    # group traceback, no JSON line, no "rmq-async:" message.
+    async with EmbeddedCluster(brokers=1, queues=4, timing=timing) as cluster:
+        with anyio.fail_after(20):
+            out = await anyio.run_process(
+                _cli("produce", "--namesrv", cluster.namesrv_addr, "--topic", "bad.topic", "--count", "2"),
+                env=child_env(),
+                check=False,
+            )
+    err = out.stderr.decode()
+    assert out.returncode != 0
+    assert "Traceback" not in err and "rmq-async:" in err, err[-800:]

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import fcntl
+import socket
+import struct
 import time
 
 import anyio
+import pytest
 
-from rmq_async import EmbeddedCluster, Message, MessageQueue, Producer, PullStatus, Timing
-from rmq_async.client.instance import ClientInstance
+from rmq_async import (
+    EmbeddedCluster,
+    Message,
+    MessageQueue,
+    Producer,
+    PullStatus,
+    Timing,
+)
+from rmq_async.client.instance import ClientInstance, local_ip
 from rmq_async.config import ClientConfig
 from rmq_async.protocol import headers as H
 from rmq_async.protocol.codes import PullSysFlag
@@ -72,3 +83,31 @@ async def test_locks_one_holder_and_expiry(names: tuple[str, str]) -> None:
             with anyio.fail_after(5):
                 while await a.api.lock_batch_mq(addr, group, a.client_id, [mq], 3) != {mq}:  # noqa: ASYNC110
                     await anyio.sleep(0.1)
+
+
+# -- client id: the IP is the host name's address, often loopback --------------------------------
+
+
+def _ipv4_of_interfaces() -> list[str]:
+    out = []
+    for _, name in socket.if_nameindex():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                raw = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+            except OSError:
+                continue
+            out.append(socket.inet_ntoa(raw[20:24]))
+    return out
+
+
+def test_client_ip_is_not_loopback_when_the_host_has_another_address() -> None:
+    """Java ``ClientConfig.clientIP`` = ``RemotingUtil.getLocalAddress()``: the first non-loopback IPv4
+    of the network interfaces (skipping 127.0.* and 192.168.* when another exists). instance.py
+    ``local_ip`` resolves the host name, which /etc/hosts maps to 127.0.0.1 or 127.0.1.1 on many hosts:
+    every member on such hosts gets the id ``127.0.x.1@<instance>``. With an explicit instance name
+    (the same on every host) the ids collide, the broker lists one id twice, both members compute the
+    same share, and the other share is never consumed; admin tools cannot tell the members apart."""
+    others = [a for a in _ipv4_of_interfaces() if not a.startswith("127.")]
+    if not others:
+        pytest.skip("this host has no non-loopback IPv4 address")
+    assert local_ip() in others, f"client ip {local_ip()!r}, but the host has {others}"

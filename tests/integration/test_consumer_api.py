@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import anyio
+import pytest
 from helpers import Collector, produce
 
 from rmq_async import (
@@ -137,3 +139,28 @@ async def test_binary_header_serialization(
         consume_from_where="CONSUME_FROM_FIRST_OFFSET",
     ):
         await col.wait_unique(10)
+
+
+# -- CONSUME_FROM_TIMESTAMP: the default timestamp moves with every rebalance ---------------------
+
+
+def test_default_consume_timestamp_is_fixed_when_the_consumer_is_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Java ``DefaultMQPushConsumer.consumeTimestamp`` is a field set once, at construction, to
+    now - 30 min; every queue without a committed offset starts from that instant. rebalancer.py
+    ``_consume_timestamp_ms`` computes now - 30 min at every ``compute_pull_from_where``: a queue first
+    assigned hours after start (a new queue of the topic, a queue whose offset the broker lost) starts
+    30 min before THAT moment and its older messages are never consumed."""
+    c = PushConsumer(
+        "review_ts_group",
+        namesrv_addr="127.0.0.1:9876",
+        handler=Collector(),
+        subscriptions={"ReviewTs": "*"},
+        consume_from_where="CONSUME_FROM_TIMESTAMP",
+    )
+    first = c.rebalancer._consume_timestamp_ms()
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 7200.0)  # two hours later
+    later = c.rebalancer._consume_timestamp_ms()
+    assert later == first, f"the default consume timestamp moved by {(later - first) / 1000:.0f} s"

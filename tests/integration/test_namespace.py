@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import anyio
-from helpers import alive_until, produce, until
+from helpers import Collector, alive_until, produce, until
 from support.broker_admin import query_offset
 
 from rmq_async import (
@@ -96,3 +96,26 @@ async def test_namespaced_lite_pull_takes_and_returns_plain_names(
     # the offsets are the namespaced group's, on the namespaced topic
     for mq in queues:
         assert await query_offset(cluster.brokers[0].addr, f"ns2%{group}", f"ns2%{topic}", mq.queue_id) >= 0
+
+
+# -- ClientConfig.namespace is accepted and ignored ---------------------------------------------------
+
+
+def test_namespace_wraps_the_group_and_topics_as_java_does() -> None:
+    """Java ``DefaultMQPushConsumer`` with a namespace registers and pulls as ``ns%group`` /
+    ``ns%topic`` / ``%RETRY%ns%group`` (``NamespaceUtil.wrapNamespace`` in ``start()`` and
+    ``subscribe()``). rmq_async has ``ClientConfig.namespace`` and ``with_namespace`` but nothing calls
+    them: a member configured like its Java peers joins another group on other topics (or gets
+    TOPIC_NOT_EXIST), silently."""
+    c = PushConsumer(
+        "review_ns_group",
+        client_config=ClientConfig(namesrv_addr="127.0.0.1:9876", namespace="ns"),
+        handler=Collector(),
+        subscriptions={"ReviewNs": "*"},
+    )
+    data = c.consumer_data()
+    topics = sorted(s.topic for s in data.subscription_data_set)
+    assert (data.group_name, topics) == (
+        "ns%review_ns_group",
+        ["%RETRY%ns%review_ns_group", "ns%ReviewNs"],
+    ), f"namespace 'ns' configured, but the heartbeat registers group {data.group_name!r} with {topics}"

@@ -3,10 +3,15 @@ compression, the size limit, and retries on another broker."""
 
 from __future__ import annotations
 
-import pytest
-from helpers import Collector
+import sys
+import time
 
-from rmq_async import ClientError, EmbeddedCluster, Message, Producer, PushConsumer, Timing
+import anyio
+import pytest
+from helpers import Collector, child_env, until
+
+from rmq_async import ClientConfig, ClientError, EmbeddedCluster, Message, Producer, PushConsumer, Timing
+from rmq_async.errors import RocketMQError
 from rmq_async.producer.producer import select_by_key_hash
 from rmq_async.protocol.codes import RequestCode, ResponseCode
 
@@ -63,3 +68,78 @@ async def test_a_batch_to_a_retry_topic_is_refused_before_sending(cluster: Embed
     async with Producer("p", namesrv_addr=cluster.namesrv_addr) as p:
         with pytest.raises(ClientError, match="retry topic"):
             await p.send_batch([Message("%RETRY%g", b"x"), Message("%RETRY%g", b"y")])
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "rmq_async.cli", "--no-uvloop", *args]
+
+
+def _producer(namesrv: str, timing: Timing) -> Producer:
+    return Producer("review_pg", client_config=ClientConfig(namesrv_addr=namesrv, timing=timing))
+
+
+async def test_unknown_topic_without_auto_create_names_the_topic(timing: Timing) -> None:
+    # Java (DefaultMQProducerImpl.sendDefaultImpl, 4.9.8 and 5.3.3): the topic's route is 17, the
+    # TBW102 route is 17 too (no broker creates TBW102 with autoCreateTopicEnable=false), so the send
+    # throws MQClientException "No route info of this topic: <topic>". rmq_async raises the name
+    # server's 17 about TBW102, and the CLI says "cannot reach the cluster" although it answered.
+    topic = "ReviewNoSuchTopic"
+    async with EmbeddedCluster(brokers=1, queues=4, timing=timing, auto_create_topic=False) as cluster:
+        async with _producer(cluster.namesrv_addr, timing) as p:
+            with pytest.raises(RocketMQError) as ei:
+                await p.send(Message(topic, b"x"))
+        t0 = time.monotonic()
+        with anyio.fail_after(20):
+            out = await anyio.run_process(
+                _cli(
+                    "produce", "--namesrv", cluster.namesrv_addr, "--topic", topic, "--count", "3", "--quiet"
+                ),
+                env=child_env(),
+                check=False,
+            )
+        took = time.monotonic() - t0
+    err = out.stderr.decode()
+    assert out.returncode != 0 and took < 15, (out.returncode, took)  # right: fails fast
+    assert topic in str(ei.value), str(ei.value)
+    assert topic in err and "cannot reach the cluster" not in err, err
+
+
+async def test_publish_info_follows_the_route_refresh(timing: Timing) -> None:
+    # Java: MQClientInstance.updateTopicRouteInfoFromNameServer (every 30 s) rebuilds the producer's
+    # TopicPublishInfo (updateTopicPublishInfo). rmq_async refreshes client.routes but Producer._publish
+    # keeps the queues of the first lookup forever: new queues are never used.
+    topic = "ReviewGrow"
+    async with EmbeddedCluster(brokers=1, queues=4, timing=timing) as cluster:
+        await cluster.create_topic(topic, queues=2)
+        async with _producer(cluster.namesrv_addr, timing) as p:
+            await p.send(Message(topic, b"x"))
+            assert len(await p.queues(topic)) == 2
+            await cluster.create_topic(topic, queues=6)
+            with anyio.fail_after(10):
+                await until(lambda: [q.write_queue_nums for q in p.client.routes[topic].queue_datas] == [6])
+            await anyio.sleep(0.2)
+            assert len(await p.queues(topic)) == 6
+
+
+async def test_selector_sends_after_a_broker_leaves(timing: Timing) -> None:
+    # Java: after the route refresh the selector (sendSelectImpl) gets the queue list of the live
+    # brokers only, so every key still has a writable queue. rmq_async hands the selector the stale
+    # list (both brokers), and keys hashing onto the stopped broker fail forever (no retry on a
+    # selector send).
+    topic = "ReviewLeave"
+    async with EmbeddedCluster(brokers=2, queues=4, timing=timing) as cluster:
+        await cluster.create_topic(topic, queues=4)
+        async with _producer(cluster.namesrv_addr, timing) as p:
+            assert len(await p.queues(topic)) == 8
+            await cluster.stop_broker(1)
+            with anyio.fail_after(10):
+                await until(lambda: len(p.client.routes[topic].broker_datas) == 1)
+            await anyio.sleep(0.2)
+            failed = []
+            for key in range(8):
+                try:
+                    await p.send(Message(topic, b"x"), selector=select_by_key_hash, arg=key, timeout=2)
+                except RocketMQError as exc:
+                    failed.append((key, str(exc)[:80]))
+            assert not failed, failed
+            assert {q.broker_name for q in await p.queues(topic)} == {"broker-a"}

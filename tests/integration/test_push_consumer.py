@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import anyio
 import pytest
 from helpers import Collector, consumer, produce
@@ -14,6 +16,8 @@ from rmq_async import (
     PushConsumer,
     Timing,
 )
+from rmq_async.client.instance import ClientInstance
+from rmq_async.config import ClientConfig
 
 
 async def test_every_message_consumed_once_with_one_consumer(
@@ -90,8 +94,6 @@ async def test_reconsume_later_goes_to_retry_then_dlq(
     assert {k: v for k, v in deliveries.items()} == {f"k-{i}": [0, 1, 2] for i in range(3)}
     # after max_reconsume_times the broker moved them to the DLQ
     dlq = f"%DLQ%{group}"
-    from rmq_async.client.instance import ClientInstance
-    from rmq_async.config import ClientConfig
 
     async with ClientInstance(ClientConfig(namesrv_addr=cluster.namesrv_addr, timing=timing)) as ci:
         route = await ci.update_route(dlq)
@@ -413,3 +415,56 @@ async def test_broadcasting_every_member_gets_everything(
     finally:
         for m in ms:
             await m.stop()
+
+
+async def test_offsets_survive_a_broker_restart_on_a_data_dir(
+    tmp_path: Path, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, group = names
+    async with EmbeddedCluster(timing=timing, data_dir=tmp_path) as cluster:
+        await produce(cluster.namesrv_addr, topic, 40)
+        col = Collector()
+        async with consumer(cluster, group, topic, col, timing):
+            await col.wait_unique(40)
+        await cluster.stop_broker(0)
+        await cluster.start_broker(0)
+        await produce(cluster.namesrv_addr, topic, 10, start=40)
+        col2 = Collector()
+        async with consumer(cluster, group, topic, col2, timing):
+            await col2.wait_unique(10)
+            await anyio.sleep(timing.rebalance_interval)
+        assert set(col2.seen) == {f"k-{i}" for i in range(40, 50)}
+
+
+@pytest.fixture
+async def cluster5(timing: Timing):  # type: ignore[no-untyped-def]
+    async with EmbeddedCluster(timing=timing, flavour=5) as c:
+        yield c
+
+
+async def test_smoke_on_5x_flavour_consume_retry_and_restart(
+    cluster5: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    """5.x answers 22 for a never-committed retry queue and refuses offsets of unknown groups (26)."""
+    topic, group = names
+    await produce(cluster5.namesrv_addr, topic, 30)
+    failed_once: set[str] = set()
+    col = Collector()
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult | None:
+        key = msgs[0].keys or ""
+        if key in ("k-3", "k-7") and key not in failed_once:
+            failed_once.add(key)
+            ctx.delay_level = 1
+            return ConsumeResult.RECONSUME_LATER
+        return await col(msgs, ctx)
+
+    async with consumer(cluster5, group, topic, handler, timing):
+        await col.wait_unique(30)
+    assert col.seen["k-3"] == 1 and col.seen["k-7"] == 1
+    col2 = Collector()
+    await produce(cluster5.namesrv_addr, topic, 5, start=30)
+    async with consumer(cluster5, group, topic, col2, timing):
+        await col2.wait_unique(5)
+        await anyio.sleep(timing.rebalance_interval)
+    assert set(col2.seen) == {f"k-{i}" for i in range(30, 35)}

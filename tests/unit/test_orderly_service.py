@@ -22,8 +22,8 @@ from support.orderly_stub import stub_consumer
 from rmq_async.config import Timing
 from rmq_async.consumer.orderly import OrderlyConsumeService, OrderlyContext, OrderlyResult
 from rmq_async.consumer.process_queue import ProcessQueue
-from rmq_async.protocol.message import MessageExt
 from rmq_async.protocol.mq import MessageQueue
+from rmq_async.protocol.stored import MessageExt
 
 MQ = MessageQueue("T", "b", 0)
 
@@ -131,3 +131,34 @@ async def test_a_suspend_time_that_is_not_a_number_suspends_for_the_default(bad:
     await _run_until_committed(c, handler)
     assert calls == [[100], [100]]
     assert c.offset_store.read_memory(MQ) == 101
+
+
+async def test_orderly_handler_is_not_cancelled_by_the_consume_timeout() -> None:
+    # Java's ConsumeMessageOrderlyService has no consume timeout: a handler runs under the queue's
+    # lock until it returns (consumeTimeout only labels the hook's return type TIME_OUT), and its
+    # SUCCESS is committed. Here consume_timeout is 0.3 s and the handler takes 0.6 s, while the broker
+    # lock is renewed all along: it must run once and its batch be committed, not be cancelled,
+    # suspended (reconsume_times + 1, the DLQ once max_reconsume_times is set) and run again forever.
+    timing = Timing.fast().model_copy(update={"consume_timeout": 0.3})
+    c = stub_consumer(timing)
+    calls: list[int] = []
+
+    async def handler(msgs: list[MessageExt], ctx: OrderlyContext) -> OrderlyResult:
+        calls.append(msgs[0].reconsume_times)
+        await anyio.sleep(0.6)
+        return OrderlyResult.SUCCESS
+
+    svc = OrderlyConsumeService(c, handler)
+    async with anyio.create_task_group() as tg:
+        await svc.run(tg)
+        pq = ProcessQueue(MQ)
+        c.pqs[MQ] = pq
+        assert await svc.lock_new(pq)
+        msgs = [MessageExt("T", b"x", queue_offset=100)]
+        pq.put(msgs)
+        svc.submit(pq, msgs)
+        with anyio.move_on_after(3):
+            await c.offset_store.committed.wait()
+        tg.cancel_scope.cancel()
+    assert [off for off, _ in c.offset_store.commits] == [101], (c.offset_store.commits, calls)
+    assert calls == [0], calls
