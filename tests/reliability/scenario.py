@@ -3,7 +3,7 @@
 Strategy: every scenario sends messages whose identity is the producer's UNIQ_KEY (``msg_id``), records
 each handler invocation in a :class:`Ledger`, and ends with ``ledger.record(...)``: lost (sent, never
 seen) must be 0, duplicates are counted, recovery time is measured from the end of the fault to the
-last new message seen. ``conftest.py`` writes the rows to README.md at session end.
+last new message seen. ``conftest.py`` saves the rows at session end (``report.py`` renders README.md).
 """
 
 from __future__ import annotations

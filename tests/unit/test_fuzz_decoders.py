@@ -5,24 +5,25 @@ length fields, cuts, junk), plus random bytes. The only exception allowed out is
 re-chunking real frames must give exactly what decoding them one by one gives. The number of inputs
 is set by each test's hypothesis ``max_examples`` (no deadline: CI machines vary). The inputs each
 decoder was actually given are counted (``INPUTS``) and, when every fuzz test of this module ran and
-passed, written to ``tests/reliability/fuzz/hypothesis.json`` at module teardown; the reliability
-suite's README shows them next to the atheris figures.
+passed, saved at module teardown under ``.pytest_cache/rmq_reliability/`` (to the tracked
+``tests/reliability/fuzz/hypothesis.json`` only with ``RMQ_WRITE_RELIABILITY_REPORT=1``, or by
+``python -m tests.reliability.report``); the reliability suite's README shows them next to the atheris
+figures.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import struct
 import time
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from reliability.report import save_fuzz_counts
 from support.wire import CAPTURE_FILES, frames
 
 from rmq_async.errors import ProtocolError
@@ -36,7 +37,6 @@ FUZZ_TESTS = (
     "test_mutated_frames",
     "test_mutated_pull_bodies",
 )
-COUNTS_FILE = Path(__file__).resolve().parents[1] / "reliability" / "fuzz" / "hypothesis.json"
 
 #: fuzzed inputs given to each decoder (names as in the atheris harness), and examples per test
 INPUTS: Counter[str] = Counter()
@@ -62,18 +62,14 @@ def _write_counts(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     # a partial run (-k) or a failure keeps the last full figures
     if set(EXAMPLES) == set(FUZZ_TESTS) and request.session.testsfailed == failed:
-        COUNTS_FILE.write_text(
-            json.dumps(
-                {
-                    "run_at": time.strftime("%Y-%m-%d %H:%M"),
-                    "max_examples": FUZZ.max_examples,
-                    "seconds": round(time.monotonic() - t0, 1),
-                    "inputs_per_decoder": dict(sorted(INPUTS.items())),
-                    "examples_per_test": {t: EXAMPLES[t] for t in FUZZ_TESTS},
-                },
-                indent=1,
-            )
-            + "\n"
+        save_fuzz_counts(
+            {
+                "run_at": time.strftime("%Y-%m-%d %H:%M"),
+                "max_examples": FUZZ.max_examples,
+                "seconds": round(time.monotonic() - t0, 1),
+                "inputs_per_decoder": dict(sorted(INPUTS.items())),
+                "examples_per_test": {t: EXAMPLES[t] for t in FUZZ_TESTS},
+            }
         )
 
 
