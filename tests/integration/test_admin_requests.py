@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from helpers import Collector, alive_until, consumer, produce, until
+from support.integration import Collector, alive_until, consumer, produce, until
 
 from rmq_async import (
     ConsumeContext,

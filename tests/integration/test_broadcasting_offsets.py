@@ -9,7 +9,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from helpers import Collector, alive_until, consumer, produce, until
+from support.integration import Collector, alive_until, consumer, produce, until
 
 from rmq_async import EmbeddedCluster, Timing
 from rmq_async.client.instance import build_client_id

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 import anyio
-from helpers import child_env, produce
+from support.integration import child_env, produce
 
 from rmq_async import EmbeddedCluster, Message, Producer, Timing
 from rmq_async.protocol.codes import RequestCode

@@ -7,7 +7,7 @@ import time
 
 import anyio
 import pytest
-from helpers import Collector, produce
+from support.integration import Collector, produce
 
 from rmq_async import (
     ConsumeResult,

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import produce
+from support.integration import produce
 
 from rmq_async import EmbeddedCluster
 

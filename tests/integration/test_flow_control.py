@@ -7,7 +7,7 @@ import os
 import time
 
 import anyio
-from helpers import consumer, produce
+from support.integration import consumer, produce
 
 from rmq_async import (
     ConsumeContext,

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import anyio
-from helpers import Collector, produce
+from support.integration import Collector, produce
 
 from rmq_async import EmbeddedCluster, PushConsumer, Timing
 

@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import anyio
 import pytest
-from helpers import produce
 from support.broker_admin import query_offset
 from support.frame_proxy import FrameProxy, route_rewriter
+from support.integration import produce
 
 from rmq_async import ClientError, ConfigError, EmbeddedCluster, MessageExt, Timing
 from rmq_async.consumer.lite_pull import LitePullConsumer

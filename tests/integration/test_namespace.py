@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import Counter
 
 import anyio
-from helpers import Collector, alive_until, produce, until
 from support.broker_admin import query_offset
+from support.integration import Collector, alive_until, produce, until
 
 from rmq_async import (
     ClientConfig,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from helpers import Collector, alive_until, produce, until
 from support.frame_proxy import FrameProxy, route_rewriter
+from support.integration import Collector, alive_until, produce, until
 
 from rmq_async import EmbeddedCluster, PushConsumer, Timing
 

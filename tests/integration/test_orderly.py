@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from helpers import child_env
+from support.integration import child_env
 
 from rmq_async import ConnectError, EmbeddedCluster, Message, MessageExt, Producer, PushConsumer, Timing
 from rmq_async.consumer.orderly import OrderlyContext, OrderlyResult

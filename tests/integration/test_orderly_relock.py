@@ -4,8 +4,8 @@ committed offset, never moving it back nor re-consuming what another member cons
 from __future__ import annotations
 
 import anyio
-from helpers import alive_until, produce, until
 from support.broker_admin import commit_offset
+from support.integration import alive_until, produce, until
 
 from rmq_async import EmbeddedCluster, MessageExt, PushConsumer, Timing
 from rmq_async.consumer.orderly import OrderlyContext, OrderlyResult

@@ -8,7 +8,7 @@ import time
 
 import anyio
 import pytest
-from helpers import Collector, child_env, until
+from support.integration import Collector, child_env, until
 
 from rmq_async import ClientConfig, ClientError, EmbeddedCluster, Message, Producer, PushConsumer, Timing
 from rmq_async.errors import RocketMQError

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from helpers import Collector, consumer, produce
+from support.integration import Collector, consumer, produce
 
 from rmq_async import (
     ConsumeContext,

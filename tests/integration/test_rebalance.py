@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import anyio
-from helpers import Collector, alive_until, consumer, produce, until
+from support.integration import Collector, alive_until, consumer, produce, until
 
 from rmq_async import EmbeddedCluster, Timing
 from rmq_async.protocol.codes import RequestCode

@@ -4,8 +4,8 @@ consumes again from the reset point, and a running orderly handler does not undo
 from __future__ import annotations
 
 import anyio
-from helpers import Collector, alive_until, consumer, produce, until
 from support.broker_admin import query_offset
+from support.integration import Collector, alive_until, consumer, produce, until
 
 from rmq_async import (
     EmbeddedCluster,

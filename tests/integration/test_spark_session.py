@@ -4,9 +4,9 @@ from a slave when the master is down, and the driver's offset commit does not jo
 from __future__ import annotations
 
 import pytest
-from helpers import produce
 from support.broker_admin import query_offset
 from support.frame_proxy import FrameProxy, route_rewriter
+from support.integration import produce
 
 from rmq_async import EmbeddedCluster, Timing
 from rmq_async.errors import BrokerError

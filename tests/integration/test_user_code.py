@@ -7,7 +7,7 @@ import asyncio
 from collections import Counter
 
 import pytest
-from helpers import alive_until, consumer, produce, until
+from support.integration import alive_until, consumer, produce, until
 
 from rmq_async import ConsumeContext, ConsumeResult, EmbeddedCluster, MessageExt, Timing
 from rmq_async.consumer.orderly import OrderlyContext, OrderlyResult

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ClusterHandle
+from support.spark_cluster import ClusterHandle
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
 

@@ -1,4 +1,5 @@
-"""Helpers for integration tests: produce keyed messages, collect what handlers see."""
+"""Helpers for integration tests on the embedded cluster: produce keyed messages, collect what handlers
+see, make push consumers, wait on conditions while the consumer is alive."""
 
 from __future__ import annotations
 
