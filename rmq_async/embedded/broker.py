@@ -1,13 +1,14 @@
-"""The embedded broker: lifecycle, registration, request dispatch and the send path.
+"""The embedded broker: composition and lifecycle.
 
-Strategy: one :class:`Broker` owns a :class:`~.server.Server`, the :class:`~.store.MessageStore`, the
-configuration state and the group/lock managers, plus a task group for its timers (registration,
-held-pull checks, idle-client scan, delayed delivery, flush) and for the few requests answered
-asynchronously (topic creation, forwarding to clients). Requests are dispatched through a table of
-synchronous handlers; each follows the corresponding Java processor of RocketMQ 4.9.8
-(``flavour=5`` answers as 5.3.3 where the captures show a difference) and lives in a sibling module
-(send, pull, clients, admin, delay). Every message is stored through :meth:`Broker.put`
-(``CommitLog.putMessage``: delay levels go to the schedule topic; parked pulls are notified).
+Strategy: a :class:`Broker` owns a :class:`~.server.Server`, the configuration state and the client
+tables, and a task group for its timers (registration, held-pull checks, idle-client scan, delayed
+delivery, flush) and for the few requests answered asynchronously (topic creation, forwarding to
+clients). :meth:`Broker.run` listens, opens the store (its store host is the listening address),
+builds the :class:`~.context.BrokerContext` and merges the request tables of the handler modules
+(send, pull, delay, clients, admin), each built once from the context. Handlers are synchronous and
+follow the corresponding Java processor of RocketMQ 4.9.8 (``flavour=5`` answers as 5.3.3 where the
+captures show a difference); none of them sees this class. A broker restarted on the same port and
+data directory is a new :class:`Broker` (see ``EmbeddedCluster.start_broker``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,23 +25,32 @@ from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ..config import Timing, parse_delay_levels
-from ..protocol.codes import MQ_VERSION_V4_9_8, MQ_VERSION_V5_3_3, RequestCode, ResponseCode
+from ..errors import ClientError
+from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
 from . import admin, clients, delay, pull, send
+from .context import BrokerContext, BrokerSettings, HandlerTable, Wakeup, open_store
 from .groups import ConsumerManager, LockManager, ProducerManager
-from .jcompat import java_ext, java_sized_capacity, json_body, props_decode, props_encode
+from .holds import HoldService
+from .jcompat import json_body
 from .outbound import Outbound
-from .server import Connection, Reply, Server
-from .state import SCHEDULE_TOPIC, BrokerState, TopicConfig
-from .store import MessageStore, PutResult, host_bytes, now_ms
+from .server import Connection, Reply, Server, error_response
+from .state import BrokerState
+from .store import MessageStore
 
 __all__ = ["Broker"]
 
 log = logging.getLogger("rmq_async.embedded")
 
-Handler = Callable[[Connection, RemotingCommand], Reply]
-Job = tuple[Callable[..., Any], tuple[Any, ...]]
-tags_code_of = send.tags_code_of
+Job = tuple[Callable[..., Any], tuple[object, ...]]
+#: each handler module's table builder; the tables do not overlap
+_TABLES: tuple[Callable[[BrokerContext], HandlerTable], ...] = (
+    send.handlers,
+    pull.handlers,
+    delay.handlers,
+    clients.handlers,
+    admin.handlers,
+)
 
 
 class Broker:
@@ -60,49 +70,40 @@ class Broker:
         port: int = 0,
         cluster: str = "DefaultCluster",
     ) -> None:
+        self.settings = s = BrokerSettings(
+            name,
+            cluster,
+            namesrv_addr,
+            timing,
+            flavour,
+            queues,
+            auto_create_topic,
+            data_dir,
+            parse_delay_levels(delay_levels or timing.delay_levels),
+        )
         self.name = name
-        self.cluster = cluster
-        self.namesrv_addr = namesrv_addr
-        self.timing = timing
-        self.flavour = flavour
-        self.version = MQ_VERSION_V5_3_3 if flavour == 5 else MQ_VERSION_V4_9_8
-        self.queues = queues
-        self.auto_create = auto_create_topic
-        self.data_dir = data_dir
-        self.delay_levels = parse_delay_levels(delay_levels or timing.delay_levels)
-        self.delay_ms = tuple(round(s * 1000) for s in self.delay_levels)
         self.requested_port = port
-        self.server = Server(self, name, version=self.version)
+        self.server = Server(self, name, version=s.version)
         self.faults = self.server.faults
         self.state = BrokerState(
             name,
             cluster,
             default_queues=queues,
             auto_create=auto_create_topic,
-            schedule_queues=max(18, len(self.delay_levels)),
+            schedule_queues=max(18, len(s.delay_levels)),
             data_dir=data_dir,
         )
-        self.store: MessageStore | None = None
-        self.consumers = ConsumerManager(self.notify_ids_changed)
+        self.consumers = ConsumerManager(self._notify_ids_changed)
         self.producers = ProducerManager()
         self.locks = LockManager(timing.broker_lock_expiry)
-        self.holds = pull.HoldService(self)
-        self.schedule = delay.ScheduleService(self)
+        self.holds = HoldService()
+        self.handlers: HandlerTable = {}  # filled by run(), once the store is open
+        self._ctx: BrokerContext | None = None
+        self._schedule: delay.ScheduleService | None = None
         self._namesrv = Outbound(namesrv_addr)
-        self._register_now = anyio.Event()
-        self._tg: TaskGroup | None = None
+        self._register_now = Wakeup()
         self._stopped = anyio.Event()
         self._jobs_send: MemoryObjectSendStream[Job] | None = None
-        self._jobs_recv: MemoryObjectReceiveStream[Job] | None = None
-        self.handlers: dict[int, Handler] = {
-            RequestCode.SEND_MESSAGE: lambda c, r: send.send_message(self, c, r),
-            RequestCode.SEND_MESSAGE_V2: lambda c, r: send.send_message(self, c, r),
-            RequestCode.SEND_BATCH_MESSAGE: lambda c, r: send.send_message(self, c, r),
-            RequestCode.PULL_MESSAGE: lambda c, r: pull.pull_message(self, c, r, True),
-            RequestCode.CONSUMER_SEND_MSG_BACK: lambda c, r: delay.send_back(self, c, r),
-        }
-        self.handlers.update(clients.handlers(self))
-        self.handlers.update(admin.handlers(self))
 
     # -- properties ---------------------------------------------------------------------------
 
@@ -114,18 +115,25 @@ class Broker:
     def addr(self) -> str:
         return f"127.0.0.1:{self.server.port}"
 
-    def respond(
-        self,
-        cmd: RemotingCommand,
-        code: int,
-        remark: str | None = None,
-        ext: dict[str, str] | None = None,
-        body: bytes = b"",
-    ) -> RemotingCommand:
-        """A response in the request's serialize type; ``ext`` None leaves ``extFields`` out."""
-        return cmd.make_response(int(code), remark, java_ext(ext) if ext else ext, body, version=self.version)
+    @property
+    def context(self) -> BrokerContext:
+        """What the handlers work with (from :meth:`run` on; kept after the broker stopped)."""
+        if self._ctx is None:
+            raise ClientError(f"broker {self.name} has not been started")
+        return self._ctx
 
-    def spawn(self, fn: Callable[..., Any], *args: Any) -> None:
+    @property
+    def store(self) -> MessageStore:
+        return self.context.store
+
+    @property
+    def schedule(self) -> delay.ScheduleService:
+        """Delayed delivery (``schedule.deliver_next()`` delivers one message at once: a test hook)."""
+        if self._schedule is None:
+            raise ClientError(f"broker {self.name} has not been started")
+        return self._schedule
+
+    def spawn(self, fn: Callable[..., Awaitable[object]], /, *args: object) -> None:
         """Run an async job in the broker's task group (requests answered later).
 
         Callable from protocol callbacks (outside any task): the job is queued and started by
@@ -145,38 +153,59 @@ class Broker:
 
     # -- lifecycle ----------------------------------------------------------------------------
 
+    def _open(self) -> tuple[BrokerContext, delay.ScheduleService]:
+        """Open the store, build the context and the request table (the server already listens)."""
+        store, recovered = open_store(self.settings, self.server.port)
+        if recovered:
+            log.info("%s: recovered %d messages from %s", self.name, recovered, self.settings.data_dir)
+        ctx = BrokerContext(
+            self.settings,
+            self.state,
+            store,
+            self.consumers,
+            self.producers,
+            self.locks,
+            self.holds,
+            spawn=self.spawn,
+            register=self.register,
+            register_soon=self.register_soon,
+        )
+        schedule = delay.ScheduleService(ctx)
+        schedule.load()
+        handlers: HandlerTable = {}
+        for table in _TABLES:
+            handlers.update(table(ctx))
+        self.handlers, self._ctx, self._schedule = handlers, ctx, schedule
+        return ctx, schedule
+
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until :meth:`stop`; ``task_status.started()`` once registered with the name server."""
         await self.server.start(self.requested_port)
         self.requested_port = self.server.port
-        self.store = MessageStore(host_bytes("127.0.0.1", self.server.port), self.data_dir)
-        recovered = self.store.open(self._recovery_tags_code)
-        if recovered:
-            log.info("%s: recovered %d messages from %s", self.name, recovered, self.data_dir)
-        self.schedule.load()
-        self._jobs_send, self._jobs_recv = anyio.create_memory_object_stream[Job](math.inf)
+        ctx, schedule = self._open()
+        timing = self.settings.timing
+        self._jobs_send, jobs_recv = anyio.create_memory_object_stream[Job](math.inf)
         try:
-            async with self._jobs_send, self._jobs_recv, anyio.create_task_group() as tg:
-                self._tg = tg
+            async with self._jobs_send, jobs_recv, anyio.create_task_group() as tg:
                 try:
                     await self.register()
                 except Exception as exc:  # the name server may be down: keep trying in the loop
                     log.warning("%s: first registration failed: %s", self.name, exc)
-                tg.start_soon(self._job_runner, tg, self._jobs_recv)
+                tg.start_soon(self._job_runner, tg, jobs_recv)
                 tg.start_soon(self._register_loop)
-                tg.start_soon(self.holds.run)
-                tg.start_soon(self._housekeeping)
-                tg.start_soon(self.schedule.run)
+                tg.start_soon(self.holds.run, ctx.store, timing.held_pull_check_interval)
+                tg.start_soon(self._housekeeping, ctx, schedule)
+                tg.start_soon(schedule.run)
                 task_status.started()
                 await self._stopped.wait()
                 tg.cancel_scope.cancel()
         finally:
-            self._tg = None
-            self._jobs_send = self._jobs_recv = None
+            self._jobs_send = None
             with anyio.move_on_after(2, shield=True):
-                await self._shutdown()
+                await self._shutdown(ctx, schedule)
 
-    async def _shutdown(self) -> None:
+    async def _shutdown(self, ctx: BrokerContext, schedule: delay.ScheduleService) -> None:
+        s = self.settings
         try:
             if self._namesrv.connected:
                 req = RemotingCommand.request(
@@ -184,21 +213,20 @@ class Broker:
                     {
                         "brokerAddr": self.addr,
                         "brokerId": "0",
-                        "brokerName": self.name,
-                        "clusterName": self.cluster,
+                        "brokerName": s.name,
+                        "clusterName": s.cluster,
                     },
                     language="JAVA",
-                    version=self.version,
+                    version=s.version,
                 )
                 await self._namesrv.request(req, 1.0)
         except Exception as exc:
             log.debug("%s: unregister failed: %s", self.name, exc)
         await self._namesrv.close()
         await self.server.stop()
-        self.state.persist(force=self.data_dir is not None)
-        self.schedule.persist()
-        if self.store is not None:
-            self.store.close()
+        self.state.persist(force=s.data_dir is not None)
+        schedule.persist()
+        ctx.store.close()
 
     def stop(self) -> None:
         """Ask :meth:`run` to shut down (unregister, close connections, flush)."""
@@ -215,53 +243,54 @@ class Broker:
 
     async def register(self) -> None:
         """REGISTER_BROKER with a RegisterBrokerBody (the TopicConfigSerializeWrapper inside)."""
+        s = self.settings
         body = json_body({"filterServerList": [], "topicConfigSerializeWrapper": self.state.wrapper_json()})
         ext = {
             "brokerAddr": self.addr,
             "brokerId": "0",
-            "brokerName": self.name,
-            "clusterName": self.cluster,
+            "brokerName": s.name,
+            "clusterName": s.cluster,
             "haServerAddr": f"127.0.0.1:{self.server.port + 1}",
             "compressed": "false",
             "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF),
         }
         req = RemotingCommand.request(
-            RequestCode.REGISTER_BROKER, ext, body, language="JAVA", version=self.version
+            RequestCode.REGISTER_BROKER, ext, body, language="JAVA", version=s.version
         )
-        resp = await self._namesrv.request(req, self.timing.request_timeout)
+        resp = await self._namesrv.request(req, s.timing.request_timeout)
         if resp is not None and resp.code != ResponseCode.SUCCESS:
             log.warning("%s: register answered %s %s", self.name, resp.code, resp.remark)
 
     async def _register_loop(self) -> None:
         while True:
-            with anyio.move_on_after(self.timing.broker_register_interval):
-                await self._register_now.wait()
-            self._register_now = anyio.Event()
+            await self._register_now.wait(self.settings.timing.broker_register_interval)
             try:
                 await self.register()
             except Exception as exc:
                 log.debug("%s: register failed: %s", self.name, exc)
 
-    async def _housekeeping(self) -> None:
+    async def _housekeeping(self, ctx: BrokerContext, schedule: delay.ScheduleService) -> None:
         """Idle client scan (``ClientHousekeepingService``), state persistence and commit-log flush."""
-        idle = self.timing.channel_idle_timeout
+        idle = self.settings.timing.channel_idle_timeout
         step = min(1.0, idle / 4)
         while True:
             await anyio.sleep(step)
             for conn in self.consumers.scan_idle(idle) + self.producers.scan_idle(idle):
                 conn.close()
             self.state.persist()
-            self.schedule.persist()
-            if self.store is not None:
-                self.store.flush()
+            schedule.persist()
+            ctx.store.flush()
 
     # -- dispatch -----------------------------------------------------------------------------
 
     def handle(self, conn: Connection, cmd: RemotingCommand) -> Reply:
         handler = self.handlers.get(cmd.code)
         if handler is None:
-            return self.respond(
-                cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
+            return error_response(
+                cmd,
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                f" request type {cmd.code} not supported",
+                version=self.settings.version,
             )
         return handler(conn, cmd)
 
@@ -270,95 +299,14 @@ class Broker:
         self.producers.connection_closed(conn)
         self.holds.connection_closed(conn)
 
-    def notify_ids_changed(self, conns: list[Connection], group: str) -> None:
+    def _notify_ids_changed(self, conns: list[Connection], group: str) -> None:
+        """NOTIFY_CONSUMER_IDS_CHANGED (40) to every member of ``group`` (``ConsumerManager``'s hook)."""
         for conn in conns:
             conn.oneway(
                 RemotingCommand.request(
                     RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
                     {"consumerGroup": group},
                     language="JAVA",
-                    version=self.version,
+                    version=self.settings.version,
                 )
             )
-
-    # -- topics -------------------------------------------------------------------------------
-
-    def create_topic_in_back_method(
-        self, topic: str, queues: int, perm: int, sys_flag: int = 0
-    ) -> TopicConfig:
-        tc = self.state.topics.get(topic)
-        if tc is None:
-            tc = TopicConfig(topic, queues, queues, perm, sys_flag)
-            self.state.put_topic(tc)
-            self.register_soon()
-        return tc
-
-    def find_group(self, group: str) -> bool:
-        """``findSubscriptionGroupConfig`` with auto-creation (always succeeds here)."""
-        self.state.add_group(group)
-        return True
-
-    # -- the put path -------------------------------------------------------------------------
-
-    def _recovery_tags_code(self, topic: str, props: str, store_ts: int) -> int:
-        p = props_decode(props)
-        if topic == SCHEDULE_TOPIC:
-            return store_ts + self.delay_ms[min(int(p.get("DELAY", "1")), len(self.delay_ms)) - 1]
-        return tags_code_of(p)
-
-    def put(
-        self,
-        topic: str,
-        queue_id: int,
-        body: bytes,
-        flag: int,
-        props: dict[str, str],
-        props_str: str,
-        sys_flag: int,
-        born_ts: int,
-        born_host: bytes,
-        reconsume_times: int = 0,
-        store_host: bytes | None = None,
-    ) -> PutResult:
-        """``CommitLog.putMessage``: a DELAY > 0 goes to the schedule topic; holds are notified."""
-        assert self.store is not None
-        store_ts = None
-        tags_code = tags_code_of(props)
-        level = delay.delay_level(props)
-        tran = (sys_flag >> 2) & 0x3
-        if level > 0 and tran in (0, 2):
-            level = min(level, len(self.delay_ms))
-            props["REAL_TOPIC"] = topic
-            props["REAL_QID"] = str(queue_id)
-            props_str = self.encode_props(props)
-            topic, queue_id = SCHEDULE_TOPIC, level - 1
-            store_ts = now_ms()
-            tags_code = store_ts + self.delay_ms[level - 1]
-        res = self.store.put(
-            topic,
-            queue_id,
-            body,
-            flag,
-            props_str,
-            tags_code,
-            sys_flag,
-            born_ts,
-            born_host,
-            reconsume_times,
-            store_ts=store_ts,
-        )
-        if topic == SCHEDULE_TOPIC:
-            self.schedule.wake()
-        else:
-            self.holds.notify(topic, queue_id, res.queue_offset + 1, tags_code)
-        return res
-
-    def encode_props(self, props: dict[str, str], capacity: int | None = None) -> str:
-        """``messageProperties2String`` of a map made by ``string2messageProperties``.
-
-        4.9.8 builds it with ``new HashMap()`` (grows from 16), 5.3.3 with ``new HashMap(128)`` and
-        keeps the trailing separator.
-        """
-        if self.flavour == 5:
-            return props_encode(props, capacity=java_sized_capacity(128, len(props)), trailing=True)
-        return props_encode(props, capacity=capacity)

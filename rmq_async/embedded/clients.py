@@ -10,20 +10,17 @@ need the member's answer, so they are answered from a task in the broker's task 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import RequestTimeout, RocketMQError
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
+from .context import BrokerContext, HandlerTable
 from .fields import opt_str, req_int, req_str
 from .groups import ClientChannel, Subscription, mq_keys, mq_list_json
 from .jcompat import json_body, mq_json, object_key_map_json
-from .server import Connection, HeaderError, Reply
+from .server import Connection, HeaderError
 from .state import RETRY_PREFIX
-
-if TYPE_CHECKING:
-    from .broker import Broker
 
 __all__ = ["handlers"]
 
@@ -42,17 +39,17 @@ def _json(cmd: RemotingCommand) -> dict[str, Any]:
     return obj
 
 
-def handlers(broker: Broker) -> dict[int, Callable[[Connection, RemotingCommand], Reply]]:
+def handlers(ctx: BrokerContext) -> HandlerTable:
     def heartbeat(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         data = _json(cmd)
         client_id = str(data.get("clientID") or "")
         conn.client_id = client_id
         for cd in data.get("consumerDataSet") or ():
             group = str(cd["groupName"])
-            broker.find_group(group)
-            broker.create_topic_in_back_method(RETRY_PREFIX + group, 1, 6)
+            ctx.find_group(group)
+            ctx.create_topic_in_back_method(RETRY_PREFIX + group, 1, 6)
             subs = [Subscription.from_json(s) for s in cd.get("subscriptionDataSet") or ()]
-            broker.consumers.register(
+            ctx.consumers.register(
                 group,
                 ClientChannel(conn, client_id, cmd.language, cmd.version),
                 str(cd.get("consumeType", "")),
@@ -61,48 +58,48 @@ def handlers(broker: Broker) -> dict[int, Callable[[Connection, RemotingCommand]
                 subs,
             )
         for pd in data.get("producerDataSet") or ():
-            broker.producers.register(
+            ctx.producers.register(
                 str(pd["groupName"]), ClientChannel(conn, client_id, cmd.language, cmd.version)
             )
-        if broker.flavour == 5:
-            return broker.respond(cmd, 0, None, {"IS_SUPPORT_HEART_BEAT_V2": "true", "IS_SUB_CHANGE": "true"})
-        return broker.respond(cmd, 0)
+        if ctx.settings.flavour == 5:
+            return ctx.respond(cmd, 0, None, {"IS_SUPPORT_HEART_BEAT_V2": "true", "IS_SUB_CHANGE": "true"})
+        return ctx.respond(cmd, 0)
 
     def unregister(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         req_str(cmd, "clientID")
         pgroup = opt_str(cmd, "producerGroup")
         if pgroup is not None:
-            broker.producers.unregister(pgroup, conn)
+            ctx.producers.unregister(pgroup, conn)
         cgroup = opt_str(cmd, "consumerGroup")
         if cgroup is not None:
-            broker.find_group(cgroup)
-            broker.consumers.unregister(cgroup, conn)
-        return broker.respond(cmd, 0, None, {})
+            ctx.find_group(cgroup)
+            ctx.consumers.unregister(cgroup, conn)
+        return ctx.respond(cmd, 0, None, {})
 
     def consumer_list(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         group = req_str(cmd, "consumerGroup")
-        g = broker.consumers.get(group)
+        g = ctx.consumers.get(group)
         if g is not None and g.channels:
-            return broker.respond(cmd, 0, None, {}, json_body({"consumerIdList": g.client_ids()}))
-        return broker.respond(cmd, ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}", {})
+            return ctx.respond(cmd, 0, None, {}, json_body({"consumerIdList": g.client_ids()}))
+        return ctx.respond(cmd, ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}", {})
 
     def lock(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         body = _json(cmd)
-        locked = broker.locks.try_lock_batch(
+        locked = ctx.locks.try_lock_batch(
             str(body["consumerGroup"]), mq_keys(body.get("mqSet") or ()), str(body["clientId"])
         )
-        return broker.respond(cmd, 0, None, None, json_body({"lockOKMQSet": mq_list_json(locked)}))
+        return ctx.respond(cmd, 0, None, None, json_body({"lockOKMQSet": mq_list_json(locked)}))
 
     def unlock(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         body = _json(cmd)
-        broker.locks.unlock_batch(
+        ctx.locks.unlock_batch(
             str(body["consumerGroup"]), mq_keys(body.get("mqSet") or ()), str(body["clientId"])
         )
-        return broker.respond(cmd, 0)
+        return ctx.respond(cmd, 0)
 
     def call_consumer(conn: Connection, code: int, cmd: RemotingCommand, group: str, client_id: str) -> None:
         """``callConsumer``: forward to the member's channel, answer with its response."""
-        ch = broker.consumers.find_channel(group, client_id)
+        ch = ctx.consumers.find_channel(group, client_id)
         if ch is None:
             remark = f"The Consumer <{group}> <{client_id}> not online"
         elif ch.version < MQ_VERSION_V3_1_8_SNAPSHOT:
@@ -112,12 +109,12 @@ def handlers(broker: Broker) -> dict[int, Callable[[Connection, RemotingCommand]
             )
         else:
             fwd = RemotingCommand.request(
-                code, dict(cmd.ext_fields), cmd.body, language="JAVA", version=broker.version
+                code, dict(cmd.ext_fields), cmd.body, language="JAVA", version=ctx.settings.version
             )
-            broker.spawn(_forward, conn, ch, fwd, cmd, group, client_id)
+            ctx.spawn(_forward, conn, ch, fwd, cmd, group, client_id)
             return
         if not cmd.is_oneway:
-            conn.send(broker.respond(cmd, ResponseCode.SYSTEM_ERROR, remark))
+            conn.send(ctx.respond(cmd, ResponseCode.SYSTEM_ERROR, remark))
 
     async def _forward(
         conn: Connection, ch: ClientChannel, fwd: RemotingCommand, cmd: RemotingCommand, group: str, cid: str
@@ -125,11 +122,11 @@ def handlers(broker: Broker) -> dict[int, Callable[[Connection, RemotingCommand]
         try:
             resp = await ch.conn.invoke(fwd, _FORWARD_TIMEOUT)
         except RequestTimeout as exc:
-            resp = broker.respond(
+            resp = ctx.respond(
                 cmd, ResponseCode.CONSUME_MSG_TIMEOUT, f"consumer <{group}> <{cid}> Timeout: {exc}"
             )
         except RocketMQError as exc:
-            resp = broker.respond(
+            resp = ctx.respond(
                 cmd, ResponseCode.SYSTEM_ERROR, f"invoke consumer <{group}> <{cid}> Exception: {exc}"
             )
         else:
@@ -144,10 +141,9 @@ def handlers(broker: Broker) -> dict[int, Callable[[Connection, RemotingCommand]
 
     def consume_directly(conn: Connection, cmd: RemotingCommand) -> None:
         group, cid, msg_id = req_str(cmd, "consumerGroup"), req_str(cmd, "clientId"), req_str(cmd, "msgId")
-        cmd.ext_fields["brokerName"] = broker.name
-        assert broker.store is not None
+        cmd.ext_fields["brokerName"] = ctx.settings.name
         try:
-            view = broker.store.message_at(int(msg_id[-16:], 16))
+            view = ctx.store.message_at(int(msg_id[-16:], 16))
         except ValueError:
             view = None
         cmd.body = bytes(view) if view is not None else b""
@@ -159,31 +155,30 @@ def handlers(broker: Broker) -> dict[int, Callable[[Connection, RemotingCommand]
         group = req_str(cmd, "group")
         timestamp = req_int(cmd, "timestamp")
         force = (opt_str(cmd, "isForce") or "false").lower() == "true"
-        assert broker.store is not None
-        tc = broker.state.topics.get(topic)
+        tc = ctx.state.topics.get(topic)
         if tc is None:
-            return broker.respond(
+            return ctx.respond(
                 cmd,
                 ResponseCode.SYSTEM_ERROR,
-                f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}",
+                f"[reset-offset] reset offset failed, no topic in this ctx. topic={topic}",
             )
         table: list[tuple[dict[str, Any], int]] = []
         for q in range(tc.write):
-            current = broker.state.query_offset(group, topic, q)
+            current = ctx.state.query_offset(group, topic, q)
             if current == -1:
-                return broker.respond(
-                    cmd, ResponseCode.SYSTEM_ERROR, f"THe consumer group <{group}> not exist"
-                )
+                return ctx.respond(cmd, ResponseCode.SYSTEM_ERROR, f"THe consumer group <{group}> not exist")
             if timestamp == -1:
-                target = broker.store.max_offset(topic, q)
+                target = ctx.store.max_offset(topic, q)
             else:
-                target = broker.store.offset_by_time(topic, q, timestamp)
+                target = ctx.store.offset_by_time(topic, q, timestamp)
             target = max(target, 0)
-            table.append((mq_json(topic, broker.name, q), target if force or target < current else current))
+            table.append(
+                (mq_json(topic, ctx.settings.name, q), target if force or target < current else current)
+            )
         body = ('{"offsetTable":' + object_key_map_json(table) + "}").encode()
-        g = broker.consumers.get(group)
+        g = ctx.consumers.get(group)
         if g is None or not g.channels:
-            return broker.respond(
+            return ctx.respond(
                 cmd,
                 ResponseCode.CONSUMER_NOT_ONLINE,
                 "Consumer not online, so can not reset offset, "
@@ -191,7 +186,7 @@ def handlers(broker: Broker) -> dict[int, Callable[[Connection, RemotingCommand]
             )
         for ch in g.channels.values():
             if ch.version < MQ_VERSION_V3_0_7_SNAPSHOT:
-                return broker.respond(
+                return ctx.respond(
                     cmd, ResponseCode.SYSTEM_ERROR, "the client does not support this feature."
                 )
             ch.conn.oneway(
@@ -200,26 +195,26 @@ def handlers(broker: Broker) -> dict[int, Callable[[Connection, RemotingCommand]
                     {"topic": topic, "group": group, "timestamp": str(timestamp), "isForce": "false"},
                     body,
                     language="JAVA",
-                    version=broker.version,
+                    version=ctx.settings.version,
                 )
             )
-        return broker.respond(cmd, 0, None, None, body)
+        return ctx.respond(cmd, 0, None, None, body)
 
     def consumer_status(conn: Connection, cmd: RemotingCommand) -> None:
         """INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223): GET_CONSUMER_STATUS_FROM_CLIENT (221) to members."""
         topic = req_str(cmd, "topic")
         group = req_str(cmd, "group")
         origin = opt_str(cmd, "clientAddr") or ""
-        g = broker.consumers.get(group)
+        g = ctx.consumers.get(group)
         if g is None or not g.channels:
             conn.send(
-                broker.respond(
+                ctx.respond(
                     cmd, ResponseCode.SYSTEM_ERROR, f"No Any Consumer online in the consumer group: [{group}]"
                 )
             )
             return None
         targets = [ch for ch in g.channels.values() if not origin or ch.client_id == origin]
-        broker.spawn(_status, conn, cmd, topic, group, targets)
+        ctx.spawn(_status, conn, cmd, topic, group, targets)
         return None
 
     async def _status(
@@ -231,7 +226,7 @@ def handlers(broker: Broker) -> dict[int, Callable[[Connection, RemotingCommand]
                 RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT,
                 {"topic": topic, "group": group},
                 language="JAVA",
-                version=broker.version,
+                version=ctx.settings.version,
             )
             try:
                 resp = await ch.conn.invoke(req, 5.0)
@@ -244,7 +239,7 @@ def handlers(broker: Broker) -> dict[int, Callable[[Connection, RemotingCommand]
                 parts.append(json.dumps(ch.client_id) + ":" + table)
         body = ('{"consumerTable":{' + ",".join(parts) + "}}").encode()
         if not cmd.is_oneway:
-            conn.send(broker.respond(cmd, 0, None, None, body))
+            conn.send(ctx.respond(cmd, 0, None, None, body))
 
     return {
         RequestCode.HEART_BEAT: heartbeat,

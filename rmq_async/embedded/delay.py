@@ -2,87 +2,68 @@
 ``SendMessageProcessor.asyncConsumerSendMsgBack``).
 
 Strategy: a message with DELAY > 0 is stored in ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` with
-REAL_TOPIC/REAL_QID (see ``Broker.put``); its consume-queue tag code is its delivery time, as in
-the real store. :class:`ScheduleService` keeps the next offset to deliver per level and sleeps until
-the earliest head of any level is due, or until a new delayed message arrives (no fixed-rate
-polling). Delivery copies the message to its real topic with the properties the Java broker writes
-(``messageTimeup``: the properties string still carries DELAY, REAL_TOPIC and REAL_QID). Send-back
-writes a copy to ``%RETRY%<group>`` with delay ``3 + reconsumeTimes`` when the client leaves it to
-the broker, or to ``%DLQ%<group>`` once the reconsume count reaches the maximum.
+REAL_TOPIC/REAL_QID (see ``BrokerContext.put``); its consume-queue tag code is its delivery time, as
+in the real store. :class:`ScheduleService` keeps the next offset to deliver per level and sleeps
+until the earliest head of any level is due, or until the context's ``delayed`` wake-up says a new
+delayed message arrived (no fixed-rate polling). Delivery copies the message to its real topic with
+the properties the Java broker writes (``messageTimeup``: the properties string still carries DELAY,
+REAL_TOPIC and REAL_QID). Send-back (36) writes a copy to ``%RETRY%<group>`` with delay
+``3 + reconsumeTimes`` when the client leaves it to the broker, or to ``%DLQ%<group>`` once the
+reconsume count reaches the maximum.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from typing import TYPE_CHECKING
 
-import anyio
-
-from ..protocol.codes import ResponseCode
+from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
+from .context import BrokerContext, HandlerTable
 from .fields import opt_int, opt_str, req_int, req_str
 from .jcompat import props_decode
 from .server import Connection
 from .state import DLQ_PREFIX, RETRY_PREFIX, SCHEDULE_TOPIC, load_json, save_json
 from .store import StoreError, now_ms
 
-if TYPE_CHECKING:
-    from .broker import Broker
-
-__all__ = ["ScheduleService", "delay_level", "send_back"]
+__all__ = ["ScheduleService", "handlers"]
 
 log = logging.getLogger("rmq_async.embedded")
 
 MQ_VERSION_V3_4_9 = 121
 
 
-def delay_level(props: dict[str, str]) -> int:
-    """``Message.getDelayTimeLevel``."""
-    value = props.get("DELAY")
-    if not value:
-        return 0
-    try:
-        return int(value)
-    except ValueError:
-        return 0
-
-
 class ScheduleService:
     """Delivers due messages from the schedule topic to their real topics."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
         self.offsets: dict[int, int] = {}  # delay level -> next consume-queue offset
-        self._wake = anyio.Event()
         self._dirty = False
+        data_dir = ctx.settings.data_dir
+        self._file = data_dir / "config" / "delayOffset.json" if data_dir is not None else None
 
     def load(self) -> None:
-        if self.broker.data_dir is None:
+        if self._file is None:
             return
-        obj = load_json(self.broker.data_dir / "config" / "delayOffset.json")
+        obj = load_json(self._file)
         if obj:
             self.offsets = {int(k): int(v) for k, v in (obj.get("offsetTable") or {}).items()}
 
     def persist(self) -> None:
-        if self.broker.data_dir is None or not self._dirty:
+        if self._file is None or not self._dirty:
             return
         self._dirty = False
-        save_json(
-            self.broker.data_dir / "config" / "delayOffset.json",
-            {"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}},
-        )
+        save_json(self._file, {"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}})
 
     def wake(self) -> None:
-        self._wake.set()
+        self.ctx.delayed.set()
 
     async def run(self) -> None:
         while True:
             due = self.deliver_due()
-            timeout = None if due is None else max(0.0, (due - now_ms()) / 1000.0)
-            with anyio.move_on_after(timeout if timeout is not None else float("inf")):
-                await self._wake.wait()
-            self._wake = anyio.Event()
+            timeout = float("inf") if due is None else max(0.0, (due - now_ms()) / 1000.0)
+            await self.ctx.delayed.wait(timeout)
 
     def deliver_next(self) -> bool:
         """Deliver the one pending delayed message due first, at once, whatever its due time.
@@ -90,11 +71,9 @@ class ScheduleService:
         A test hook: a replay can reproduce the order in which delayed messages arrived, one by one,
         without waiting for the delays. Returns False when nothing is pending.
         """
-        store = self.broker.store
-        if store is None:
-            return False
+        store = self.ctx.store
         best: tuple[int, int] | None = None  # (due, level)
-        for level in range(1, len(self.broker.delay_ms) + 1):
+        for level in range(1, len(self.ctx.settings.delay_ms) + 1):
             cq = store.queue(SCHEDULE_TOPIC, level - 1)
             off = self.offsets.get(level, 0)
             if cq is not None and off < len(cq.offsets) and (best is None or cq.tags[off] < best[0]):
@@ -106,13 +85,11 @@ class ScheduleService:
 
     def deliver_due(self, now: int | None = None) -> int | None:
         """Deliver everything due; returns the earliest future delivery time (ms), if any."""
-        store = self.broker.store
-        if store is None:
-            return None
+        store = self.ctx.store
         earliest: int | None = None
         if now is None:
             now = now_ms()
-        for level in range(1, len(self.broker.delay_ms) + 1):
+        for level in range(1, len(self.ctx.settings.delay_ms) + 1):
             cq = store.queue(SCHEDULE_TOPIC, level - 1)
             if cq is None:
                 continue
@@ -128,8 +105,7 @@ class ScheduleService:
 
     def _deliver(self, level: int, count: int) -> None:
         """``messageTimeup`` + put for the next ``count`` messages of ``level``."""
-        store = self.broker.store
-        assert store is not None
+        store = self.ctx.store
         cq = store.queue(SCHEDULE_TOPIC, level - 1)
         assert cq is not None
         off = self.offsets.get(level, 0)
@@ -139,7 +115,7 @@ class ScheduleService:
             if msg is None:
                 continue
             props = props_decode(msg.props)
-            props_str = self.broker.encode_props(props)
+            props_str = self.ctx.encode_props(props)
             props["WAIT"] = "false"
             props.pop("DELAY", None)
             topic = props.get("REAL_TOPIC")
@@ -150,7 +126,7 @@ class ScheduleService:
             if not topic:
                 continue
             try:
-                self.broker.put(
+                self.ctx.put(
                     topic,
                     queue_id,
                     msg.body,
@@ -163,57 +139,59 @@ class ScheduleService:
                     msg.reconsume_times,
                 )
             except StoreError as exc:  # pragma: no cover - it was stored once already
-                log.warning("%s: delayed message dropped: %s", self.broker.name, exc)
+                log.warning("%s: delayed message dropped: %s", self.ctx.settings.name, exc)
         self.offsets[level] = off
         self._dirty = True
 
 
-def send_back(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-    """CONSUMER_SEND_MSG_BACK (36)."""
-    offset = req_int(cmd, "offset")
-    group = req_str(cmd, "group")
-    level = opt_int(cmd, "delayLevel", 0) or 0
-    max_times = 16
-    if cmd.version >= MQ_VERSION_V3_4_9:
-        max_times = opt_int(cmd, "maxReconsumeTimes", 16) or 16
-    opt_str(cmd, "originMsgId")
-    broker.find_group(group)
-    topic = RETRY_PREFIX + group
-    queue_id = random.randrange(99999999) % 1
-    broker.create_topic_in_back_method(topic, 1, 6)
-    assert broker.store is not None
-    msg = broker.store.lookup(offset)
-    if msg is None:
-        return broker.respond(cmd, ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
-    props = props_decode(msg.props)
-    if "RETRY_TOPIC" not in props:
-        props["RETRY_TOPIC"] = msg.topic
-    props["WAIT"] = "false"
-    if msg.reconsume_times >= max_times or level < 0:
-        topic = DLQ_PREFIX + group
-        queue_id = 0
-        broker.create_topic_in_back_method(topic, 1, 6)
-        props["DELAY"] = "0"
-    else:
-        if level == 0:
-            level = 3 + msg.reconsume_times
-        props["DELAY"] = str(level)
-    origin = props.get("ORIGIN_MESSAGE_ID", "").strip()
-    props["ORIGIN_MESSAGE_ID"] = origin or msg.msg_id
-    props_str = broker.encode_props(props)
-    try:
-        broker.put(
-            topic,
-            queue_id,
-            msg.body,
-            msg.flag,
-            props,
-            props_str,
-            msg.sys_flag,
-            msg.born_ts,
-            msg.born_host,
-            msg.reconsume_times + 1,
-        )
-    except StoreError as exc:
-        return broker.respond(cmd, ResponseCode.SYSTEM_ERROR, exc.status)
-    return broker.respond(cmd, ResponseCode.SUCCESS)
+def handlers(ctx: BrokerContext) -> HandlerTable:
+    def send_back(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """CONSUMER_SEND_MSG_BACK (36)."""
+        offset = req_int(cmd, "offset")
+        group = req_str(cmd, "group")
+        level = opt_int(cmd, "delayLevel", 0) or 0
+        max_times = 16
+        if cmd.version >= MQ_VERSION_V3_4_9:
+            max_times = opt_int(cmd, "maxReconsumeTimes", 16) or 16
+        opt_str(cmd, "originMsgId")
+        ctx.find_group(group)
+        topic = RETRY_PREFIX + group
+        queue_id = random.randrange(99999999) % 1
+        ctx.create_topic_in_back_method(topic, 1, 6)
+        msg = ctx.store.lookup(offset)
+        if msg is None:
+            return ctx.respond(cmd, ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
+        props = props_decode(msg.props)
+        if "RETRY_TOPIC" not in props:
+            props["RETRY_TOPIC"] = msg.topic
+        props["WAIT"] = "false"
+        if msg.reconsume_times >= max_times or level < 0:
+            topic = DLQ_PREFIX + group
+            queue_id = 0
+            ctx.create_topic_in_back_method(topic, 1, 6)
+            props["DELAY"] = "0"
+        else:
+            if level == 0:
+                level = 3 + msg.reconsume_times
+            props["DELAY"] = str(level)
+        origin = props.get("ORIGIN_MESSAGE_ID", "").strip()
+        props["ORIGIN_MESSAGE_ID"] = origin or msg.msg_id
+        props_str = ctx.encode_props(props)
+        try:
+            ctx.put(
+                topic,
+                queue_id,
+                msg.body,
+                msg.flag,
+                props,
+                props_str,
+                msg.sys_flag,
+                msg.born_ts,
+                msg.born_host,
+                msg.reconsume_times + 1,
+            )
+        except StoreError as exc:
+            return ctx.respond(cmd, ResponseCode.SYSTEM_ERROR, exc.status)
+        return ctx.respond(cmd, ResponseCode.SUCCESS)
+
+    return {RequestCode.CONSUMER_SEND_MSG_BACK: send_back}

@@ -20,6 +20,8 @@ T = TypeVar("T")
 __all__ = [
     "NAME_VALUE_SEP",
     "PROP_SEP",
+    "delay_level",
+    "faq_suffix",
     "java_ext",
     "java_hash",
     "java_hash_order",
@@ -33,6 +35,7 @@ __all__ = [
     "perm_to_string",
     "props_decode",
     "props_encode",
+    "tags_code_of",
 ]
 
 NAME_VALUE_SEP = "\x01"
@@ -144,6 +147,33 @@ def props_encode(props: Mapping[str, str], *, capacity: int | None = None, trail
     parts = [f"{k}{NAME_VALUE_SEP}{props[k]}" for k in order]
     text = PROP_SEP.join(parts)
     return text + PROP_SEP if trailing else text
+
+
+def tags_code_of(props: Mapping[str, str]) -> int:
+    """The consume-queue tag code: ``String.hashCode`` of TAGS, 0 without tags."""
+    tags = props.get("TAGS")
+    return java_hash(tags) if tags else 0
+
+
+def delay_level(props: Mapping[str, str]) -> int:
+    """``Message.getDelayTimeLevel``: DELAY as an integer, 0 when absent or not a number."""
+    value = props.get("DELAY")
+    if not value:
+        return 0
+    try:
+        return int(value)
+    except ValueError:
+        return 0
+
+
+def faq_suffix(flavour: int) -> str:
+    """``FAQUrl.suggestTodo(...)`` of the flavour's release."""
+    url = (
+        "https://rocketmq.apache.org/docs/bestPractice/06FAQ"
+        if flavour == 5
+        else "http://rocketmq.apache.org/docs/faq/"
+    )
+    return f"\nSee {url} for further details."
 
 
 def perm_to_string(perm: int) -> str:

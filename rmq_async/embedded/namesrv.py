@@ -25,6 +25,7 @@ from ..config import Timing
 from ..protocol.codes import MQ_VERSION_V4_9_8, MQ_VERSION_V5_3_3, RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
 from .fields import opt_bool, opt_int, req_int, req_str
+from .jcompat import faq_suffix
 from .server import Connection, Server
 
 __all__ = ["MQ_VERSION_V4_9_4", "NameServer", "route_body"]
@@ -33,16 +34,6 @@ log = logging.getLogger("rmq_async.embedded")
 
 #: ``MQVersion.Version.V4_9_4.ordinal()``: from here on clients get standard JSON routes
 MQ_VERSION_V4_9_4 = 401
-
-
-def faq_suffix(flavour: int) -> str:
-    """``FAQUrl.suggestTodo(...)`` of the flavour's release."""
-    url = (
-        "https://rocketmq.apache.org/docs/bestPractice/06FAQ"
-        if flavour == 5
-        else "http://rocketmq.apache.org/docs/faq/"
-    )
-    return f"\nSee {url} for further details."
 
 
 @dataclass

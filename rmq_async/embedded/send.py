@@ -4,7 +4,7 @@ Strategy: the checks of ``msgCheck`` in the Java order (topic name, forbidden sy
 creation from TBW102, queue id range), then the message's properties are re-serialized the way the
 broker version does (4.9.8: CLUSTER added, WAIT left out of the stored string; 5.3.3: MSG_REGION,
 TRACE_ON and CLUSTER added, WAIT kept, a trailing separator) and the message goes through
-``Broker.put`` (delay levels, hold notification). ``handleRetryAndDLQ``: a send to ``%RETRY%<group>``
+``BrokerContext.put`` (delay levels, hold notification). ``handleRetryAndDLQ``: a send to ``%RETRY%<group>``
 whose reconsume count reached the maximum goes to ``%DLQ%<group>``. A batch stores each message with
 its own properties followed by the batch's. The answer carries msgId (comma-separated for a batch),
 queueId, queueOffset, MSG_REGION, TRACE_ON (and transactionId on 5.x).
@@ -16,30 +16,19 @@ import logging
 import random
 import re
 import struct
-from typing import TYPE_CHECKING
 
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
+from .context import BrokerContext, HandlerTable
 from .fields import opt_bool, opt_int, opt_str, req_int, req_str
-from .jcompat import java_ext, java_hash, java_hashmap_capacity, props_decode
-from .namesrv import faq_suffix
+from .jcompat import faq_suffix, java_ext, java_hashmap_capacity, props_decode, tags_code_of
 from .server import Connection
 from .state import DLQ_PREFIX, RETRY_PREFIX, SCHEDULE_TOPIC, TBW102, TopicConfig
 from .store import PutResult, StoreError, host_bytes
 
-if TYPE_CHECKING:
-    from .broker import Broker
-
-__all__ = ["send_message", "tags_code_of"]
+__all__ = ["handlers"]
 
 log = logging.getLogger("rmq_async.embedded")
-
-
-def tags_code_of(props: dict[str, str]) -> int:
-    """The consume-queue tag code: ``String.hashCode`` of TAGS, 0 without tags."""
-    tags = props.get("TAGS")
-    return java_hash(tags) if tags else 0
-
 
 MQ_VERSION_V3_4_9 = 121
 _TOPIC_OK = re.compile(r"^[%|a-zA-Z0-9_-]+$")
@@ -76,108 +65,122 @@ _ILLEGAL = (
 )
 
 
-def send_message(broker: Broker, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-    if cmd.code != RequestCode.SEND_MESSAGE:
-        cmd.ext_fields = {_V2_KEYS.get(k, k): v for k, v in cmd.ext_fields.items()}
-    ext = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
-    topic = req_str(cmd, "topic")
-    queue_id = req_int(cmd, "queueId")
-    born_ts = req_int(cmd, "bornTimestamp")
-    sys_flag = req_int(cmd, "sysFlag")
-    flag = req_int(cmd, "flag")
-    reconsume = opt_int(cmd, "reconsumeTimes", 0) or 0
-    if not topic.strip():
-        return broker.respond(cmd, ResponseCode.SYSTEM_ERROR, "The specified topic is blank.", ext)
-    if not _TOPIC_OK.match(topic):
-        return broker.respond(
-            cmd,
-            ResponseCode.SYSTEM_ERROR,
-            "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$",
-            ext,
-        )
-    if len(topic) > 127:
-        return broker.respond(
-            cmd, ResponseCode.SYSTEM_ERROR, "The specified topic is longer than topic max length.", ext
-        )
-    if topic in _NOT_ALLOWED_SEND:
-        return broker.respond(
-            cmd, ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.", ext
-        )
-    tc = broker.state.topics.get(topic)
-    if tc is None:
-        tc = _auto_create(
-            broker,
-            topic,
-            opt_str(cmd, "defaultTopic") or TBW102,
-            opt_int(cmd, "defaultTopicQueueNums", 4) or 0,
-        )
-        if tc is None and topic.startswith(RETRY_PREFIX):
-            tc = broker.create_topic_in_back_method(topic, 1, 6)
-        if tc is None:
-            return broker.respond(
+def handlers(ctx: BrokerContext) -> HandlerTable:
+    state, respond = ctx.state, ctx.respond
+    flavour = ctx.settings.flavour
+    name = ctx.settings.name
+    not_exist = faq_suffix(flavour)
+
+    def send_message(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        if cmd.code != RequestCode.SEND_MESSAGE:
+            cmd.ext_fields = {_V2_KEYS.get(k, k): v for k, v in cmd.ext_fields.items()}
+        ext = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+        topic = req_str(cmd, "topic")
+        queue_id = req_int(cmd, "queueId")
+        born_ts = req_int(cmd, "bornTimestamp")
+        sys_flag = req_int(cmd, "sysFlag")
+        flag = req_int(cmd, "flag")
+        reconsume = opt_int(cmd, "reconsumeTimes", 0) or 0
+        if not topic.strip():
+            return respond(cmd, ResponseCode.SYSTEM_ERROR, "The specified topic is blank.", ext)
+        if not _TOPIC_OK.match(topic):
+            return respond(
                 cmd,
-                ResponseCode.TOPIC_NOT_EXIST,
-                f"topic[{topic}] not exist, apply first please!{faq_suffix(broker.flavour)}",
+                ResponseCode.SYSTEM_ERROR,
+                "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$",
                 ext,
             )
-    if queue_id >= max(tc.write, tc.read):
-        return broker.respond(
-            cmd,
-            ResponseCode.SYSTEM_ERROR,
-            f"request queueId[{queue_id}] is illegal, {tc} Producer: {conn.addr}",
-            ext,
-        )
-    if queue_id < 0:
-        queue_id = random.randrange(99999999) % max(tc.write, 1)
-    props = props_decode(opt_str(cmd, "properties") or "")
-    if broker.flavour == 5 and not props.get("UNIQ_KEY"):
-        props["UNIQ_KEY"] = f"{random.getrandbits(128):032X}"
-    if props.get("TRAN_MSG", "").lower() == "true":
-        return broker.respond(
-            cmd,
-            ResponseCode.NO_PERMISSION,
-            "the broker[127.0.0.1] sending transaction message is forbidden",
-            ext,
-        )
-    born_host = host_bytes(conn.ip, conn.port)
-    try:
-        if cmd.code == RequestCode.SEND_BATCH_MESSAGE or opt_bool(cmd, "batch"):
-            results = _put_batch(
-                broker, topic, queue_id, cmd.body, props, sys_flag, born_ts, born_host, reconsume
+        if len(topic) > 127:
+            return respond(
+                cmd, ResponseCode.SYSTEM_ERROR, "The specified topic is longer than topic max length.", ext
             )
-        else:
-            res = _put_one(broker, cmd, topic, queue_id, props, sys_flag, flag, born_ts, born_host, reconsume)
-            if isinstance(res, RemotingCommand):
-                res.ext_fields = java_ext({**ext, **res.ext_fields})
-                return res
-            results = [res]
-    except StoreError as exc:
-        log.info("%s: message refused: %s", broker.name, exc)
-        return broker.respond(cmd, ResponseCode.MESSAGE_ILLEGAL, _ILLEGAL, ext)
-    ext["msgId"] = ",".join(r.msg_id for r in results)
-    ext["queueId"] = str(queue_id)
-    ext["queueOffset"] = str(results[0].queue_offset)
-    if broker.flavour == 5:
-        uniq = props.get("UNIQ_KEY")
-        if uniq is not None:
-            ext["transactionId"] = uniq
-    return broker.respond(cmd, ResponseCode.SUCCESS, None, ext)
+        if topic in _NOT_ALLOWED_SEND:
+            return respond(
+                cmd, ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.", ext
+            )
+        tc = state.topics.get(topic)
+        if tc is None:
+            tc = _auto_create(
+                ctx,
+                topic,
+                opt_str(cmd, "defaultTopic") or TBW102,
+                opt_int(cmd, "defaultTopicQueueNums", 4) or 0,
+            )
+            if tc is None and topic.startswith(RETRY_PREFIX):
+                tc = ctx.create_topic_in_back_method(topic, 1, 6)
+            if tc is None:
+                return respond(
+                    cmd,
+                    ResponseCode.TOPIC_NOT_EXIST,
+                    f"topic[{topic}] not exist, apply first please!{not_exist}",
+                    ext,
+                )
+        if queue_id >= max(tc.write, tc.read):
+            return respond(
+                cmd,
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{queue_id}] is illegal, {tc} Producer: {conn.addr}",
+                ext,
+            )
+        if queue_id < 0:
+            queue_id = random.randrange(99999999) % max(tc.write, 1)
+        props = props_decode(opt_str(cmd, "properties") or "")
+        if flavour == 5 and not props.get("UNIQ_KEY"):
+            props["UNIQ_KEY"] = f"{random.getrandbits(128):032X}"
+        if props.get("TRAN_MSG", "").lower() == "true":
+            return respond(
+                cmd,
+                ResponseCode.NO_PERMISSION,
+                "the broker[127.0.0.1] sending transaction message is forbidden",
+                ext,
+            )
+        born_host = host_bytes(conn.ip, conn.port)
+        try:
+            if cmd.code == RequestCode.SEND_BATCH_MESSAGE or opt_bool(cmd, "batch"):
+                results = _put_batch(
+                    ctx, topic, queue_id, cmd.body, props, sys_flag, born_ts, born_host, reconsume
+                )
+            else:
+                res = _put_one(
+                    ctx, cmd, topic, queue_id, props, sys_flag, flag, born_ts, born_host, reconsume
+                )
+                if isinstance(res, RemotingCommand):
+                    res.ext_fields = java_ext({**ext, **res.ext_fields})
+                    return res
+                results = [res]
+        except StoreError as exc:
+            log.info("%s: message refused: %s", name, exc)
+            return respond(cmd, ResponseCode.MESSAGE_ILLEGAL, _ILLEGAL, ext)
+        ext["msgId"] = ",".join(r.msg_id for r in results)
+        ext["queueId"] = str(queue_id)
+        ext["queueOffset"] = str(results[0].queue_offset)
+        if flavour == 5:
+            uniq = props.get("UNIQ_KEY")
+            if uniq is not None:
+                ext["transactionId"] = uniq
+        return respond(cmd, ResponseCode.SUCCESS, None, ext)
+
+    return {
+        RequestCode.SEND_MESSAGE: send_message,
+        RequestCode.SEND_MESSAGE_V2: send_message,
+        RequestCode.SEND_BATCH_MESSAGE: send_message,
+    }
 
 
-def _auto_create(broker: Broker, topic: str, default_topic: str, queue_nums: int) -> TopicConfig | None:
+def _auto_create(ctx: BrokerContext, topic: str, default_topic: str, queue_nums: int) -> TopicConfig | None:
     """``createTopicInSendMessageMethod``: inherit from TBW102 (when it exists and is inheritable)."""
-    base = broker.state.topics.get(default_topic)
+    base = ctx.state.topics.get(default_topic)
     if base is None or not base.perm & 1:
         return None
     n = max(0, min(queue_nums, base.write))
     tc = TopicConfig(topic, n, n, base.perm & ~1)
-    broker.state.put_topic(tc)
-    broker.register_soon()
+    ctx.state.put_topic(tc)
+    ctx.register_soon()
     return tc
 
 
 def _put_one(
-    broker: Broker,
+    ctx: BrokerContext,
     cmd: RemotingCommand,
     topic: str,
     queue_id: int,
@@ -190,40 +193,38 @@ def _put_one(
 ) -> PutResult | RemotingCommand:
     if topic.startswith(RETRY_PREFIX):  # handleRetryAndDLQ
         group = topic[len(RETRY_PREFIX) :]
-        broker.find_group(group)
+        ctx.find_group(group)
         max_times = 16
         if cmd.version >= MQ_VERSION_V3_4_9:
             max_times = opt_int(cmd, "maxReconsumeTimes", 16) or 16
         if reconsume >= max_times:
             topic = DLQ_PREFIX + group
             queue_id = 0
-            broker.create_topic_in_back_method(topic, 1, 6)
+            ctx.create_topic_in_back_method(topic, 1, 6)
     cap = java_hashmap_capacity(len(props) + 1)
-    if broker.flavour == 5:
+    if ctx.settings.flavour == 5:
         # buildMsgContext re-serializes the header properties with MSG_REGION and TRACE_ON, then
         # sendMessage parses that string again and adds CLUSTER (WAIT is kept)
         props["MSG_REGION"] = "DefaultRegion"
         props["TRACE_ON"] = "true"
-        props = props_decode(broker.encode_props(props))
-        props["CLUSTER"] = broker.cluster
-        props_str = broker.encode_props(props)
-        return broker.put(
+        props = props_decode(ctx.encode_props(props))
+        props["CLUSTER"] = ctx.settings.cluster
+        props_str = ctx.encode_props(props)
+        return ctx.put(
             topic, queue_id, cmd.body, flag, props, props_str, sys_flag, born_ts, born_host, reconsume
         )
-    props["CLUSTER"] = broker.cluster
+    props["CLUSTER"] = ctx.settings.cluster
     if "WAIT" in props:
         wait = props.pop("WAIT")
-        props_str = broker.encode_props(props, cap)
+        props_str = ctx.encode_props(props, cap)
         props["WAIT"] = wait
     else:
-        props_str = broker.encode_props(props)
-    return broker.put(
-        topic, queue_id, cmd.body, flag, props, props_str, sys_flag, born_ts, born_host, reconsume
-    )
+        props_str = ctx.encode_props(props)
+    return ctx.put(topic, queue_id, cmd.body, flag, props, props_str, sys_flag, born_ts, born_host, reconsume)
 
 
 def _put_batch(
-    broker: Broker,
+    ctx: BrokerContext,
     topic: str,
     queue_id: int,
     body: bytes,
@@ -233,13 +234,12 @@ def _put_batch(
     born_host: bytes,
     reconsume: int,
 ) -> list[PutResult]:
-    assert broker.store is not None
-    if broker.flavour == 5:
+    if ctx.settings.flavour == 5:
         batch_props["MSG_REGION"] = "DefaultRegion"
         batch_props["TRACE_ON"] = "true"
-        batch_props = props_decode(broker.encode_props(batch_props))
-    batch_props["CLUSTER"] = broker.cluster
-    batch_str = broker.encode_props(batch_props)
+        batch_props = props_decode(ctx.encode_props(batch_props))
+    batch_props["CLUSTER"] = ctx.settings.cluster
+    batch_str = ctx.encode_props(batch_props)
     items: list[tuple[bytes, int, str, dict[str, str]]] = []
     view = memoryview(body)
     pos = 0
@@ -263,7 +263,7 @@ def _put_batch(
         raise StoreError("MESSAGE_ILLEGAL", "empty batch")
     results = []
     for mbody, flag, props_str, own_props in items:
-        res = broker.store.put(
+        res = ctx.store.put(
             topic,
             queue_id,
             mbody,
@@ -276,5 +276,5 @@ def _put_batch(
             reconsume,
         )
         results.append(res)
-    broker.holds.notify(topic, queue_id, results[-1].queue_offset + 1, None)
+    ctx.holds.notify(topic, queue_id, results[-1].queue_offset + 1, None)
     return results

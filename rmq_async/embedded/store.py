@@ -14,7 +14,7 @@ user-space buffer), and the file is fsync'ed by :meth:`MessageStore.flush`, whic
 about once a second and at shutdown. So a killed broker process loses no acknowledged message; an OS
 crash or power loss can lose the last second of messages. On start the file is scanned (body CRC
 checked), a torn tail is cut off, and the consume queues are rebuilt from it. Consumer offsets and
-topic configs are separate JSON files (see ``broker.py``), written atomically.
+topic configs are separate JSON files (see ``state.py``), written atomically.
 """
 
 from __future__ import annotations
