@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from collections.abc import Sequence
 
 import anyio
 from support.integration import child_env, produce
@@ -76,7 +76,7 @@ async def test_cli_order_violations_does_not_merge_same_queue_id_of_two_brokers(
         await cluster.create_topic(topic, queues=1)
         async with Producer("review_orderly_pg", namesrv_addr=cluster.namesrv_addr) as p:
 
-            def by_index(queues: Any, msg: Any, arg: int) -> MessageQueue:
+            def by_index(queues: Sequence[MessageQueue], msg: Message, arg: int) -> MessageQueue:
                 ordered = sorted(queues, key=lambda q: (q.broker_name, q.queue_id))
                 return ordered[arg % len(ordered)]
 

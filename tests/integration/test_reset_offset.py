@@ -16,6 +16,7 @@ from rmq_async.client.instance import ClientInstance
 from rmq_async.config import ClientConfig
 from rmq_async.protocol.codes import RequestCode
 from rmq_async.protocol.command import RemotingCommand
+from rmq_async.protocol.message import MessageExt
 from rmq_async.protocol.mq import MessageQueue
 
 
@@ -68,7 +69,7 @@ async def test_orderly_reset_offset_is_not_undone_by_the_running_handler(
     release = anyio.Event()
     starts: list[int] = []
 
-    async def handler(msgs: list, ctx: object) -> None:
+    async def handler(msgs: list[MessageExt], ctx: object) -> None:
         if msgs[0].keys == "k-1" and not release.is_set():
             entered.set()
             await release.wait()

@@ -58,7 +58,7 @@ def advertise(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[int, str]]:
     original = broker_mod.Broker.addr
 
     def addr(self: Any) -> str:
-        return ADVERTISED.get(self.server.port) or original.fget(self)  # type: ignore[attr-defined, no-any-return]
+        return ADVERTISED.get(self.server.port) or original.fget(self)  # type: ignore[attr-defined]
 
     monkeypatch.setattr(broker_mod.Broker, "addr", property(addr))
     yield ADVERTISED

@@ -8,6 +8,7 @@ import os
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -46,7 +47,7 @@ async def produce(
     async with Producer("it_producer", namesrv_addr=namesrv) as p:
         out = []
         for i in range(start, start + n):
-            tag = tags[i % len(tags)] if isinstance(tags, (list, tuple)) else tags
+            tag = tags if tags is None or isinstance(tags, str) else tags[i % len(tags)]
             body = f"body-{i}-".encode().ljust(size, b".")
             out.append(await p.send(Message(topic, body, tags=tag, keys=f"k-{i}")))
         return out
@@ -90,7 +91,7 @@ class Collector:
 
 
 def consumer(
-    cluster: EmbeddedCluster, group: str, topic: str, handler: object, timing: Timing, **kw: object
+    cluster: EmbeddedCluster, group: str, topic: str, handler: object, timing: Timing, **kw: Any
 ) -> PushConsumer:
     """A push consumer of ``topic`` (expression ``expr``, default ``*``) from the first offset."""
     kw.setdefault("consume_from_where", "CONSUME_FROM_FIRST_OFFSET")
@@ -98,7 +99,7 @@ def consumer(
         group,
         namesrv_addr=cluster.namesrv_addr,
         handler=handler,  # type: ignore[arg-type]
-        subscriptions={topic: kw.pop("expr", "*")},  # type: ignore[dict-item]
+        subscriptions={topic: kw.pop("expr", "*")},
         timing=timing,
         **kw,
     )

@@ -63,7 +63,7 @@ def test_percentile_and_spread() -> None:
 
 
 def test_summary_medians_skips_and_errors() -> None:
-    runs = [
+    runs: list[dict[str, Any]] = [
         {"msgs_per_s": 100.0, "p50_ms": 1.0, "p99_ms": 9.0, "peak_rss_mb": 40.0},
         {"msgs_per_s": 300.0, "p50_ms": 3.0, "p99_ms": 7.0, "peak_rss_mb": 42.0},
         {"msgs_per_s": 200.0, "p50_ms": 2.0, "p99_ms": 8.0, "peak_rss_mb": 41.0},
@@ -81,14 +81,14 @@ def test_summary_medians_skips_and_errors() -> None:
 
 
 def test_paired_ratio_is_the_median_over_pairs_that_both_succeeded() -> None:
-    push = [
+    push: list[dict[str, Any]] = [
         {"msgs_per_s": 1000.0, "cpu_us_per_msg": 10.0},
         {"msgs_per_s": 1100.0, "cpu_us_per_msg": 12.0},
         {"msgs_per_s": 900.0, "cpu_us_per_msg": 9.0},
         {"msgs_per_s": 5000.0, "cpu_us_per_msg": 1.0},
         {"error": "TimeoutError: boom"},
     ]
-    raw = [
+    raw: list[dict[str, Any]] = [
         {"msgs_per_s": 1500.0, "cpu_us_per_msg": 6.0},
         {"msgs_per_s": 1000.0, "cpu_us_per_msg": 9.0},
         {"msgs_per_s": 1350.0},  # no CPU: only left out of the CPU ratio

@@ -137,7 +137,7 @@ def test_buffer_interface_refuses_input_after_an_error() -> None:
         dec.feed(b"x")
 
 
-_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=30)
+_text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=30)
 
 
 @settings(max_examples=200, deadline=None)

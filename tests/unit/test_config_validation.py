@@ -11,7 +11,7 @@ defects the lead fixes, and the xfail then turns into a failure to remove.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import annotated_types as at
 import pytest
@@ -35,11 +35,11 @@ def _bound_violations(meta: list[Any], is_int: bool) -> list[Any]:
         if isinstance(m, at.Gt):
             out.append(m.gt)
         elif isinstance(m, at.Ge):
-            out.append(m.ge - step)
+            out.append(cast(float, m.ge) - step)
         elif isinstance(m, at.Lt):
             out.append(m.lt)
         elif isinstance(m, at.Le):
-            out.append(m.le + step)
+            out.append(cast(float, m.le) + step)
         elif isinstance(m, at.MinLen) and m.min_length > 0:
             out.append("x" * (m.min_length - 1))
         elif isinstance(m, at.MaxLen):
@@ -208,7 +208,7 @@ def test_cross_field_invariants_name_the_fields(overrides: dict[str, Any], names
 
 def test_unknown_field_rejected_by_name() -> None:
     with pytest.raises(ConfigError, match=r"ConsumerConfig\.pull_batch_sise"):
-        ConsumerConfig(group="g", pull_batch_sise=5)
+        ConsumerConfig(group="g", pull_batch_sise=5)  # type: ignore[call-arg]  # the typo is the test
 
 
 def test_several_errors_reported_together() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
 import anyio
 import pytest
@@ -35,7 +36,7 @@ async def test_put_wakes_one_waiter_per_item() -> None:
         assert got == [(0, 10)]  # the first waiter, and only one of them
         h.put(11)
         h.put(12)
-    assert sorted(v for _, v in got) == [10, 11, 12]
+    assert sorted(cast(int, v) for _, v in got) == [10, 11, 12]
 
 
 async def test_close_drains_then_returns_none() -> None:

@@ -116,7 +116,12 @@ async def test_deadline_tracker_fires_in_order_and_applies_new_timeout() -> None
     tr = DeadlineTracker(10.0)
     async with anyio.create_task_group() as tg:
         tg.start_soon(tr.run)
-        tr.add(lambda: (fired.append("a"), done.set()))
+
+        def fire_a() -> None:
+            fired.append("a")
+            done.set()
+
+        tr.add(fire_a)
         k = tr.add(lambda: fired.append("b"))
         tr.discard(k)
         await anyio.wait_all_tasks_blocked()

@@ -1,4 +1,4 @@
-"""Connection and ConnectionPool against a real socket server on 127.0.0.1 (tests/support/transport_server.py).
+"""Connection and ConnectionPool against a real socket server on 127.0.0.1 (support/transport_server.py).
 
 Every test body runs twice, on the default asyncio loop and on uvloop (the ``loop_name`` fixture),
 each under a hard bound. Nothing sleeps: tests await server-side conditions, futures or events.
