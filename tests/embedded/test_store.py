@@ -1,0 +1,121 @@
+"""MessageStore in memory: the stored layout, getMessage statuses and limits, lookups by offset and time.
+
+Recovery from a data directory and segment roll are in test_restart.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rmq_async.embedded.store import MAX_MESSAGE_SIZE, MessageStore, StoredMessage, StoreError, host_bytes
+
+HOST = host_bytes("127.0.0.1", 10911)
+BORN = host_bytes("10.0.0.2", 5555)
+
+
+def fill(
+    store: MessageStore, n: int, *, topic: str = "T", tags: list[int] | None = None, size: int = 10
+) -> None:
+    for i in range(n):
+        code = tags[i] if tags else 0
+        store.put(topic, 0, b"x" * size, 0, f"KEYS\x01k{i}", code, 0, 1000 + i, BORN, store_ts=2000 + 10 * i)
+
+
+def test_put_writes_the_stored_layout() -> None:
+    store = MessageStore(HOST)
+    res = store.put("T", 1, b"body", 3, "TAGS\x01a", 9, 0, 123, BORN, reconsume_times=2, store_ts=456)
+    assert (res.queue_offset, res.phys_offset, res.store_ts) == (0, 0, 456)
+    assert res.msg_id == HOST.hex().upper() + "0000000000000000"
+    msg = store.lookup(res.phys_offset)
+    assert msg is not None
+    assert (msg.topic, msg.queue_id, msg.body, msg.flag, msg.props) == ("T", 1, b"body", 3, "TAGS\x01a")
+    assert (msg.born_ts, msg.born_host, msg.store_ts, msg.store_host) == (123, BORN, 456, HOST)
+    assert (msg.reconsume_times, msg.queue_offset, msg.msg_id) == (2, 0, res.msg_id)
+    second = store.put("T", 1, b"more", 0, "", 0, 0, 124, BORN)
+    assert (second.queue_offset, second.phys_offset) == (1, res.size)
+    assert store.queue("T", 1) is not None and list(store.queue("T", 1).tags) == [9, 0]  # type: ignore[union-attr]
+
+
+def test_illegal_messages_are_refused() -> None:
+    store = MessageStore(HOST)
+    with pytest.raises(StoreError) as exc:
+        store.put("T", 0, b"x", 0, "K\x01" + "v" * 40000, 0, 0, 1, BORN)
+    assert exc.value.status == "PROPERTIES_SIZE_EXCEEDED"
+    with pytest.raises(StoreError) as exc:
+        store.put("T" * 128, 0, b"x", 0, "", 0, 0, 1, BORN)
+    assert exc.value.status == "MESSAGE_ILLEGAL"
+    with pytest.raises(StoreError) as exc:
+        store.put("T", 0, b"x" * MAX_MESSAGE_SIZE, 0, "", 0, 0, 1, BORN)
+    assert exc.value.status == "MESSAGE_ILLEGAL"
+    assert store.write_pos == 0 and store.max_offset("T", 0) == 0
+
+
+@pytest.mark.parametrize(
+    ("offset", "status", "next_begin"),
+    [
+        (-1, "OFFSET_TOO_SMALL", 0),
+        (3, "OFFSET_OVERFLOW_ONE", 3),
+        (9, "OFFSET_OVERFLOW_BADLY", 3),
+        (1, "FOUND", 3),
+    ],
+)
+def test_get_statuses(offset: int, status: str, next_begin: int) -> None:
+    store = MessageStore(HOST)
+    fill(store, 3)
+    res = store.get("T", 0, offset, 32, None)
+    assert (res.status, res.next_begin, res.min_offset, res.max_offset) == (status, next_begin, 0, 3)
+
+
+def test_get_on_a_missing_or_empty_queue() -> None:
+    res = MessageStore(HOST).get("Nope", 0, 0, 32, None)
+    assert (res.status, res.next_begin, res.max_offset) == ("NO_MESSAGE_IN_QUEUE", 0, 0)
+
+
+def test_get_limits_count_and_filters_by_tag_code() -> None:
+    store = MessageStore(HOST)
+    fill(store, 40)
+    res = store.get("T", 0, 0, 5, None)
+    assert (res.count, res.next_begin, len(res.parts)) == (5, 5, 5)
+    res = store.get("T", 0, 0, 100, None)
+    assert (res.count, res.next_begin) == (32, 32)  # maxTransferCountOnMessageInMemory
+    assert res.total == sum(len(p) for p in res.parts)
+
+    tagged = MessageStore(HOST)
+    fill(tagged, 6, tags=[1, 2, 1, 2, 2, 2])
+    res = tagged.get("T", 0, 0, 32, frozenset({1}))
+    assert (res.status, res.count, res.next_begin) == ("FOUND", 2, 6)
+    assert [StoredMessage(bytes(p)).props for p in res.parts] == ["KEYS\x01k0", "KEYS\x01k2"]
+    res = tagged.get("T", 0, 3, 32, frozenset({1}))
+    assert (res.status, res.count, res.next_begin) == ("NO_MATCHED_MESSAGE", 0, 6)
+
+
+def test_get_stops_at_the_transfer_byte_limit_but_returns_one_big_message() -> None:
+    store = MessageStore(HOST)
+    fill(store, 4, size=100 * 1024)
+    res = store.get("T", 0, 0, 32, None)
+    assert res.count == 2  # 256 KiB per pull (maxTransferBytesOnMessageInMemory)
+    big = MessageStore(HOST)
+    fill(big, 2, size=300 * 1024)
+    assert big.get("T", 0, 0, 32, None).count == 1
+
+
+def test_message_at_only_where_a_message_starts() -> None:
+    store = MessageStore(HOST)
+    fill(store, 2)
+    first = store.queue("T", 0).offsets[1]  # type: ignore[union-attr]
+    assert store.message_at(first) is not None
+    assert store.message_at(first + 1) is None
+    assert store.message_at(-1) is None and store.message_at(store.write_pos) is None
+    assert store.lookup(first + 4) is None
+
+
+def test_times() -> None:
+    store = MessageStore(HOST)
+    assert store.earliest_time("T", 0) == -1 and store.offset_by_time("T", 0, 5) == 0
+    fill(store, 5)  # store timestamps 2000, 2010, ..., 2040
+    assert store.earliest_time("T", 0) == 2000
+    assert store.offset_by_time("T", 0, 2020) == 2  # exact
+    assert store.offset_by_time("T", 0, 2013) == 1  # nearest neighbour
+    assert store.offset_by_time("T", 0, 2017) == 2
+    assert store.offset_by_time("T", 0, 1) == 0 and store.offset_by_time("T", 0, 9999) == 4
+    assert store.min_offset("T", 0) == 0
