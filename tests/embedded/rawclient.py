@@ -13,6 +13,7 @@ import json
 import struct
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from rmq_async.protocol.codes import SerializeType
@@ -252,11 +253,28 @@ def props_string(p: dict[str, str]) -> str:
     return "\x02".join(f"{k}\x01{v}" for k, v in p.items())
 
 
+@dataclass(repr=False)
 class StoredMsg:
     """A stored message decoded the long way (independent of the broker's code)."""
 
-    def __init__(self, **kw: Any) -> None:
-        self.__dict__.update(kw)
+    total: int
+    magic: int
+    crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    phys: int
+    sys_flag: int
+    born_ts: int
+    born: bytes
+    store_ts: int
+    store_host: bytes
+    reconsume: int
+    body: bytes
+    topic: str
+    props: dict[str, str]
+    props_text: str
+    msg_id: str
 
     def __repr__(self) -> str:
         return f"StoredMsg({self.__dict__!r})"

@@ -6,6 +6,7 @@ import asyncio
 import json
 import struct
 
+from rmq_async.config import Timing
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.codes import SerializeType
 
@@ -88,11 +89,11 @@ async def test_auto_create_and_queue_selection(
     )
 
 
-async def test_no_auto_create(timing: object) -> None:
+async def test_no_auto_create(timing: Timing) -> None:
     async with (
         EmbeddedCluster(auto_create_topic=False, timing=timing) as c,
         RawClient(c.brokers[0].addr) as b,
-    ):  # type: ignore[arg-type]
+    ):
         r = await b.send("Unknown", b"x")
         assert r.code == 17
         assert r.remark == (
@@ -216,7 +217,7 @@ async def test_unknown_code_bad_header_and_garbage(cluster: EmbeddedCluster, top
     async with RawClient(cluster.brokers[0].addr) as a, RawClient(cluster.brokers[0].addr) as b:
         r = await a.request(9999)
         assert (r.code, r.remark, r.ext_fields_present) == (3, " request type 9999 not supported", False)
-        r = (
+        _ = (
             await a.pull("g", topic, 0, 0, sys_flag=4, subscription="*", queue_id_override=None)
             if False
             else None
