@@ -27,14 +27,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from support.helpers_stored import encode_stored  # noqa: E402
 
 from rmq_async.protocol.command import RemotingCommand  # noqa: E402
-from rmq_async.protocol.message import (  # noqa: E402
-    Message,
-    decode_messages,
-    encode_batch_body,
-    encode_properties,
-    new_uniq_id,
-    parse_properties,
-)
+from rmq_async.protocol.message import Message, encode_batch_body  # noqa: E402
+from rmq_async.protocol.msgid import new_uniq_id  # noqa: E402
+from rmq_async.protocol.properties import encode_properties, parse_properties  # noqa: E402
+from rmq_async.protocol.stored import decode_messages  # noqa: E402
 
 N_MSGS = 32
 
@@ -123,10 +119,19 @@ def main() -> None:
     def decode_only() -> None:
         decode_messages(body)
 
+    def decode_keys_tags() -> None:
+        for m in decode_messages(body):
+            m.keys  # noqa: B018
+            m.tags  # noqa: B018
+
     def decode_hot() -> None:
         for m in decode_messages(body):
             m.tags  # noqa: B018
             m.msg_id  # noqa: B018
+
+    def decode_get_property() -> None:
+        for m in decode_messages(body):
+            m.get_property("orderId")
 
     def decode_props() -> None:
         for m in decode_messages(body):
@@ -134,7 +139,9 @@ def main() -> None:
 
     cases: list[tuple[str, str, Callable[[], object], int]] = [
         ("decode", "decode_messages, 32 x 1 KiB body", decode_only, N_MSGS),
+        ("decode_keys_tags", "  + .keys and .tags per message", decode_keys_tags, N_MSGS),
         ("decode_tags_msgid", "  + .tags and .msg_id per message", decode_hot, N_MSGS),
+        ("decode_get_property", "  + .get_property('orderId') per message", decode_get_property, N_MSGS),
         ("decode_properties", "  + .properties (dict built) per message", decode_props, N_MSGS),
         ("parse_properties", "parse_properties (5 items)", lambda: parse_properties(raw_props), 1),
         ("encode_send_v2", "SEND_MESSAGE_V2 frame encode (1 KiB)", cmd.encode, 1),

@@ -31,8 +31,8 @@ from rmq_async.consumer.concurrently import ConcurrentConsumeService, ConsumeCon
 from rmq_async.consumer.offset_store import _MemoryTable  # noqa: E402
 from rmq_async.consumer.process_queue import ProcessQueue  # noqa: E402
 from rmq_async.consumer.stats import ConsumerStats  # noqa: E402
-from rmq_async.protocol.message import MessageExt, PulledMessages, decode_messages  # noqa: E402
 from rmq_async.protocol.mq import MessageQueue  # noqa: E402
+from rmq_async.protocol.stored import MessageExt, PulledMessages, decode_messages  # noqa: E402
 
 MQ = MessageQueue("T", "b", 0)
 BATCHES = 500

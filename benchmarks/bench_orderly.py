@@ -40,7 +40,8 @@ from rmq_async.consumer.orderly import OrderlyContext, OrderlyResult  # noqa: E4
 from rmq_async.consumer.push import PushConsumer  # noqa: E402
 from rmq_async.embedded.cluster import EmbeddedCluster  # noqa: E402
 from rmq_async.producer.producer import Producer  # noqa: E402
-from rmq_async.protocol.message import Message, MessageExt  # noqa: E402
+from rmq_async.protocol.message import Message  # noqa: E402
+from rmq_async.protocol.stored import MessageExt  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 

@@ -35,8 +35,8 @@ from .errors import RocketMQError as RocketMQError
 from .errors import TopicNotExist as TopicNotExist
 from .producer.producer import Producer as Producer
 from .protocol.message import Message as Message
-from .protocol.message import MessageExt as MessageExt
 from .protocol.mq import MessageQueue as MessageQueue
+from .protocol.stored import MessageExt as MessageExt
 
 if TYPE_CHECKING:
     from .embedded.cluster import EmbeddedCluster as EmbeddedCluster

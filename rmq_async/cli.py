@@ -185,7 +185,7 @@ async def _consume(args: argparse.Namespace) -> int:
     from .config import ClientConfig
     from .consumer.concurrently import ConsumeContext, ConsumeResult
     from .consumer.push import PushConsumer
-    from .protocol.message import MessageExt
+    from .protocol.stored import MessageExt
 
     where = {
         "first": "CONSUME_FROM_FIRST_OFFSET",

@@ -23,8 +23,9 @@ from anyio.streams.text import TextReceiveStream
 from ..consumer.concurrently import ConsumeContext
 from ..consumer.push import PushConsumer
 from ..producer.producer import Producer
-from ..protocol.message import Message, MessageExt
+from ..protocol.message import Message
 from ..protocol.mq import MessageQueue
+from ..protocol.stored import MessageExt
 from .cluster import create_topic
 from .machine import peak_rss_mb, percentile
 from .scenarios import group_name

@@ -23,8 +23,8 @@ from ..consumer.concurrently import ConsumeContext
 from ..consumer.push import PushConsumer
 from ..protocol import headers as H
 from ..protocol.codes import PullSysFlag
-from ..protocol.message import MessageExt
 from ..protocol.mq import MessageQueue
+from ..protocol.stored import MessageExt
 from .machine import peak_rss_mb, rss_mb
 
 __all__ = ["Meter", "Skipped", "group_name", "raw_pull", "run_push", "sampler"]

@@ -23,8 +23,8 @@ from ..protocol.bodies import (
 )
 from ..protocol.codes import RequestCode, ResponseCode, SerializeType
 from ..protocol.command import RemotingCommand
-from ..protocol.message import MessageExt, decode_messages
 from ..protocol.mq import MessageQueue
+from ..protocol.stored import MessageExt, decode_messages
 from ..transport.pool import ConnectionPool
 
 __all__ = ["MQClientAPI", "PullResult", "PullStatus", "SendResult", "SendStatus"]

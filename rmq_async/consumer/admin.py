@@ -21,8 +21,8 @@ from ..protocol.bodies import (
 )
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
-from ..protocol.message import decode_messages
 from ..protocol.mq import MessageQueue
+from ..protocol.stored import decode_messages
 from .concurrently import ConsumeContext, ConsumeResult, reset_retry_topic
 
 if TYPE_CHECKING:

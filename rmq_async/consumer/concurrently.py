@@ -34,8 +34,9 @@ from ..config import unwrap_namespace, wrap_namespace
 from ..errors import RocketMQError
 from ..protocol import headers as H
 from ..protocol.codes import Prop
-from ..protocol.message import Message, MessageExt
+from ..protocol.message import Message
 from ..protocol.mq import MessageQueue
+from ..protocol.stored import MessageExt
 from .deadlines import loop_clock
 from .handoff import Handoff
 from .process_queue import ProcessQueue

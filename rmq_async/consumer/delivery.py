@@ -21,7 +21,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from ..errors import ClientError
 from ..protocol.codes import Prop
-from ..protocol.message import MessageExt
+from ..protocol.stored import MessageExt
 from .concurrently import EXPIRED_DELAY_LEVEL, ConsumeContext, ConsumeResult, reset_retry_topic
 from .process_queue import ProcessQueue
 

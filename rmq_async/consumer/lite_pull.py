@@ -36,8 +36,8 @@ from ..protocol.bodies import ConsumerData, SubscriptionData
 from ..protocol.codes import PullSysFlag, ResponseCode
 from ..protocol.command import RemotingCommand
 from ..protocol.filter import parse_tag_expression
-from ..protocol.message import MessageExt
 from ..protocol.mq import MessageQueue
+from ..protocol.stored import MessageExt
 from .allocate import strategy_by_name
 from .offset_store import RemoteOffsetStore
 from .rebalance import allocate_topic, diff

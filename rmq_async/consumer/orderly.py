@@ -38,8 +38,9 @@ import anyio.lowlevel
 from ..config import wrap_namespace
 from ..errors import RocketMQError
 from ..protocol.codes import Prop
-from ..protocol.message import Message, MessageExt
+from ..protocol.message import Message
 from ..protocol.mq import MessageQueue
+from ..protocol.stored import MessageExt
 from .concurrently import ConsumeContext, ConsumeResult, reset_retry_topic
 from .deadlines import loop_clock
 from .orderly_locks import LockKeeper

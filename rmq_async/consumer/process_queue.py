@@ -25,8 +25,8 @@ from operator import attrgetter, lt
 import anyio
 from sortedcontainers import SortedDict
 
-from ..protocol.message import MessageExt, PulledMessages
 from ..protocol.mq import MessageQueue
+from ..protocol.stored import MessageExt, PulledMessages
 
 __all__ = ["ProcessQueue"]
 

@@ -28,8 +28,8 @@ from ..producer.producer import Producer, ProducerConfig
 from ..protocol.bodies import ConsumerData, SubscriptionData
 from ..protocol.command import RemotingCommand
 from ..protocol.filter import SUB_ALL, parse_tag_expression
-from ..protocol.message import MessageExt
 from ..protocol.mq import MessageQueue
+from ..protocol.stored import MessageExt
 from . import admin
 from .allocate import strategy_by_name
 from .concurrently import ConcurrentConsumeService, ConsumeContext, ConsumeResult, Handler, send_back

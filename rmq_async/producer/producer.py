@@ -25,14 +25,10 @@ from ..protocol import headers as H
 from ..protocol.bodies import TopicRouteData
 from ..protocol.codes import MessageSysFlag, Perm, Prop, ResponseCode
 from ..protocol.filter import java_string_hash
-from ..protocol.message import (
-    Message,
-    compress_body,
-    encode_batch_body,
-    encode_properties,
-    new_uniq_id,
-)
+from ..protocol.message import Message, compress_body, encode_batch_body
 from ..protocol.mq import MessageQueue
+from ..protocol.msgid import new_uniq_id
+from ..protocol.properties import encode_properties
 
 __all__ = ["MessageQueueSelector", "Producer", "ProducerConfig", "TopicPublishInfo", "select_by_key_hash"]
 

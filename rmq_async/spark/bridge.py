@@ -28,8 +28,8 @@ from ..protocol.bodies import ConsumerData, SubscriptionData
 from ..protocol.codes import Perm, PullSysFlag, ResponseCode
 from ..protocol.command import RemotingCommand
 from ..protocol.filter import parse_tag_expression
-from ..protocol.message import MessageExt
 from ..protocol.mq import MessageQueue
+from ..protocol.stored import MessageExt
 from .offsets import Range, resolve_start
 from .options import QueueKey, SourceOptions
 

@@ -18,8 +18,8 @@ from rmq_async.consumer.offset_store import _MemoryTable
 from rmq_async.consumer.process_queue import ProcessQueue
 from rmq_async.consumer.stats import ConsumerStats
 from rmq_async.errors import ClientError
-from rmq_async.protocol.message import MessageExt
 from rmq_async.protocol.mq import MessageQueue
+from rmq_async.protocol.stored import MessageExt
 
 MQ = MessageQueue("T", "b", 0)
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from support.wire import CAPTURE_FILES, frames
 
 from rmq_async.protocol.filter import SUB_ALL, java_string_hash, java_trim, parse_tag_expression, tag_matches
-from rmq_async.protocol.message import decode_messages
+from rmq_async.protocol.stored import decode_messages
 
 
 def reference_hash(s: str) -> int:

@@ -28,7 +28,7 @@ from support.wire import CAPTURE_FILES, frames
 
 from rmq_async.errors import ProtocolError
 from rmq_async.protocol.command import FrameDecoder, RemotingCommand, decode_frame
-from rmq_async.protocol.message import decode_messages
+from rmq_async.protocol.stored import decode_messages
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FUZZ_TESTS = (

@@ -10,8 +10,8 @@ import pytest
 from rmq_async.consumer.deadlines import DeadlineTracker
 from rmq_async.consumer.process_queue import ProcessQueue
 from rmq_async.consumer.rebalance import StabilityWindow, diff
-from rmq_async.protocol.message import PulledMessages
 from rmq_async.protocol.mq import MessageQueue
+from rmq_async.protocol.stored import PulledMessages
 
 MQ = MessageQueue("T", "broker-a", 0)
 
@@ -149,7 +149,7 @@ def test_out_of_order_put_and_put_back_keep_offset_order() -> None:
 def test_put_trusts_what_the_decoder_found() -> None:
     from support.helpers_stored import encode_stored
 
-    from rmq_async.protocol.message import decode_messages
+    from rmq_async.protocol.stored import decode_messages
 
     def pulled(*offsets: int) -> PulledMessages:
         stored = (encode_stored(topic="T", body=b"abc", queue_offset=o) for o in offsets)

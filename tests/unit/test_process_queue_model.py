@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from rmq_async.consumer.process_queue import ProcessQueue
-from rmq_async.protocol.message import MessageExt
 from rmq_async.protocol.mq import MessageQueue
+from rmq_async.protocol.stored import MessageExt
 
 
 def _msg(off: int, size: int) -> MessageExt:

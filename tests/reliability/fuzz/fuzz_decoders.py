@@ -42,7 +42,7 @@ def run_one(name: str, argv: list[str]) -> None:
         from rmq_async.errors import ProtocolError
         from rmq_async.protocol import fastjson
         from rmq_async.protocol.command import FrameDecoder, decode_frame
-        from rmq_async.protocol.message import decode_messages
+        from rmq_async.protocol.stored import decode_messages
 
     count = [0]
 

@@ -1,0 +1,403 @@
+"""Stored messages: :class:`MessageExt`, as a pull returns it, and :func:`decode_messages`.
+
+Strategy. A pull body is stored messages back to back (``MessageDecoder.decodes`` in apache/rocketmq).
+:func:`decode_messages` reads the fixed part of each one with one precompiled ``struct.Struct``
+(``unpack_from`` at an offset of the body, no intermediate slices) and keeps that tuple as the
+message's backing store, read through properties, so a decoded message costs one tuple, three copies
+(body, topic, property string) and six slot writes. Topics repeat, so their decoded strings are
+cached. The property string is decoded (so checked as UTF-8) eagerly, but its dict is built only
+when :attr:`MessageExt.properties` is read or a property is set: ``tags``, ``keys``, ``msg_id`` and
+:meth:`MessageExt.get_property` find their one value in the raw string
+(:func:`~.properties.lookup_property`; the three hot ones inline it). Checking that every property
+item has its ``\\x01`` costs as much as the rest of a decode, so it is opt-in (``check_properties``).
+Host strings and the offset message id are computed on access. Malformed input raises
+:class:`ProtocolError` naming the offset; lengths are checked before use, so nothing reads past a
+message or hangs.
+
+Sans-IO: no asyncio, sockets or clocks here.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Mapping
+from typing import Any, Generic, TypeVar, overload
+
+from ..errors import ProtocolError
+from .codes import MessageSysFlag, Prop
+from .msgid import _ip_hex, _ip_text, _parse_host
+from .properties import (
+    PROPERTIES_MAX,
+    encode_properties,
+    lookup_property,
+    parse_properties,
+    properties_well_formed,
+)
+
+__all__ = ["MAGIC_CODE_V1", "MAGIC_CODE_V2", "MessageExt", "PulledMessages", "decode_messages"]
+
+MAGIC_CODE_V1 = -626843481  # 1-byte topic length
+MAGIC_CODE_V2 = -626843477  # 2-byte topic length (5.x, topics over 127 bytes)
+
+# Stored message, both hosts IPv4: TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG
+# BORNTIMESTAMP BORNHOST(ip, port) STORETIMESTAMP STOREHOST(ip, port) RECONSUMETIMES PREPAREDOFFSET BODYLEN
+_FIXED4 = struct.Struct(">iiiiiqqiqIiqIiiqi")
+#: what decoding needs at once from that part (TOTALSIZE MAGIC QUEUEOFFSET SYSFLAG BODYLEN): the rest
+#: stays as its 88 bytes and is unpacked on first use (the hot path of a consumer never reads it)
+_LEAD4 = struct.Struct(">ii12xq8xi44xi")
+_HEAD = struct.Struct(">iiiiiqqiq")  # up to BORNTIMESTAMP, when a host is IPv6
+_HOST4, _HOST6 = struct.Struct(">Ii"), struct.Struct(">16si")
+_I64 = struct.Struct(">q")
+_TAIL = struct.Struct(">iqi")  # RECONSUMETIMES PREPAREDOFFSET BODYLEN
+_V6_FLAGS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+_MIN_STORED = _FIXED4.size + 1 + 2  # empty body, 1-byte topic length, properties length
+
+# Indexes in the fixed-part tuple a MessageExt keeps.
+_SIZE, _MAGIC, _CRC, _QID, _FLAG, _QOFF, _PHYS, _SYSFLAG, _BORN_TS = range(9)
+_BORN_IP, _BORN_PORT, _STORE_TS, _STORE_IP, _STORE_PORT, _RECONSUME, _PREPARED, _BODY_LEN = range(9, 17)
+
+_INT_FIELDS = {
+    "store_size": _SIZE, "body_crc": _CRC, "queue_id": _QID, "flag": _FLAG, "queue_offset": _QOFF,
+    "commit_log_offset": _PHYS, "sys_flag": _SYSFLAG, "born_timestamp": _BORN_TS,
+    "store_timestamp": _STORE_TS, "reconsume_times": _RECONSUME, "prepared_transaction_offset": _PREPARED,
+}  # fmt: skip
+_T = TypeVar("_T")
+_TOPICS: dict[bytes, str] = {}  # decoded topic strings, by their bytes (they repeat)
+_TOPICS_MAX = 4096
+
+
+class _Field(Generic[_T]):
+    """An attribute of :class:`MessageExt` kept in its fixed-part tuple (read often, written rarely)."""
+
+    __slots__ = ("_index",)
+
+    def __init__(self, index: int) -> None:
+        self._index = index
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> _Field[_T]: ...
+    @overload
+    def __get__(self, obj: MessageExt, owner: type | None = None) -> _T: ...
+    def __get__(self, obj: MessageExt | None, owner: type | None = None) -> _Field[_T] | _T:
+        if obj is None:
+            return self
+        f = obj._t
+        if f is None:
+            f = obj._t = _FIXED4.unpack(obj._raw)
+        value: _T = f[self._index]
+        return value
+
+    def __set__(self, obj: MessageExt, value: _T) -> None:
+        f, i = obj._f, self._index
+        obj._t = (*f[:i], value, *f[i + 1 :])
+
+
+class MessageExt:
+    """One stored message, as a pull (or VIEW_MESSAGE_BY_ID, CONSUME_MESSAGE_DIRECTLY) returns it.
+
+    ``body`` is decompressed (and then the COMPRESSED bit is cleared from ``sys_flag``, as 5.x does).
+    ``born_host``/``store_host`` are ``"ip:port"`` (IPv6 in Java's uncompressed form). ``properties``
+    is built from ``raw_properties`` on first use, with Java's lenient rules (items without ``\\x01``,
+    or with an empty name or value, are ignored); ``tags`` and ``msg_id`` read the raw string until
+    then. ``broker_name`` is set by the client (the broker the message was pulled from).
+    """
+
+    # _t: the fixed part's fields, or None until first use, when they are unpacked from _raw (its bytes)
+    __slots__ = ("_props", "_raw", "_t", "body", "broker_name", "queue_offset", "raw_properties", "topic")
+
+    store_size = _Field[int](_SIZE)  # TOTALSIZE as stored
+    body_crc = _Field[int](_CRC)
+    queue_id = _Field[int](_QID)
+    flag = _Field[int](_FLAG)  # the producer's flag
+    commit_log_offset = _Field[int](_PHYS)
+    sys_flag = _Field[int](_SYSFLAG)  # MessageSysFlag bits
+    born_timestamp = _Field[int](_BORN_TS)  # producer clock, ms
+    store_timestamp = _Field[int](_STORE_TS)  # broker clock, ms
+    reconsume_times = _Field[int](_RECONSUME)
+    prepared_transaction_offset = _Field[int](_PREPARED)
+
+    def __init__(
+        self,
+        topic: str = "",
+        body: bytes = b"",
+        *,
+        properties: Mapping[str, str] | None = None,
+        born_host: str = "127.0.0.1:0",
+        store_host: str = "127.0.0.1:0",
+        broker_name: str = "",
+        **fields: int,
+    ) -> None:
+        """Build one by hand (tests, tools); ``fields`` are the int attributes (``queue_offset=...``)."""
+        unknown = fields.keys() - _INT_FIELDS.keys()
+        if unknown:
+            raise TypeError(f"unknown MessageExt fields: {sorted(unknown)}")
+        values: list[Any] = [0] * 17
+        for name, value in fields.items():
+            values[_INT_FIELDS[name]] = value
+        values[_MAGIC] = MAGIC_CODE_V1 if len(topic.encode("utf-8")) < 128 else MAGIC_CODE_V2
+        values[_BORN_IP], values[_BORN_PORT] = _parse_host(born_host)
+        values[_STORE_IP], values[_STORE_PORT] = _parse_host(store_host)
+        values[_BODY_LEN] = len(body)
+        self._t: tuple[Any, ...] | None = tuple(values)
+        self._raw = b""
+        #: offset in the consume queue (a plain attribute: the consumer reads it for every message)
+        self.queue_offset: int = values[_QOFF]
+        self.topic = topic
+        self.body = body
+        self.raw_properties = encode_properties(properties) if properties else ""
+        self._props: dict[str, str] | None = dict(properties) if properties else None
+        self.broker_name = broker_name
+
+    @property
+    def _f(self) -> tuple[Any, ...]:
+        """The fixed part's fields (``_FIXED4`` layout), unpacked on first use."""
+        f = self._t
+        if f is None:
+            f = self._t = _FIXED4.unpack(self._raw)
+        return f
+
+    @property
+    def born_host(self) -> str:
+        f = self._f
+        return f"{_ip_text(f[_BORN_IP])}:{f[_BORN_PORT]}"
+
+    @property
+    def store_host(self) -> str:
+        f = self._f
+        return f"{_ip_text(f[_STORE_IP])}:{f[_STORE_PORT]}"
+
+    @property
+    def offset_msg_id(self) -> str:
+        """Store host + commit-log offset, upper-case hex (``MessageDecoder.createMessageId``)."""
+        f = self._f
+        return f"{_ip_hex(f[_STORE_IP])}{f[_STORE_PORT] & 0xFFFFFFFF:08X}{f[_PHYS] & 0xFFFFFFFFFFFFFFFF:016X}"
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """All properties (built from ``raw_properties`` on first access; mutable)."""
+        props = self._props
+        if props is None:
+            props = self._props = parse_properties(self.raw_properties, strict=False)
+        return props
+
+    def get_property(self, name: str, default: str | None = None) -> str | None:
+        """One property, read from ``raw_properties`` while :attr:`properties` is not built."""
+        props = self._props
+        if props is not None:
+            return props.get(name, default)
+        value = lookup_property(self.raw_properties, name)
+        return default if value is None else value
+
+    def set_property(self, name: str, value: str) -> None:
+        """Set a property (e.g. CONSUME_START_TIME); ``raw_properties`` keeps the decoded text, and
+        every read goes to :attr:`properties` from then on."""
+        self.properties[name] = value
+
+    # tags, keys and msg_id are read for every pulled message: while the dict is not built, each is
+    # lookup_property inlined for a constant name. "\x02NAME\x01" found from the end is the last item
+    # of that name (i = -1 when the only one opens the string); its value runs to the next "\x02". An
+    # empty value, which the dict skips, leaves the search for an earlier item to lookup_property.
+
+    @property
+    def tags(self) -> str | None:
+        if self._props is not None:
+            return self._props.get(Prop.TAGS)
+        raw = self.raw_properties
+        i = raw.rfind("\x02TAGS\x01")
+        if i < 0 and not raw.startswith("TAGS\x01"):
+            return None
+        value = raw[i + 6 :].partition("\x02")[0]
+        return value or lookup_property(raw, Prop.TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        """The ``KEYS`` property: keys separated by a space."""
+        if self._props is not None:
+            return self._props.get(Prop.KEYS)
+        raw = self.raw_properties
+        i = raw.rfind("\x02KEYS\x01")
+        if i < 0 and not raw.startswith("KEYS\x01"):
+            return None
+        value = raw[i + 6 :].partition("\x02")[0]
+        return value or lookup_property(raw, Prop.KEYS)
+
+    @property
+    def msg_id(self) -> str:
+        """The client's ``UNIQ_KEY`` if present, else :attr:`offset_msg_id` (``MessageClientExt``)."""
+        if self._props is not None:
+            return self._props.get(Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or self.offset_msg_id
+        raw = self.raw_properties
+        i = raw.rfind("\x02UNIQ_KEY\x01")
+        if i < 0 and not raw.startswith("UNIQ_KEY\x01"):
+            return self.offset_msg_id
+        value = raw[i + 10 :].partition("\x02")[0]
+        return value or lookup_property(raw, Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or self.offset_msg_id
+
+    def __repr__(self) -> str:
+        return (
+            f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
+            f"msg_id={self.msg_id!r}, tags={self.tags!r}, body={len(self.body)}B)"
+        )
+
+
+# -- decoding a pull body ---------------------------------------------------------------------
+
+
+def _bad(pos: int, what: str) -> ProtocolError:
+    return ProtocolError(f"stored message at offset {pos}: {what}")
+
+
+def _unpack_v6(buf: bytes, pos: int, end: int) -> tuple[tuple[Any, ...], int]:
+    """The fixed part when a host is IPv6 (16-byte address): same tuple layout as ``_FIXED4``."""
+    head = _HEAD.unpack_from(buf, pos)
+    sys_flag = head[_SYSFLAG]
+    born = _HOST6 if sys_flag & MessageSysFlag.BORNHOST_V6_FLAG else _HOST4
+    store = _HOST6 if sys_flag & MessageSysFlag.STOREHOSTADDRESS_V6_FLAG else _HOST4
+    fixed = _HEAD.size + born.size + _I64.size + store.size + _TAIL.size
+    if end - pos < fixed + 3:
+        raise _bad(pos, f"store size {end - pos} is below the {fixed + 3} bytes of its fixed part")
+    p = pos + _HEAD.size
+    born_ip, born_port = born.unpack_from(buf, p)
+    p += born.size
+    (store_ts,) = _I64.unpack_from(buf, p)
+    p += _I64.size
+    store_ip, store_port = store.unpack_from(buf, p)
+    tail = _TAIL.unpack_from(buf, p + store.size)
+    return (*head, born_ip, born_port, store_ts, store_ip, store_port, *tail), fixed
+
+
+def _decompress(body: bytes, sys_flag: int, pos: int) -> bytes:
+    kind = (sys_flag & MessageSysFlag.COMPRESSION_TYPE_COMPARATOR) >> 8
+    if kind not in (0, 3):  # CompressionType.findByValue: 0 (older clients) and 3 are zlib
+        name = {1: "LZ4", 2: "ZSTD"}.get(kind, f"unknown type {kind}")
+        raise _bad(pos, f"body is compressed with {name}, which is not supported (zlib only)")
+    try:
+        return zlib.decompress(body)
+    except zlib.error as exc:
+        raise _bad(pos, f"compressed body does not inflate: {exc}") from None
+
+
+class PulledMessages(list[MessageExt]):
+    """What :func:`decode_messages` returns: a list of messages that also knows what the decoder saw
+    on its way, so the process queue need not touch every message again: ``nbytes``, the sum of the
+    (decompressed) body lengths, and ``ascending``, whether the queue offsets rise strictly in list
+    order (always so in a pull response; a broker that breaks it gets the process queue's checked,
+    merging path). Both describe the list as decoded: a copy or slice is a plain list, and code that
+    changes the list in place must not rely on them."""
+
+    __slots__ = ("ascending", "nbytes")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nbytes = 0
+        self.ascending = True
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (list, (list(self),))  # unpickled as a plain list: the fields would be stale
+
+
+def decode_messages(
+    body: bytes | bytearray | memoryview,
+    *,
+    decompress: bool = True,
+    check_properties: bool = False,
+    broker_name: str = "",
+) -> PulledMessages:
+    """Decode a pull response body (stored messages back to back; ``MessageDecoder.decodes``).
+
+    Handles V1 and V2 magic codes, IPv4 and IPv6 hosts, and zlib bodies (``decompress=False`` keeps
+    them as stored); every message gets ``broker_name``. Raises :class:`ProtocolError` for malformed
+    or truncated input: a store size out of range or not matching the fields, a bad magic code, bad
+    lengths, invalid UTF-8, a body that does not inflate or uses LZ4/ZSTD.
+
+    A property item without ``\\x01`` is rejected only with ``check_properties=True``: the check
+    costs about as much as the rest of the decoding, and Java's reader ignores such items, as
+    :attr:`MessageExt.properties` does.
+
+    The result is a :class:`PulledMessages` carrying the body bytes and whether the offsets ascend.
+    """
+    buf = body if type(body) is bytes else bytes(body)
+    n = len(buf)
+    out = PulledMessages()
+    nbytes = 0
+    last = -1 << 64  # the previous queue offset (below any stored one)
+    ascending = True
+    append = out.append
+    unpack = _LEAD4.unpack_from
+    new = object.__new__
+    topics = _TOPICS
+    pos = 0
+    try:
+        while pos < n:
+            if n - pos < _MIN_STORED:
+                raise _bad(pos, f"truncated: {n - pos} bytes left, a message needs {_MIN_STORED} or more")
+            total, magic, queue_offset, sys_flag, body_len = unpack(buf, pos)
+            end = pos + total
+            if total < _MIN_STORED or end > n:
+                raise _bad(pos, f"store size {total} is out of range ({_MIN_STORED}..{n - pos})")
+            if magic != MAGIC_CODE_V1 and magic != MAGIC_CODE_V2:
+                raise _bad(pos, f"bad magic code {magic:#x}")
+            fixed = 88
+            f: tuple[Any, ...] | None = None
+            if sys_flag & _V6_FLAGS:
+                f, fixed = _unpack_v6(buf, pos, end)
+                body_len = f[_BODY_LEN]
+            q = pos + fixed + body_len
+            if body_len < 0 or q + 3 > end:
+                raise _bad(pos, f"body length {body_len} does not fit in store size {total}")
+            msg_body = buf[pos + fixed : q]
+            nbytes += body_len
+            if queue_offset <= last:
+                ascending = False
+            last = queue_offset
+            if magic == MAGIC_CODE_V1:
+                p = q + 1 + buf[q]
+                topic_bytes = buf[q + 1 : p]
+            else:
+                p = q + 2 + ((buf[q] << 8) | buf[q + 1])
+                topic_bytes = buf[q + 2 : p]
+            if p + 2 > end:
+                raise _bad(pos, f"topic length {len(topic_bytes)} overruns store size {total}")
+            topic = topics.get(topic_bytes)
+            if topic is None:
+                topic = _decode_topic(topic_bytes, pos)
+            props_len = (buf[p] << 8) | buf[p + 1]
+            if p + 2 + props_len != end or props_len > PROPERTIES_MAX:
+                raise _bad(pos, f"store size {total} does not match the fields (properties {props_len}B)")
+            raw = buf[p + 2 : end].decode()
+            if check_properties and raw and not properties_well_formed(raw):
+                raise _bad(pos, "a property item has no name/value separator")
+            m = new(MessageExt)
+            if sys_flag & 1 and decompress:
+                msg_body = _decompress(msg_body, sys_flag, pos)
+                nbytes += len(msg_body) - body_len
+                if f is None:
+                    f = _FIXED4.unpack_from(buf, pos)
+                f = (*f[:7], sys_flag & ~MessageSysFlag.COMPRESSED_FLAG, *f[8:])
+            m._raw = buf[pos : pos + 88] if f is None else b""
+            m._t = f
+            m.queue_offset = queue_offset
+            m.topic = topic
+            m.body = msg_body
+            m.raw_properties = raw
+            m._props = None
+            m.broker_name = broker_name
+            append(m)
+            pos = end
+    except UnicodeDecodeError as exc:
+        raise _bad(pos, f"properties are not valid UTF-8 ({exc.reason} at {exc.start})") from None
+    out.nbytes = nbytes
+    out.ascending = ascending
+    return out
+
+
+def _decode_topic(topic_bytes: bytes, pos: int) -> str:
+    try:
+        topic = topic_bytes.decode()
+    except UnicodeDecodeError as exc:
+        raise _bad(pos, f"topic is not valid UTF-8 ({exc.reason} at {exc.start})") from None
+    if len(_TOPICS) >= _TOPICS_MAX:
+        _TOPICS.clear()
+    _TOPICS[topic_bytes] = topic
+    return topic
