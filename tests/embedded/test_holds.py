@@ -103,7 +103,7 @@ def test_connection_closed_drops_its_pulls() -> None:
     kept, _, _ = park(holds)
     holds.connection_closed(cast(Connection, gone))
     assert list(holds.table) == [("T", 0)]
-    assert [r.conn for r in holds.table[("T", 0)]] == [kept]
+    assert [r.conn for r in holds.table[("T", 0)]] == [cast(Connection, kept)]
 
 
 def test_check_compares_with_the_store_end() -> None:
