@@ -16,9 +16,8 @@ import asyncio
 import json
 import sys
 import time
-import types
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
@@ -26,11 +25,13 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 import anyio  # noqa: E402
 from support.helpers_stored import encode_stored  # noqa: E402
 
-from rmq_async.config import ConsumerConfig, Timing  # noqa: E402
-from rmq_async.consumer.concurrently import ConcurrentConsumeService, ConsumeContext, _Slot  # noqa: E402
-from rmq_async.consumer.offset_store import _MemoryTable  # noqa: E402
+from rmq_async.client.instance import ClientInstance  # noqa: E402
+from rmq_async.config import ClientConfig, ConsumerConfig, Timing  # noqa: E402
+from rmq_async.consumer.concurrently import ConcurrentConsumeService, _Slot  # noqa: E402
+from rmq_async.consumer.context import ConsumerContext, Subscriptions  # noqa: E402
+from rmq_async.consumer.offset_store import OffsetStore, _MemoryTable  # noqa: E402
 from rmq_async.consumer.process_queue import ProcessQueue  # noqa: E402
-from rmq_async.consumer.stats import ConsumerStats  # noqa: E402
+from rmq_async.consumer.types import ConsumeContext  # noqa: E402
 from rmq_async.protocol.mq import MessageQueue  # noqa: E402
 from rmq_async.protocol.stored import MessageExt, PulledMessages, decode_messages  # noqa: E402
 
@@ -59,19 +60,15 @@ async def measure(batch_size: int, reps: int) -> dict[str, Any]:
         nonlocal seen
         seen += len(msgs)
 
-    c = types.SimpleNamespace(
-        config=ConsumerConfig(group="g", consume_batch_max_size=batch_size),
-        timing=Timing(),
-        retry_topic="%RETRY%g",
-        stats=ConsumerStats(),
-        offset_store=_MemoryTable(),
-        before_hooks=[],
-        after_hooks=[],
-        stopping=False,
+    c = ConsumerContext(
         group="g",
-        orderly=False,
+        config=ConsumerConfig(group="g", consume_batch_max_size=batch_size),
+        client_config=ClientConfig(timing=Timing()),
+        subscriptions=Subscriptions("%RETRY%g"),
     )
-    svc = ConcurrentConsumeService(c, handler)  # type: ignore[arg-type]
+    # no client: nothing on this path sends (every handler call succeeds)
+    c.attach(cast(ClientInstance, None), cast(OffsetStore, _MemoryTable()))
+    svc = ConcurrentConsumeService(c, handler)
     svc._loop_time = asyncio.get_running_loop().time
     batches = pulled_batches()
     n = BATCHES * 32

@@ -15,13 +15,13 @@ from .config import ClientConfig as ClientConfig
 from .config import ConsumerConfig as ConsumerConfig
 from .config import ProducerConfig as ProducerConfig
 from .config import Timing as Timing
-from .consumer.concurrently import ConsumeContext as ConsumeContext
-from .consumer.concurrently import ConsumeResult as ConsumeResult
 from .consumer.delivery import Delivery as Delivery
 from .consumer.lite_pull import LitePullConsumer as LitePullConsumer
-from .consumer.orderly import OrderlyContext as OrderlyContext
-from .consumer.orderly import OrderlyResult as OrderlyResult
 from .consumer.push import PushConsumer as PushConsumer
+from .consumer.types import ConsumeContext as ConsumeContext
+from .consumer.types import ConsumeResult as ConsumeResult
+from .consumer.types import OrderlyContext as OrderlyContext
+from .consumer.types import OrderlyResult as OrderlyResult
 from .errors import BrokerError as BrokerError
 from .errors import ClientError as ClientError
 from .errors import ConfigError as ConfigError

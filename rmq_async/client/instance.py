@@ -43,7 +43,8 @@ INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
 class ConsumerHandle(Protocol):
     """What a consumer registers with its client instance."""
 
-    group: str
+    @property
+    def group(self) -> str: ...
 
     def consumer_data(self) -> ConsumerData: ...
 

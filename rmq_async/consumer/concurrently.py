@@ -22,70 +22,28 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from enum import Enum
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import anyio
 import anyio.abc
 
-from ..config import unwrap_namespace, wrap_namespace
-from ..errors import RocketMQError
-from ..protocol import headers as H
-from ..protocol.codes import Prop
-from ..protocol.message import Message
-from ..protocol.mq import MessageQueue
 from ..protocol.stored import MessageExt
+from .context import ConsumerContext
 from .deadlines import loop_clock
+from .delivery import DeliveryStream
 from .handoff import Handoff
 from .process_queue import ProcessQueue
+from .sendback import reset_retry_topic
+from .types import EXPIRED_DELAY_LEVEL, ConsumeContext, ConsumeResult, Handler
 from .usercode import user_failure
 
-if TYPE_CHECKING:
-    from .push import PushConsumer
-
+# ConsumeContext, ConsumeResult and Handler live in .types; named here too for older imports
 __all__ = ["ConcurrentConsumeService", "ConsumeContext", "ConsumeResult", "Handler"]
 
 log = logging.getLogger("rmq_async.consumer")
 
 #: reference count (CPython); elsewhere every context counts as held, so none is reused
 _refs: Callable[[object], int] = getattr(sys, "getrefcount", lambda obj: 1 << 30)
-
-
-#: the delay level of a message sent back because its handler ran past the consume timeout (Java's
-#: ``cleanExpiredMsg`` sends it back with level 3, whatever its reconsume times)
-EXPIRED_DELAY_LEVEL = 3
-
-
-class ConsumeResult(Enum):
-    SUCCESS = "CONSUME_SUCCESS"
-    RECONSUME_LATER = "RECONSUME_LATER"
-
-
-@dataclass(slots=True)
-class ConsumeContext:
-    """``ConsumeConcurrentlyContext``: set ``ack_index`` and ``delay_level`` to steer the result."""
-
-    mq: MessageQueue
-    ack_index: int | None = None
-    #: 0: the broker picks (3 + reconsume times); -1: straight to the DLQ; N: delay level N
-    delay_level: int = 0
-
-
-Handler = Callable[[list[MessageExt], ConsumeContext], Awaitable["ConsumeResult | None"]]
-
-
-def reset_retry_topic(msgs: Sequence[MessageExt], retry_topic: str, namespace: str | None = None) -> None:
-    """``resetRetryAndNamespace``: a message from ``%RETRY%group`` is shown under its original topic,
-    and with a namespace, under the topic's name without it."""
-    for m in msgs:
-        if m.topic == retry_topic:
-            original = m.get_property(Prop.RETRY_TOPIC)
-            if original:
-                m.topic = original
-        if namespace:
-            m.topic = unwrap_namespace(namespace, m.topic)
 
 
 class _Slot:
@@ -108,18 +66,31 @@ class _Slot:
 
 
 class ConcurrentConsumeService:
-    def __init__(self, consumer: PushConsumer, handler: Handler | None) -> None:
-        self.c = consumer
+    """The concurrent :class:`~rmq_async.consumer.service.ConsumeService`. Without a handler, pulled
+    messages go to :attr:`deliveries` (the ``async for`` stream), settled through :meth:`process_result`."""
+
+    gates_pulls = False
+    sync_drop = False
+
+    def __init__(self, ctx: ConsumerContext, handler: Handler | None) -> None:
+        self.c = ctx
         self.handler = handler
+        self.deliveries: DeliveryStream | None = None  # made by open_deliveries()
         self._inbox: Handoff[tuple[ProcessQueue, list[MessageExt]]] = Handoff()
         self.active = 0  # pulled batches a worker has started and not finished
         #: the cancel scopes of workers inside a pulled batch: a finite deadline is the running
         #: consume batch's (set from its start, see _consume), what set_timeout moves
         self.scopes: set[anyio.CancelScope] = set()
-        self.timeout = consumer.timing.consume_timeout
+        self.timeout = ctx.deadlines.timeout
         self._tver = 0  # bumped by set_timeout
         self._idle: anyio.Event | None = None  # made only while someone waits for idleness
         self._loop_time: Callable[[], float] = time.monotonic  # the running loop's clock, from run()
+
+    def open_deliveries(self) -> DeliveryStream:
+        """The ``async for`` stream of a consumer without a handler (made on first use)."""
+        if self.deliveries is None:
+            self.deliveries = DeliveryStream(self.c, self.process_result)
+        return self.deliveries
 
     def set_timeout(self, timeout: float) -> None:
         """Apply a new consume timeout to the handlers already running."""
@@ -143,9 +114,42 @@ class ConcurrentConsumeService:
     # -- intake -------------------------------------------------------------------------------------
 
     def submit(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        if self.deliveries is not None:
+            self.deliveries.submit(pq, msgs)
+            return
         # one item per pulled batch: the worker cuts it into consume batches, which keeps the
         # per-message cost (hand-offs, wake-ups) off the hot path
         self._inbox.put((pq, msgs))
+
+    def retry_locally(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        """``submitConsumeRequestLater``: consume ``msgs`` again after a delay (they stay in ``pq``)."""
+        c = self.c
+        c.stats.local_retries += len(msgs)
+
+        async def later() -> None:
+            await anyio.sleep(c.timing.local_retry_delay)
+            if not pq.dropped and not c.stopping:
+                self.submit(pq, msgs)
+
+        c.start_soon(later)
+
+    # -- the queue side of the service contract: nothing to hold -------------------------------------
+
+    async def before_pull(self, pq: ProcessQueue) -> bool:
+        return True
+
+    async def lock_new(self, pq: ProcessQueue) -> bool:
+        return True
+
+    async def drop(self, pq: ProcessQueue, wait: float) -> bool:
+        pq.drop()
+        return True
+
+    async def unlock_dropped(self, pq: ProcessQueue, idle: bool) -> None:
+        return None
+
+    async def shutdown(self) -> None:
+        return None
 
     async def run(self, tg: anyio.abc.TaskGroup) -> None:
         """Start the workers; closing the hand-off ends them once it is drained."""
@@ -436,7 +440,7 @@ class ConcurrentConsumeService:
         if offset >= 0 and not pq.dropped:
             self.c.offset_store.update(pq.mq, offset, increase_only=True)
         if keep:
-            self.c.retry_locally(pq, keep)
+            self.retry_locally(pq, keep)
 
 
 def _is_int(value: object) -> bool:
@@ -463,42 +467,3 @@ def _checked_context(ctx: ConsumeContext, group: str) -> tuple[int | None, int]:
         )
         delay_level = 0
     return ack_index, delay_level
-
-
-async def send_back(c: PushConsumer, m: MessageExt, delay_level: int) -> bool:
-    """Send a failed message back for a later retry; False if every path failed."""
-    client = c.client
-    topic = wrap_namespace(c.namespace, m.topic)  # handlers saw it without the namespace
-    try:
-        addr = await client.master_addr(m.broker_name, topic)
-        h = H.ConsumerSendMsgBackRequestHeader(
-            offset=m.commit_log_offset,
-            group=c.group,
-            delay_level=delay_level,
-            origin_msg_id=m.msg_id,
-            origin_topic=topic,
-            unit_mode=False,
-            max_reconsume_times=c.max_reconsume_times,
-            bname=m.broker_name,
-        )
-        await client.api.consumer_send_msg_back(addr, h, client.timing.request_timeout)
-        c.stats.sent_back += 1
-        return True
-    except RocketMQError as exc:
-        log.warning("send-back of %s failed (%s): falling back to a send to %s", m.msg_id, exc, c.retry_topic)
-    try:
-        props = dict(m.properties)
-        origin = props.get(Prop.ORIGIN_MESSAGE_ID) or m.msg_id
-        props[Prop.ORIGIN_MESSAGE_ID] = origin
-        props[Prop.RETRY_TOPIC] = topic
-        props[Prop.RECONSUME_TIME] = str(m.reconsume_times + 1)
-        props[Prop.MAX_RECONSUME_TIMES] = str(c.max_reconsume_times)
-        props.pop("TRAN_MSG", None)
-        props.pop(Prop.DELAY_TIME_LEVEL, None)
-        msg = Message(c.retry_topic, m.body, properties=props, flag=m.flag, delay_level=3 + m.reconsume_times)
-        await c.inner_producer.send(msg)
-        c.stats.sent_back += 1
-        return True
-    except (RocketMQError, ValueError) as exc:
-        log.error("fallback send of %s to %s failed (%s): retrying locally", m.msg_id, c.retry_topic, exc)
-        return False

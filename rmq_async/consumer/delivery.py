@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -22,13 +22,15 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from ..errors import ClientError
 from ..protocol.codes import Prop
 from ..protocol.stored import MessageExt
-from .concurrently import EXPIRED_DELAY_LEVEL, ConsumeContext, ConsumeResult, reset_retry_topic
+from .context import ConsumerContext
 from .process_queue import ProcessQueue
+from .sendback import reset_retry_topic
+from .types import EXPIRED_DELAY_LEVEL, ConsumeContext, ConsumeResult
 
-if TYPE_CHECKING:
-    from .push import PushConsumer
+__all__ = ["Delivery", "DeliveryStream", "Settle"]
 
-__all__ = ["Delivery", "DeliveryStream"]
+#: how a consume service settles a delivery: (queue, [message], result, context)
+Settle = Callable[[ProcessQueue, list[MessageExt], ConsumeResult, ConsumeContext], Awaitable[None]]
 
 log = logging.getLogger("rmq_async.consumer")
 
@@ -61,8 +63,12 @@ class Delivery:
 
 
 class DeliveryStream:
-    def __init__(self, consumer: PushConsumer) -> None:
-        self.c = consumer
+    """The deliveries of one run: its consume service submits pulled messages and settles what the
+    loop's code (or the consume timeout) decided."""
+
+    def __init__(self, ctx: ConsumerContext, settle: Settle) -> None:
+        self.c = ctx
+        self._settle = settle
         send, recv = anyio.create_memory_object_stream[Delivery](float("inf"))
         self._send: MemoryObjectSendStream[Delivery] = send
         self._recv: MemoryObjectReceiveStream[Delivery] = recv
@@ -94,9 +100,8 @@ class DeliveryStream:
             return d
 
     def _expire(self, d: Delivery) -> None:
-        tg = self.c._tg
-        if not d.settled and tg is not None:
-            tg.start_soon(self._send_back_expired, d)
+        if not d.settled:
+            self.c.start_soon(self._send_back_expired, d)
 
     async def _send_back_expired(self, d: Delivery) -> None:
         # the loop's code may have settled it between the timeout and this task's start: then it
@@ -117,7 +122,7 @@ class DeliveryStream:
         if d.pq.dropped:
             return
         ctx = ConsumeContext(d.pq.mq, delay_level=delay_level)
-        await self.c.consume_service.process_result(d.pq, [d.message], result, ctx)
+        await self._settle(d.pq, [d.message], result, ctx)
 
     async def release_unsettled(self) -> None:
         """Leaving the loop: every unsettled delivery is retried, so none is lost."""

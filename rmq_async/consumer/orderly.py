@@ -1,6 +1,6 @@
 """Orderly consumption (Java ``ConsumeMessageOrderlyService``), asyncio-style.
 
-Strategy: one *drive* task per process queue at most (``_Queue.active``), started when a pull hands
+Strategy: one *drive* task per process queue at most (``OrderlyState.active``), started when a pull hands
 messages over and ending when the queue is empty. It takes ``consume_batch_max_size`` messages in
 offset order (``ProcessQueue.take``), runs the handler while holding the queue's ``consume_lock`` (what
 a rebalance waits for before dropping the queue), settles the result under the same lock, and goes on.
@@ -26,102 +26,65 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from enum import Enum
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
 
-from ..config import wrap_namespace
 from ..errors import RocketMQError
-from ..protocol.codes import Prop
-from ..protocol.message import Message
 from ..protocol.mq import MessageQueue
 from ..protocol.stored import MessageExt
-from .concurrently import ConsumeContext, ConsumeResult, reset_retry_topic
+from .context import ConsumerContext
 from .deadlines import loop_clock
+from .delivery import DeliveryStream
 from .orderly_locks import LockKeeper
-from .process_queue import ProcessQueue
+from .process_queue import OrderlyState, Pending, ProcessQueue
+from .sendback import reset_retry_topic, send_to_dlq
+from .types import ConsumeContext, ConsumeResult, OrderlyContext, OrderlyHandler, OrderlyResult
 from .usercode import user_failure
 
-if TYPE_CHECKING:
-    from .push import PushConsumer
-
+# OrderlyContext, OrderlyHandler and OrderlyResult live in .types; named here too for older imports
 __all__ = ["OrderlyConsumeService", "OrderlyContext", "OrderlyHandler", "OrderlyResult"]
 
 log = logging.getLogger("rmq_async.consumer")
 
-
-class OrderlyResult(Enum):
-    """``ConsumeOrderlyStatus``."""
-
-    SUCCESS = "SUCCESS"
-    SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
-    #: manual-commit mode (``ctx.auto_commit = False``) only
-    COMMIT = "COMMIT"
-    ROLLBACK = "ROLLBACK"
-
-
-@dataclass(slots=True)
-class OrderlyContext:
-    """``ConsumeOrderlyContext``: ``auto_commit`` and a per-call suspend time (seconds)."""
-
-    mq: MessageQueue
-    auto_commit: bool = True
-    #: None: ``Timing.suspend_current_queue``
-    suspend_time: float | None = None
-
-
-OrderlyHandler = Callable[
-    [list[MessageExt], OrderlyContext], Awaitable["OrderlyResult | ConsumeResult | None"]
-]
-
 _SUSPEND = OrderlyResult.SUSPEND_CURRENT_QUEUE_A_MOMENT
 
 
-class _Pending:
-    __slots__ = ("done", "message", "result")
-
-    def __init__(self, message: MessageExt) -> None:
-        self.message = message
-        self.result = _SUSPEND
-        self.done = anyio.Event()
-
-
-class _Queue:
-    """Orderly bookkeeping of one process queue."""
-
-    __slots__ = ("active", "pending", "pq", "refresh_offset", "relock", "revoking", "scope", "start")
-
-    def __init__(self, pq: ProcessQueue) -> None:
-        self.pq = pq
-        self.active = False  # a drive task runs (or waits to run) for this queue
-        self.revoking = False  # a rebalance is taking the queue away: no new batch
-        self.refresh_offset = True  # re-read the start offset from the broker before the next pull
-        self.scope: anyio.CancelScope | None = None  # the running handler's
-        self.start = 0.0
-        self.pending: _Pending | None = None  # delivery API: the message handed out
-        self.relock = anyio.Lock()
-
-
 class OrderlyConsumeService:
-    """The orderly consume service of one :class:`PushConsumer` (``orderly=True``)."""
+    """The orderly :class:`~rmq_async.consumer.service.ConsumeService` (``orderly=True``). ``owned``
+    is the queue table's view of the owned process queues (read only)."""
 
-    def __init__(self, consumer: PushConsumer, handler: OrderlyHandler | None) -> None:
-        self.c = consumer
+    sync_drop = True
+
+    def __init__(
+        self,
+        ctx: ConsumerContext,
+        handler: OrderlyHandler | None,
+        owned: Mapping[MessageQueue, ProcessQueue],
+    ) -> None:
+        self.c = ctx
         self.handler = handler
-        self.clustering = consumer.config.clustering
-        self.locks = LockKeeper(consumer, on_locked=self._on_locked, on_lost=self._on_lost)
-        self.timeout = consumer.timing.consume_timeout
+        self.deliveries: DeliveryStream | None = None  # made by open_deliveries()
+        self.clustering = ctx.config.clustering
+        self.gates_pulls = self.clustering  # pulls wait for a valid lock lease
+        self._owned = owned
+        self.locks = LockKeeper(ctx, owned, on_locked=self._on_locked, on_lost=self._on_lost)
+        self.timeout = ctx.deadlines.timeout
         self.running = 0
-        self._states: dict[ProcessQueue, _Queue] = {}
+        #: the states of queues whose handler is running (shutdown cancels them)
+        self._consuming: set[OrderlyState] = set()
         self._tg: anyio.abc.TaskGroup | None = None
-        self._limiter = anyio.CapacityLimiter(consumer.config.concurrency)
+        self._limiter = anyio.CapacityLimiter(ctx.config.concurrency)
         self._closed = False
         self._idle: anyio.Event | None = None  # made only while someone waits for idleness
+
+    def open_deliveries(self) -> DeliveryStream:
+        """The ``async for`` stream of a consumer without a handler (made on first use)."""
+        if self.deliveries is None:
+            self.deliveries = DeliveryStream(self.c, self.process_result)
+        return self.deliveries
 
     # -- lifecycle (the same surface as ConcurrentConsumeService) ----------------------------------
 
@@ -150,10 +113,11 @@ class OrderlyConsumeService:
 
     # -- intake -------------------------------------------------------------------------------------
 
-    def _state(self, pq: ProcessQueue) -> _Queue:
-        st = self._states.get(pq)
+    @staticmethod
+    def _state(pq: ProcessQueue) -> OrderlyState:
+        st = pq.orderly
         if st is None:
-            st = self._states[pq] = _Queue(pq)
+            st = pq.orderly = OrderlyState()
         return st
 
     def submit(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
@@ -163,24 +127,24 @@ class OrderlyConsumeService:
         st = self._state(pq)
         if not st.active:
             st.active = True
-            self._tg.start_soon(self._drive, st, 0.0)
+            self._tg.start_soon(self._drive, pq, st, 0.0)
 
     # -- locks and leases ----------------------------------------------------------------------------
 
-    def _deadline(self, st: _Queue) -> float:
+    def _deadline(self, pq: ProcessQueue) -> float:
         """When a running handler is cancelled: the end of the queue's lock lease (clustering), so it
         stops before the broker can give the queue to another member; never in broadcasting."""
         if self.clustering:
-            return self._loop_time() + self.locks.lease_remaining(st.pq)
+            return self._loop_time() + self.locks.lease_remaining(pq)
         return math.inf
 
     def _on_locked(self, pq: ProcessQueue) -> None:
-        st = self._states.get(pq)
+        st = pq.orderly
         if st is not None and st.scope is not None:
-            st.scope.deadline = self._deadline(st)
+            st.scope.deadline = self._deadline(pq)
 
     def _on_lost(self, pq: ProcessQueue) -> None:
-        st = self._states.get(pq)
+        st = pq.orderly
         if st is not None and st.scope is not None:
             st.scope.cancel()  # the broker gave the queue to another member: stop now
 
@@ -249,9 +213,7 @@ class OrderlyConsumeService:
             await anyio.sleep(self.c.timing.lock_renew_interval)
             if self._closed or self.c.stopping:
                 return
-            await self.locks.lock_all(list(self.c.pqs.values()))
-            for pq in [p for p, st in self._states.items() if p.dropped and not st.active]:
-                self._states.pop(pq, None)
+            await self.locks.lock_all(list(self._owned.values()))
 
     # -- rebalance and shutdown -------------------------------------------------------------------------
 
@@ -259,7 +221,7 @@ class OrderlyConsumeService:
         """Stop taking batches from ``pq``, wait up to ``wait`` s for its running handler, drop it.
 
         True when no handler was running at the end (the queue can be unlocked at once)."""
-        st = self._states.get(pq)
+        st = pq.orderly
         if st is not None:
             st.revoking = True
         idle = False
@@ -269,7 +231,6 @@ class OrderlyConsumeService:
         pq.drop()
         if idle:
             pq.consume_lock.release()
-            self._states.pop(pq, None)
         elif st is not None and st.scope is not None and not self.clustering:
             st.scope.cancel()  # broadcasting: nobody else owns the queue; no need to let it run on
         return idle
@@ -279,7 +240,7 @@ class OrderlyConsumeService:
         if not self.clustering:
             return
         if idle:
-            cur = self.c.pqs.get(pq.mq)
+            cur = self._owned.get(pq.mq)
             if cur is None or cur.dropped:  # not ours again meanwhile (its new lock must stand)
                 await self.locks.unlock([pq.mq], oneway=True)
         elif self._tg is not None:
@@ -290,46 +251,43 @@ class OrderlyConsumeService:
         # the lease is no longer renewed, so the handler is cancelled at its end at the latest
         async with pq.consume_lock:
             pass
-        self._states.pop(pq, None)
-        if pq.mq not in self.c.pqs:
+        if pq.mq not in self._owned:
             await self.locks.unlock([pq.mq], oneway=True)
 
     async def shutdown(self) -> None:
         """At shutdown, after offsets were persisted: cancel stragglers, then a sync 42 of all queues."""
         self._closed = True
-        for st in self._states.values():
+        for st in self._consuming:
             if st.scope is not None:
                 st.scope.cancel()
         with anyio.move_on_after(self.c.timing.request_timeout):
             await self.wait_idle()
         if not self.clustering:
             return
-        mqs = [mq for mq, pq in self.c.pqs.items() if not pq.consume_lock.locked()]
+        mqs = [mq for mq, pq in self._owned.items() if not pq.consume_lock.locked()]
         if mqs:
             with anyio.move_on_after(self.c.timing.request_timeout * 2):
                 await self.locks.unlock(mqs, oneway=False)
-        for pq in self.c.pqs.values():
+        for pq in self._owned.values():
             pq.locked = False
 
     # -- consumption --------------------------------------------------------------------------------------
 
-    async def _drive(self, st: _Queue, delay: float) -> None:
+    async def _drive(self, pq: ProcessQueue, st: OrderlyState, delay: float) -> None:
         try:
             while True:
                 if delay > 0:
                     await anyio.sleep(delay)
                 else:
                     await anyio.lowlevel.checkpoint()
-                nxt = await self._round(st)
+                nxt = await self._round(pq, st)
                 if nxt is None:
                     return
                 delay = nxt
         finally:
             st.active = False
-            if st.pq.dropped and self._states.get(st.pq) is st and not st.pq.consume_lock.locked():
-                self._states.pop(st.pq, None)
 
-    async def _round(self, st: _Queue) -> float | None:
+    async def _round(self, pq: ProcessQueue, st: OrderlyState) -> float | None:
         """Consume batches until the queue is empty (None) or must wait (the delay before the next round).
 
         A round holds one slot of the concurrency limit for its whole run (at most the time slice), as
@@ -339,12 +297,11 @@ class OrderlyConsumeService:
         except anyio.WouldBlock:
             await self._limiter.acquire()
         try:
-            return await self._round_locked(st)
+            return await self._round_locked(pq, st)
         finally:
             self._limiter.release()
 
-    async def _round_locked(self, st: _Queue) -> float | None:
-        pq = st.pq
+    async def _round_locked(self, pq: ProcessQueue, st: OrderlyState) -> float | None:
         n = self.c.config.consume_batch_max_size if self.handler is not None else 1
         began = time.monotonic()
         while True:
@@ -360,7 +317,7 @@ class OrderlyConsumeService:
             batch = pq.take(n)
             if not batch:
                 return None
-            delay = await self._consume(st, batch)
+            delay = await self._consume(pq, st, batch)
             if delay is not None:
                 return delay
 
@@ -370,10 +327,9 @@ class OrderlyConsumeService:
             self._idle.set()
             self._idle = None
 
-    async def _consume(self, st: _Queue, batch: list[MessageExt]) -> float | None:
+    async def _consume(self, pq: ProcessQueue, st: OrderlyState, batch: list[MessageExt]) -> float | None:
         """One batch; returns a suspend delay, or None to go on with the next batch."""
         c = self.c
-        pq = st.pq
         reset_retry_topic(batch, c.retry_topic, c.namespace)
         ctx = OrderlyContext(pq.mq)
         # fast path: no checkpoint when the lock is free (a checkpoint per batch sends the task to the
@@ -383,13 +339,14 @@ class OrderlyConsumeService:
         except anyio.WouldBlock:
             await pq.consume_lock.acquire()
         try:
-            return await self._consume_locked(st, batch, ctx)
+            return await self._consume_locked(pq, st, batch, ctx)
         finally:
             pq.consume_lock.release()
 
-    async def _consume_locked(self, st: _Queue, batch: list[MessageExt], ctx: OrderlyContext) -> float | None:
+    async def _consume_locked(
+        self, pq: ProcessQueue, st: OrderlyState, batch: list[MessageExt], ctx: OrderlyContext
+    ) -> float | None:
         c = self.c
-        pq = st.pq
         if pq.dropped or st.revoking:
             pq.put_back(batch)
             return None
@@ -397,15 +354,16 @@ class OrderlyConsumeService:
         self._busy(1)
         st.start = self._loop_time()
         try:
-            with anyio.CancelScope(deadline=self._deadline(st)) as scope:
+            with anyio.CancelScope(deadline=self._deadline(pq)) as scope:
                 st.scope = scope
+                self._consuming.add(st)
                 try:
                     # the hooks and the handler get their own list: what they do to it must not
                     # change which messages are put back or committed
                     given = list(batch)
                     if c.before_hooks:
                         await c.hooks_before(given, ctx)
-                    result = await self._call(st, given, ctx)
+                    result = await self._call(pq, st, given, ctx)
                 except BaseException as exc:
                     failure = user_failure(exc)
                     if failure is None:
@@ -425,6 +383,7 @@ class OrderlyConsumeService:
             raise
         finally:
             st.scope = None
+            self._consuming.discard(st)
             self._busy(-1)
         if not self.lease_valid(pq):
             # the lease ended while the handler ran: the batch must not be committed, the next owner
@@ -465,9 +424,11 @@ class OrderlyConsumeService:
             return None
         return await self._settle(pq, batch, result, ctx)
 
-    async def _call(self, st: _Queue, batch: list[MessageExt], ctx: OrderlyContext) -> OrderlyResult:
+    async def _call(
+        self, pq: ProcessQueue, st: OrderlyState, batch: list[MessageExt], ctx: OrderlyContext
+    ) -> OrderlyResult:
         if self.handler is None:
-            return await self._deliver(st, batch[0])
+            return await self._deliver(pq, st, batch[0])
         raw = await self.handler(batch, ctx)
         if raw is None or raw is OrderlyResult.SUCCESS or raw is ConsumeResult.SUCCESS:
             return OrderlyResult.SUCCESS
@@ -480,13 +441,13 @@ class OrderlyConsumeService:
         )
         return _SUSPEND
 
-    async def _deliver(self, st: _Queue, m: MessageExt) -> OrderlyResult:
-        stream = self.c._deliveries
+    async def _deliver(self, pq: ProcessQueue, st: OrderlyState, m: MessageExt) -> OrderlyResult:
+        stream = self.deliveries
         if stream is None:
             return _SUSPEND
-        pending = st.pending = _Pending(m)
+        pending = st.pending = Pending(m)
         try:
-            stream.submit(st.pq, [m])
+            stream.submit(pq, [m])
             await pending.done.wait()
         finally:
             st.pending = None
@@ -496,7 +457,7 @@ class OrderlyConsumeService:
         self, pq: ProcessQueue, batch: list[MessageExt], result: ConsumeResult, ctx: ConsumeContext
     ) -> None:
         """A delivery was settled (``ack``: SUCCESS, ``retry``: SUSPEND): wake its queue's drive task."""
-        st = self._states.get(pq)
+        st = pq.orderly
         pending = st.pending if st is not None else None
         if pending is None or not batch or pending.message is not batch[0]:
             return  # settled after its lease ended or its queue was dropped: it will be delivered again
@@ -564,30 +525,4 @@ class OrderlyConsumeService:
         return retry
 
     async def _send_to_dlq(self, m: MessageExt, limit: int) -> bool:
-        """``sendMessageBack``: a send to ``%RETRY%group`` with the reconsume count at the maximum, which
-        the broker redirects to ``%DLQ%group``."""
-        c = self.c
-        props = dict(m.properties)
-        props[Prop.ORIGIN_MESSAGE_ID] = props.get(Prop.ORIGIN_MESSAGE_ID) or m.msg_id
-        props[Prop.RETRY_TOPIC] = wrap_namespace(c.namespace, m.topic)  # handlers saw it without
-        props[Prop.RECONSUME_TIME] = str(m.reconsume_times)
-        props[Prop.MAX_RECONSUME_TIMES] = str(limit)
-        props.pop("TRAN_MSG", None)
-        props.pop(Prop.DELAY_TIME_LEVEL, None)
-        props.pop(Prop.CONSUME_START_TIMESTAMP, None)
-        try:
-            msg = Message(
-                c.retry_topic, m.body, properties=props, flag=m.flag, delay_level=3 + m.reconsume_times
-            )
-            await c.inner_producer.send(msg)
-        except (RocketMQError, ValueError) as exc:
-            log.error("moving %s to the DLQ of %s failed (%s): consuming it again", m.msg_id, c.group, exc)
-            return False
-        log.warning(
-            "%s reached max reconsume times (%d) in orderly group %s: moved to the DLQ",
-            m.msg_id,
-            limit,
-            c.group,
-        )
-        c.stats.sent_back += 1
-        return True
+        return await send_to_dlq(self.c, m, limit)

@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Mapping
 
 from ..errors import RocketMQError
 from ..protocol.mq import MessageQueue
+from .context import ConsumerContext
 from .process_queue import ProcessQueue
-
-if TYPE_CHECKING:
-    from .push import PushConsumer
 
 __all__ = ["LockKeeper"]
 
@@ -31,16 +28,19 @@ log = logging.getLogger("rmq_async.consumer")
 
 
 class LockKeeper:
-    """Takes, renews and releases the broker locks of one orderly consumer's queues."""
+    """Takes, renews and releases the broker locks of one orderly consumer's queues (``owned``: the
+    queue table's process queues, read only)."""
 
     def __init__(
         self,
-        consumer: PushConsumer,
+        ctx: ConsumerContext,
+        owned: Mapping[MessageQueue, ProcessQueue],
         *,
         on_locked: Callable[[ProcessQueue], None],
         on_lost: Callable[[ProcessQueue], None],
     ) -> None:
-        self.c = consumer
+        self.c = ctx
+        self._owned = owned
         self._on_locked = on_locked
         self._on_lost = on_lost
 
@@ -132,7 +132,7 @@ class LockKeeper:
         for us (``broker_lock_expiry``, 60 s) while its new owner cannot consume it. Release it again,
         unless the queue is ours again meanwhile (a new process queue holds it). An unlock of a lock
         that is no longer ours is a no-op on the broker (it checks the client id)."""
-        owned = self.c.pqs
+        owned = self._owned
         mqs = [pq.mq for pq in dropped if (cur := owned.get(pq.mq)) is None or cur.dropped]
         if mqs:
             log.info(

@@ -27,8 +27,9 @@ from sortedcontainers import SortedDict
 
 from ..protocol.mq import MessageQueue
 from ..protocol.stored import MessageExt, PulledMessages
+from .types import OrderlyResult
 
-__all__ = ["ProcessQueue"]
+__all__ = ["OrderlyState", "Pending", "ProcessQueue"]
 
 
 _body = attrgetter("body")
@@ -57,12 +58,39 @@ class _Run(list[MessageExt]):
         return i if i < len(self) and self[i].queue_offset == off else -1
 
 
+class Pending:
+    """Orderly, without a handler: the one message of a queue handed to the ``async for`` loop."""
+
+    __slots__ = ("done", "message", "result")
+
+    def __init__(self, message: MessageExt) -> None:
+        self.message = message
+        self.result = OrderlyResult.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        self.done = anyio.Event()
+
+
+class OrderlyState:
+    """The orderly consume service's bookkeeping of one process queue (``ProcessQueue.orderly``)."""
+
+    __slots__ = ("active", "pending", "refresh_offset", "relock", "revoking", "scope", "start")
+
+    def __init__(self) -> None:
+        self.active = False  # a drive task runs (or waits to run) for this queue
+        self.revoking = False  # a rebalance is taking the queue away: no new batch
+        self.refresh_offset = True  # re-read the start offset from the broker before the next pull
+        self.scope: anyio.CancelScope | None = None  # the running handler's
+        self.start = 0.0
+        self.pending: Pending | None = None  # delivery API: the message handed out
+        self.relock = anyio.Lock()
+
+
 class ProcessQueue:
     __slots__ = (
         "_count",
         "_room",
         "_runs",
         "_waiting",
+        "broker_id",
         "consume_lock",
         "consuming",
         "dropped",
@@ -77,6 +105,7 @@ class ProcessQueue:
         "mq",
         "msg_bytes",
         "next_offset",
+        "orderly",
         "queue_offset_max",
         "scope",
         "try_unlock_times",
@@ -110,7 +139,12 @@ class ProcessQueue:
         self.locked = False
         self.last_lock_time = 0.0
         self.try_unlock_times = 0
+        #: the pull loop's cancel scope (dropping the queue cancels it)
         self.scope: anyio.CancelScope | None = None
+        #: the broker node the last pull was told to use next (``suggestWhichBrokerId``; 0: the master)
+        self.broker_id = 0
+        #: orderly consumption's state of this queue (made by the orderly service)
+        self.orderly: OrderlyState | None = None
         self.consume_lock = anyio.Lock()
         self._room = anyio.Event()
         self._waiting = False

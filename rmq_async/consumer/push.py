@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import anyio
-import anyio.abc
 
 from ..client.instance import INNER_PRODUCER_GROUP, ClientInstance, pid_instance_name
 from ..config import ClientConfig, ConsumerConfig, Timing
@@ -27,29 +25,28 @@ from ..errors import ClientError, ConfigError, RocketMQError
 from ..producer.producer import Producer, ProducerConfig
 from ..protocol.bodies import ConsumerData, SubscriptionData
 from ..protocol.command import RemotingCommand
-from ..protocol.filter import SUB_ALL, parse_tag_expression
 from ..protocol.mq import MessageQueue
-from ..protocol.stored import MessageExt
-from . import admin
+from .admin import ConsumerAdmin
 from .allocate import strategy_by_name
-from .concurrently import ConcurrentConsumeService, ConsumeContext, ConsumeResult, Handler, send_back
+from .concurrently import ConcurrentConsumeService
+from .context import ConsumerContext, Subscriptions
 from .deadlines import DeadlineTracker
+from .delivery import DeliveryStream
 from .offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
-from .orderly import OrderlyConsumeService, OrderlyContext, OrderlyHandler, OrderlyResult  # [orderly]
+from .orderly import OrderlyConsumeService  # [orderly]
 from .process_queue import ProcessQueue
-from .pulling import PullLoop
+from .pulling import PullLoop, PullSettings
+from .queues import QueueTable
 from .rebalance import StabilityWindow
-from .rebalancer import PushRebalancer
+from .rebalancer import Rebalancer, RebalanceSettings, StartOffsets
+from .service import ConsumeService
 from .stats import ConsumerStats
 from .subcheck import SubscriptionChecker
-from .usercode import call_maybe_async, call_user
+from .types import Handler, Hook, OrderlyHandler, RebalanceListener
 
 __all__ = ["PushConsumer", "RebalanceListener"]
 
 log = logging.getLogger("rmq_async.consumer")
-
-RebalanceListener = Callable[[str, set[MessageQueue]], "Awaitable[None] | None"]
-Hook = Callable[..., "Awaitable[None] | None"]
 
 
 class PushConsumer:
@@ -94,55 +91,137 @@ class PushConsumer:
         self.timing = client_config.timing
         # a namespace (Java's ``withNamespace``) prefixes the group and the topics on the wire: ``ns%G``,
         # ``ns%T``, ``%RETRY%ns%G``; handlers see their messages' topics without it
-        self.namespace = client_config.namespace or None
-        self.group = client_config.with_namespace(self.config.group)
-        self.retry_topic = f"%RETRY%{self.group}"
+        group = client_config.with_namespace(self.config.group)
+        retry_topic = f"%RETRY%{group}"
         self.handler = handler
         # [orderly] per-queue ordering under broker lock leases (``MessageListenerOrderly``)
         self.orderly = orderly
-        self.max_reconsume_times = self.config.effective_max_reconsume_times(orderly=orderly)
         self.strategy = strategy_by_name(self.config.allocate_strategy)
-        self._subs: dict[str, SubscriptionData] = {}
-        self.running = False
-        self.on_assigned = on_assigned
-        self.on_revoked = on_revoked
-        self.before_hooks: list[Hook] = []
-        self.after_hooks: list[Hook] = []
-        self.stats = ConsumerStats()
-        self.subcheck = SubscriptionChecker(self)
-        self.rebalancer = PushRebalancer(self)
-        self._client: ClientInstance | None = None
-        self._offset_store: OffsetStore | None = None
-        self._inner_producer: Producer | None = None
-        self._tg: anyio.abc.TaskGroup | None = None
+        self.ctx = ConsumerContext(
+            group=group,
+            config=self.config,
+            client_config=client_config,
+            subscriptions=Subscriptions(retry_topic if self.config.clustering else None),
+            orderly=orderly,
+        )
+        self.subcheck = SubscriptionChecker(self.ctx)
+        self.rebalancer = Rebalancer(
+            self.ctx,
+            QueueTable(self.ctx),
+            None,
+            RebalanceSettings(
+                strategy=self.strategy,
+                start_offsets=StartOffsets(self.config.consume_from_where, self.config.consume_timestamp),
+                stability=StabilityWindow(self.config.rebalance_stability_window),
+                on_assigned=on_assigned,
+                on_revoked=on_revoked,
+                on_new_members=self.subcheck.check,
+                new_members=self.subcheck.new_members,
+            ),
+        )
         self._supervisor: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
-        self._rebalance_wakeup = anyio.Event()
-        self._rebalanced = anyio.Event()
-        self._deliveries: Any = None
         self._ran = False
-        self._new_run(self.timing.consume_timeout)
+        self._new_run()
         for topic, expr in (subscriptions or {}).items():
             self.subscribe(topic, expr)
 
-    def _new_run(self, consume_timeout: float) -> None:
+    def _new_run(self) -> None:
         """The state of one start .. stop: a stopped consumer starts again on a fresh one (its process
-        queues, workers and timers are gone; subscriptions, hooks, listeners and stats stay)."""
-        self.pqs: dict[MessageQueue, ProcessQueue] = {}
-        self.deadlines = DeadlineTracker(consume_timeout)
-        self.stability = StabilityWindow(self.config.rebalance_stability_window)
-        self._stop = anyio.Event()
-        self._stopping = False
-        self.running = False
-        self.consume_service: Any
+        queues, workers and timers are gone; subscriptions, hooks, listeners, stats and the consume
+        timeout stay)."""
+        ctx = self.ctx
+        ctx.new_run()
+        self.table = table = QueueTable(ctx)
+        self.consume_service: ConsumeService
         if self.orderly:  # [orderly]
-            self.consume_service = OrderlyConsumeService(self, self.handler)  # type: ignore[arg-type]
+            self.consume_service = OrderlyConsumeService(
+                ctx, cast(OrderlyHandler | None, self.handler), table.pqs
+            )
         else:
-            self.consume_service = ConcurrentConsumeService(self, self.handler)  # type: ignore[arg-type]
-        if consume_timeout != self.timing.consume_timeout:
-            self.consume_service.set_timeout(consume_timeout)  # set_consume_timeout() outlives a stop
-        self.puller = PullLoop(self)
-        self._deliveries = None  # start() makes the stream of a consumer without a handler
+            self.consume_service = ConcurrentConsumeService(ctx, cast(Handler | None, self.handler))
+        rebalancer = self.rebalancer
+        rebalancer.table, rebalancer.service = table, self.consume_service
+        rebalancer.settings.stability = StabilityWindow(self.config.rebalance_stability_window)
+        self.puller = PullLoop(
+            ctx,
+            table,
+            self.consume_service,
+            PullSettings.for_push(self.config, self.timing),
+            on_illegal_offset=rebalancer.wake,
+        )
+        table.attach(self.consume_service, self.puller.run)
+        self.admin = ConsumerAdmin(
+            ctx,
+            table,
+            rebalancer.wake,
+            self.strategy.name,
+            handler=None if self.orderly else cast(Handler | None, self.handler),
+            orderly_handler=cast(OrderlyHandler | None, self.handler) if self.orderly else None,
+        )
+
+    # -- the shared state, by the names it has always had -------------------------------------------
+
+    @property
+    def group(self) -> str:
+        return self.ctx.group
+
+    @property
+    def retry_topic(self) -> str:
+        return self.ctx.retry_topic
+
+    @property
+    def namespace(self) -> str | None:
+        return self.ctx.namespace
+
+    @property
+    def max_reconsume_times(self) -> int:
+        return self.ctx.max_reconsume_times
+
+    @property
+    def stats(self) -> ConsumerStats:
+        return self.ctx.stats
+
+    @property
+    def before_hooks(self) -> list[Hook]:
+        return self.ctx.before_hooks
+
+    @property
+    def after_hooks(self) -> list[Hook]:
+        return self.ctx.after_hooks
+
+    @property
+    def running(self) -> bool:
+        return self.ctx.running
+
+    @property
+    def deadlines(self) -> DeadlineTracker:
+        return self.ctx.deadlines
+
+    @property
+    def stability(self) -> StabilityWindow:
+        return self.rebalancer.settings.stability
+
+    @property
+    def pqs(self) -> dict[MessageQueue, ProcessQueue]:
+        """The owned process queues (read only: the queue table writes them)."""
+        return self.table.pqs
+
+    @property
+    def on_assigned(self) -> RebalanceListener | None:
+        return self.rebalancer.settings.on_assigned
+
+    @on_assigned.setter
+    def on_assigned(self, fn: RebalanceListener | None) -> None:
+        self.rebalancer.settings.on_assigned = fn
+
+    @property
+    def on_revoked(self) -> RebalanceListener | None:
+        return self.rebalancer.settings.on_revoked
+
+    @on_revoked.setter
+    def on_revoked(self, fn: RebalanceListener | None) -> None:
+        self.rebalancer.settings.on_revoked = fn
 
     # -- public API -------------------------------------------------------------------------------
 
@@ -154,34 +233,23 @@ class PushConsumer:
         """
         if not topic or topic.startswith("%RETRY%"):
             raise ConfigError(f"cannot subscribe to topic {topic!r}")
-        topic = self.client_config.with_namespace(topic)
-        sub_string, tags, codes = parse_tag_expression(expression)
-        self._subs[topic] = SubscriptionData(
-            topic=topic,
-            sub_string=sub_string,
-            tags_set=tags,
-            code_set=codes,
-            sub_version=int(time.time() * 1000),
-        )
+        self.ctx.subscriptions.put(self.client_config.with_namespace(topic), expression)
         if self.running:
             self.rebalance_now()
-            if self._tg is not None:
-                self._tg.start_soon(self._after_subscription_change)
+            self.ctx.start_soon(self._after_subscription_change)
 
     def unsubscribe(self, topic: str) -> None:
-        self._subs.pop(self.client_config.with_namespace(topic), None)
+        self.ctx.subscriptions.remove(self.client_config.with_namespace(topic))
         if self.running:
             self.rebalance_now()
 
     @property
     def subscriptions(self) -> dict[str, str]:
-        return {t: s.sub_string for t, s in self._subs.items()}
+        return self.ctx.subscriptions.expressions()
 
     @property
     def client(self) -> ClientInstance:
-        if self._client is None:
-            raise ClientError("consumer is not started")
-        return self._client
+        return self.ctx.client
 
     @property
     def client_id(self) -> str:
@@ -189,42 +257,40 @@ class PushConsumer:
 
     @property
     def offset_store(self) -> OffsetStore:
-        if self._offset_store is None:
-            raise ClientError("consumer is not started")
-        return self._offset_store
+        return self.ctx.offset_store
 
     @property
     def inner_producer(self) -> Producer:
-        if self._inner_producer is None:
-            raise ClientError("consumer is not started")
-        return self._inner_producer
+        return self.ctx.inner_producer
 
     def assignment(self) -> set[MessageQueue]:
-        return {mq for mq, pq in self.pqs.items() if not pq.dropped}
+        return self.table.assignment()
 
     def set_consume_timeout(self, seconds: float) -> None:
         """Change the consume timeout; applies at once to handlers already running."""
         if seconds <= 0:
             raise ConfigError("consume timeout must be > 0")
-        self.deadlines.set_timeout(seconds)
+        self.ctx.deadlines.set_timeout(seconds)
         self.consume_service.set_timeout(seconds)
 
     @property
     def stopping(self) -> bool:
-        return self._stopping
+        return self.ctx.stopping
 
     def rebalance_now(self) -> None:
-        self._rebalance_wakeup.set()
+        self.rebalancer.wake()
 
     async def wait_rebalanced(self) -> None:
         """Wait for the next completed rebalance."""
-        await self._rebalanced.wait()
+        await self.rebalancer.wait_rebalanced()
 
     def health(self) -> dict[str, Any]:
         """For a readiness probe: running state, owned queues, and lag per queue."""
+        ctx = self.ctx
+        store = ctx.offset_store if ctx.has_offset_store else None
         queues = []
         for mq, pq in sorted(self.pqs.items()):
-            committed = self._offset_store.read_memory(mq) if self._offset_store else -1
+            committed = store.read_memory(mq) if store is not None else -1
             lag = max(0, pq.max_offset - committed) if pq.max_offset >= 0 and committed >= 0 else None
             queues.append(
                 {
@@ -238,7 +304,7 @@ class PushConsumer:
         return {
             "running": self.running,
             "group": self.group,
-            "client_id": self._client.client_id if self._client else None,
+            "client_id": ctx.client.client_id if ctx.started else None,
             "queues": queues,
             "lag": sum(q["lag"] or 0 for q in queues),
         }
@@ -250,15 +316,13 @@ class PushConsumer:
         started again: it rejoins its group and goes on from the committed offsets."""
         if self._supervisor is not None:
             raise ClientError("consumer already started")
-        if not self._subs:
+        if not len(self.ctx.subscriptions):
             raise ClientError("subscribe to at least one topic before starting the consumer")
         if self._ran:
-            self._new_run(self.deadlines.timeout)
+            self._new_run()
         self._ran = True
-        if self.handler is None and self._deliveries is None:
-            from .delivery import DeliveryStream
-
-            self._deliveries = DeliveryStream(self)
+        if self.handler is None:
+            self.consume_service.open_deliveries()
         self.client_config.namesrv_list()  # fail fast on a missing address
         loop = asyncio.get_running_loop()
         self._ready = loop.create_future()
@@ -289,18 +353,15 @@ class PushConsumer:
         await self.stop()
 
     @asynccontextmanager
-    async def deliveries(self) -> AsyncIterator[Any]:
+    async def deliveries(self) -> AsyncIterator[DeliveryStream]:
         """``async with consumer.deliveries() as stream: async for d in stream: ...; await d.ack()``."""
         if self.handler is not None:
             raise ClientError("this consumer has a handler; deliveries() is for consumers without one")
-        from .delivery import DeliveryStream
-
-        if self._deliveries is None:
-            self._deliveries = DeliveryStream(self)
+        stream = self.consume_service.open_deliveries()
         try:
-            yield self._deliveries
+            yield stream
         finally:
-            await self._deliveries.release_unsettled()
+            await stream.release_unsettled()
 
     async def _supervise(self) -> None:
         assert self._ready is not None
@@ -312,7 +373,7 @@ class PushConsumer:
                 return
             raise
         finally:
-            self.running = False
+            self.ctx.running = False
 
     def _instance_name(self) -> str:
         name = self.client_config.instance_name
@@ -321,21 +382,23 @@ class PushConsumer:
         return name
 
     async def _run(self) -> None:
+        ctx = self.ctx
+        self._stop = anyio.Event()
         async with ClientInstance(self.client_config, instance_name=self._instance_name()) as client:
-            self._client = client
+            store: OffsetStore
             if self.config.clustering:
-                self._offset_store = RemoteOffsetStore(client, self.group)
+                store = RemoteOffsetStore(client, self.group)
             else:
-                self._offset_store = LocalFileOffsetStore(
-                    self.config.offset_store_dir, client.client_id, self.group
-                )
-            await self._offset_store.load()
-            self._inner_producer = Producer(
+                store = LocalFileOffsetStore(self.config.offset_store_dir, client.client_id, self.group)
+            ctx.attach(client, store)
+            await store.load()
+            producer = Producer(
                 config=ProducerConfig(group=INNER_PRODUCER_GROUP),
                 client_config=self.client_config,
                 client=client,
             )
-            await self._inner_producer.start()
+            ctx.attach(client, store, producer)
+            await producer.start()
             client.register_consumer(self)
             for topic in self.subscribed_topics():
                 try:
@@ -348,139 +411,68 @@ class PushConsumer:
                     )
             await client.send_heartbeat_to_all_brokers()
             async with anyio.create_task_group() as tg:
-                self._tg = tg
-                tg.start_soon(self.deadlines.run)
+                ctx.set_task_group(tg)
+                tg.start_soon(ctx.deadlines.run)
                 await self.consume_service.run(tg)
                 tg.start_soon(self._persist_loop)
                 tg.start_soon(self.rebalancer.run)
-                self.running = True
+                ctx.running = True
                 assert self._ready is not None
                 self._ready.set_result(None)
                 await self._stop.wait()
                 with anyio.CancelScope(shield=True):
                     await self._shutdown()
                 tg.cancel_scope.cancel()
-            self._tg = None
+            ctx.set_task_group(None)
 
     async def _shutdown(self) -> None:
+        ctx = self.ctx
         log.info("consumer %s (%s) shutting down", self.group, self.client.client_id)
-        self._stopping = True
-        self.running = False
-        for pq in self.pqs.values():
-            if pq.scope is not None:
-                pq.scope.cancel()  # stop pulling; keep the process queues for the offsets
-        self.consume_service.close()
+        ctx.stopping = True
+        ctx.running = False
+        self.table.stop_pulling()  # keep the process queues for the offsets
+        service = self.consume_service
+        service.close()
         with anyio.move_on_after(self.timing.shutdown_timeout):
-            await self.consume_service.wait_idle()
+            await service.wait_idle()
         mqs = list(self.pqs)
         with anyio.move_on_after(self.timing.request_timeout * 2):
             await self.offset_store.persist_all(mqs, sync=True)
-        if self.orderly:  # [orderly] offsets are on the broker: release the queue locks (sync 42)
-            await self.consume_service.shutdown()
+        # [orderly] offsets are on the broker: release the queue locks (sync 42)
+        await service.shutdown()
         self.client.unregister_consumer_local(self.group)
         with anyio.move_on_after(self.timing.request_timeout * 2):
             await self.client.unregister_everywhere(consumer_group=self.group)
-        for pq in self.pqs.values():
-            pq.drop()
-        if self._deliveries is not None:
-            self._deliveries.close()
+        self.table.drop_all()
+        if service.deliveries is not None:
+            service.deliveries.close()
 
     # -- ConsumerHandle (for the client instance) -----------------------------------------------------
 
     def subscribed_topics(self) -> set[str]:
-        topics = set(self._subs)
-        if self.config.clustering:
-            topics.add(self.retry_topic)
-        return topics
+        return self.ctx.subscriptions.topics()
 
     def subscription(self, topic: str) -> SubscriptionData | None:
-        if topic == self.retry_topic and self.config.clustering:
-            sub = self._subs.get(topic)
-            if sub is None:
-                sub = self._subs_retry()
-            return sub
-        return self._subs.get(topic)
-
-    def _subs_retry(self) -> SubscriptionData:
-        sub = getattr(self, "_retry_sub", None)
-        if sub is None:
-            sub = SubscriptionData(
-                topic=self.retry_topic,
-                sub_string=SUB_ALL,
-                tags_set=[],
-                code_set=[],
-                sub_version=int(time.time() * 1000),
-            )
-            self._retry_sub = sub
-        return sub
+        return self.ctx.subscriptions.get(topic)
 
     def consumer_data(self) -> ConsumerData:
-        subs = [self._subs[t] for t in sorted(self._subs)]
-        if self.config.clustering:
-            subs.append(self._subs_retry())
         return ConsumerData(
             group_name=self.group,
             consume_type="CONSUME_PASSIVELY",
             message_model=self.config.message_model,
             consume_from_where=self.config.consume_from_where,
-            subscription_data_set=subs,
+            subscription_data_set=self.ctx.subscriptions.data(),
             unit_mode=self.config.unit_mode,
         )
 
     async def handle_server_request(self, cmd: RemotingCommand) -> RemotingCommand | None:
-        return await admin.handle(self, cmd)
+        return await self.admin.handle(cmd)
 
     async def _after_subscription_change(self) -> None:
         await self.client.update_route_quietly(self.subscribed_topics())
         await self.client.send_heartbeat_to_all_brokers()
 
-    # -- hooks ----------------------------------------------------------------------------------------
-
-    async def hooks_before(self, batch: list[MessageExt], ctx: ConsumeContext | OrderlyContext) -> None:
-        for h in self.before_hooks:
-            await call_maybe_async(h, batch, ctx)
-
-    async def hooks_after(
-        self,
-        batch: list[MessageExt],
-        ctx: ConsumeContext | OrderlyContext,
-        result: ConsumeResult | OrderlyResult,
-    ) -> None:
-        for h in self.after_hooks:
-            await call_user("after-consume hook", h, batch, ctx, result)
-
-    # -- consumption plumbing ---------------------------------------------------------------------------
-
-    async def before_pull(self, pq: ProcessQueue) -> bool:
-        """Whether ``pq`` may pull now (orderly mode checks its broker lock lease here)."""
-        if self.orderly:  # [orderly] waits until the lease is valid; False once the queue is dropped
-            return bool(await self.consume_service.before_pull(pq))
-        return True
-
-    def dispatch(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        if self.orderly:  # [orderly] the orderly service feeds handlers and deliveries alike
-            self.consume_service.submit(pq, msgs)
-        elif self._deliveries is not None:
-            self._deliveries.submit(pq, msgs)
-        else:
-            self.consume_service.submit(pq, msgs)
-
-    async def send_back(self, m: MessageExt, delay_level: int) -> bool:
-        return await send_back(self, m, delay_level)
-
-    def retry_locally(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        """``submitConsumeRequestLater``: consume ``msgs`` again after a delay (they stay in ``pq``)."""
-        self.stats.local_retries += len(msgs)
-
-        async def later() -> None:
-            await anyio.sleep(self.timing.local_retry_delay)
-            if not pq.dropped and not self._stopping:
-                self.dispatch(pq, msgs)
-
-        if self._tg is not None:
-            self._tg.start_soon(later)
-
-    # -- timers ---------------------------------------------------------------------------------------
+    # -- timers and rebalance ---------------------------------------------------------------------------
 
     async def _persist_loop(self) -> None:
         while True:
@@ -496,33 +488,5 @@ class PushConsumer:
         return await self.rebalancer.compute_pull_from_where(mq)
 
     async def drop_queue(self, mq: MessageQueue, *, offset: int | None = None) -> None:
-        """``removeUnnecessaryMessageQueue``: stop the queue, persist its offset, forget it (and in
-        orderly mode release its broker lock). ``offset`` replaces the committed offset first (an
-        illegal pull offset, a reset from an admin tool) and is then persisted synchronously."""
-        pq = self.pqs.pop(mq, None)
-        if pq is None:
-            return
-        idle = True
-        if self.orderly:  # [orderly] bounded wait for the running handler, then drop
-            idle = await self.consume_service.drop(pq, self.config.orderly_drop_wait)
-        else:
-            pq.drop()
-        if offset is not None:
-            # after the drop, as Java's resetOffset: a handler finishing during the wait must not
-            # commit over the new offset
-            self.offset_store.update(mq, offset, increase_only=False)
-        try:
-            await self.offset_store.persist(mq, sync=self.orderly or offset is not None)
-        except RocketMQError as exc:
-            log.warning("persisting the offset of dropped %s failed: %s", mq, exc)
-        self.offset_store.remove(mq)
-        if self.orderly:  # [orderly] persisted: now the next owner may lock it (oneway 42)
-            await self.consume_service.unlock_dropped(pq, idle)
-
-    def filter_tags(self, sub: SubscriptionData, msgs: Sequence[MessageExt]) -> list[MessageExt]:
-        """Re-filter by tag string: the broker filters by hash code only (``processPullResult``, with
-        the subscription the pull was made with)."""
-        if not sub.tags_set:
-            return msgs if isinstance(msgs, list) else list(msgs)
-        tags = set(sub.tags_set)
-        return [m for m in msgs if m.tags in tags]
+        """``removeUnnecessaryMessageQueue`` (see :meth:`QueueTable.drop`)."""
+        await self.table.drop(mq, offset=offset)

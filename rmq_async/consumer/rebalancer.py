@@ -1,6 +1,8 @@
-"""The rebalance side of the push consumer (Java ``RebalancePushImpl``): the timer, the member list,
-allocation, and turning the decision into process queues and pull loops. The decisions themselves
-are the pure functions of rebalance.py; this module does the I/O around them.
+"""The rebalance side of a consumer (Java ``RebalanceImpl`` with ``RebalancePushImpl`` /
+``RebalanceLitePullImpl``): the timer, the member list, allocation, the start-offset rule, and turning
+the decision into process queues and pull loops through the :class:`QueueTable`. The decisions
+themselves are the pure functions of rebalance.py; this module does the I/O around them. Push and
+lite pull consumers share it; what differs is a :class:`RebalanceSettings`.
 """
 
 from __future__ import annotations
@@ -8,20 +10,24 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
 
 import anyio
 
 from ..errors import RocketMQError
 from ..protocol.mq import MessageQueue
+from .allocate import AllocateStrategy
+from .context import ConsumerContext
 from .process_queue import ProcessQueue
-from .rebalance import allocate_topic, diff
+from .queues import QueueTable
+from .rebalance import StabilityWindow, allocate_topic, diff
+from .service import ConsumeService
+from .types import RebalanceListener
 from .usercode import call_user
 
-if TYPE_CHECKING:
-    from .push import PushConsumer
-
-__all__ = ["PushRebalancer"]
+__all__ = ["RebalanceSettings", "Rebalancer", "StartOffsets"]
 
 log = logging.getLogger("rmq_async.consumer")
 
@@ -29,32 +35,103 @@ log = logging.getLogger("rmq_async.consumer")
 _RELOCK_RETRY = 0.5
 
 
-class PushRebalancer:
-    def __init__(self, consumer: PushConsumer) -> None:
-        self.c = consumer
-        # Java's consumeTimestamp: fixed once, when the consumer is made, to half an hour before; every
-        # queue without a committed offset starts from that same instant, however late it is assigned
-        self._default_timestamp_ms = int((time.time() - 1800) * 1000)
+class StartOffsets:
+    """``computePullFromWhereWithException``, the same for push and lite pull consumers: the committed
+    offset, else by ``consume_from_where``: FIRST -> 0 (the broker answers a pull below its min offset
+    with the min offset), LAST -> the max offset (a retry topic: 0), TIMESTAMP -> the offset searched by
+    the consume timestamp (a retry topic: its max offset). The default timestamp, half an hour before,
+    is fixed once, when the consumer is made: every queue without a committed offset starts from that
+    same instant, however late it is assigned."""
+
+    __slots__ = ("_default_ms", "timestamp", "where")
+
+    def __init__(self, where: str, timestamp: str | int | None) -> None:
+        self.where = where
+        self.timestamp = timestamp
+        self._default_ms = int((time.time() - 1800) * 1000)
+
+    def timestamp_ms(self) -> int:
+        ts = self.timestamp
+        if ts is None:
+            return self._default_ms
+        if isinstance(ts, int):
+            return ts
+        return int(time.mktime(time.strptime(ts, "%Y%m%d%H%M%S")) * 1000)
+
+    async def compute(self, ctx: ConsumerContext, mq: MessageQueue) -> int:
+        stored = await ctx.offset_store.read_store(mq)
+        if stored is not None and stored >= 0:
+            return stored
+        where = self.where
+        retry = mq.topic.startswith("%RETRY%")
+        if where == "CONSUME_FROM_FIRST_OFFSET" or (retry and where == "CONSUME_FROM_LAST_OFFSET"):
+            return 0
+        client = ctx.client
+        addr = await client.master_addr(mq.broker_name, mq.topic)
+        t = ctx.timing.request_timeout
+        if where == "CONSUME_FROM_LAST_OFFSET" or retry:  # TIMESTAMP on a retry topic: its end
+            return await client.api.get_max_offset(addr, mq, t)
+        return await client.api.search_offset(addr, mq, self.timestamp_ms(), t)
+
+
+@dataclass
+class RebalanceSettings:
+    strategy: AllocateStrategy
+    start_offsets: StartOffsets
+    stability: StabilityWindow
+    #: push (``RebalancePushImpl.messageQueueChanged``): a changed assignment bumps the subscription
+    #: version and sends a heartbeat before the new queues pull
+    announce_changes: bool = True
+    on_assigned: RebalanceListener | None = None
+    on_revoked: RebalanceListener | None = None
+    #: called with (broker address, member ids) for members never seen before (the subscription check)
+    on_new_members: Callable[[str, list[str]], Coroutine[Any, Any, None]] | None = None
+    new_members: Callable[[list[str]], list[str]] | None = None
+
+
+class Rebalancer:
+    def __init__(
+        self,
+        ctx: ConsumerContext,
+        table: QueueTable,
+        service: ConsumeService | None,
+        settings: RebalanceSettings,
+    ) -> None:
+        self.ctx = ctx
+        self.table = table
+        self.service = service  # None: a lite pull consumer (nothing to lock)
+        self.settings = settings
+        self._wakeup = anyio.Event()
+        self._rebalanced = anyio.Event()
+
+    def wake(self) -> None:
+        """Rebalance now (NOTIFY_CONSUMER_IDS_CHANGED, a subscription change)."""
+        self._wakeup.set()
+
+    async def wait_rebalanced(self) -> None:
+        """Wait for the next completed rebalance."""
+        await self._rebalanced.wait()
 
     async def run(self) -> None:
-        c = self.c
+        c = self.ctx
+        stability = self.settings.stability
         while True:
             try:
                 await self.do_rebalance()
             except RocketMQError as exc:
                 log.warning("rebalance of group %s failed: %s", c.group, exc)
-            done, c._rebalanced = c._rebalanced, anyio.Event()
+            done, self._rebalanced = self._rebalanced, anyio.Event()
             done.set()
             delay = c.timing.rebalance_interval
-            pending = c.stability.pending(time.monotonic())
+            pending = stability.pending(time.monotonic())
             if pending is not None:
                 delay = min(delay, pending + 0.01)
             with anyio.move_on_after(delay):
-                await c._rebalance_wakeup.wait()
-            c._rebalance_wakeup = anyio.Event()
+                await self._wakeup.wait()
+            self._wakeup = anyio.Event()
 
     async def _consumer_ids(self, topic: str) -> list[str] | None:
-        c = self.c
+        c = self.ctx
         client = c.client
         route = client.routes.get(topic)
         if route is None or not route.broker_datas:
@@ -62,17 +139,18 @@ class PushRebalancer:
         bd = random.choice(route.broker_datas)
         addr = bd.broker_addrs.get(0) or next(iter(bd.broker_addrs.values()))
         cids = await client.api.get_consumer_id_list(addr, c.group, c.timing.request_timeout)
-        if c._tg is not None and c.subcheck.new_members(cids):
+        s = self.settings
+        if s.on_new_members is not None and s.new_members is not None and s.new_members(cids):
             # once per new member, in the background: warn if it subscribes differently
-            c._tg.start_soon(c.subcheck.check, addr, cids)
+            c.start_soon(s.on_new_members, addr, cids)
         return cids
 
     async def do_rebalance(self) -> None:
         """One rebalance of every subscribed topic (``RebalanceImpl.doRebalance``)."""
-        c = self.c
-        if c._stopping:
+        c = self.ctx
+        if c.stopping:
             return
-        topics = sorted(c.subscribed_topics())
+        topics = sorted(c.subscriptions.topics())
         all_locked = True
         for topic in topics:
             try:
@@ -80,7 +158,7 @@ class PushRebalancer:
             except RocketMQError as exc:
                 log.debug("rebalance: no route for %s: %s", topic, exc)
                 continue
-            if c.config.clustering:
+            if c.clustering:
                 try:
                     cids = await self._consumer_ids(topic)
                 except RocketMQError as exc:
@@ -91,61 +169,65 @@ class PushRebalancer:
                 if not cids:
                     log.debug("rebalance: no consumer ids for %s yet", c.group)
                     continue
-                cids = c.stability.observe(cids, time.monotonic(), c.client.client_id)
-                allocated = allocate_topic(c.strategy, c.group, c.client.client_id, mq_all, cids)
+                cids = self.settings.stability.observe(cids, time.monotonic(), c.client.client_id)
+                allocated = allocate_topic(self.settings.strategy, c.group, c.client.client_id, mq_all, cids)
             else:
                 allocated = set(mq_all)
             all_locked &= await self._apply(topic, allocated)
-        if not all_locked and c._tg is not None and not c._stopping:
+        if not all_locked and not c.stopping:
             # [orderly] a new queue's lock was refused (its holder may let go at any moment): try again
             # soon, as Java 5.x's rebalanceLater(500), instead of a whole rebalance interval later
-            c._tg.start_soon(self._rebalance_later, _RELOCK_RETRY)
+            c.start_soon(self._rebalance_later, _RELOCK_RETRY)
         # queues of topics no longer subscribed (truncateMessageQueueNotMyTopic)
-        for mq in [mq for mq in c.pqs if mq.topic not in topics]:
-            await c.drop_queue(mq)
+        for mq in [mq for mq in self.table.pqs if mq.topic not in topics]:
+            await self.table.drop(mq)
 
     async def _rebalance_later(self, delay: float) -> None:
         await anyio.sleep(delay)
-        self.c.rebalance_now()
+        self.wake()
+
+    async def compute_pull_from_where(self, mq: MessageQueue) -> int:
+        """``computePullFromWhere``: the committed offset, else by consume_from_where."""
+        return await self.settings.start_offsets.compute(self.ctx, mq)
 
     async def _apply(self, topic: str, allocated: set[MessageQueue]) -> bool:
         """Make ``topic``'s process queues the ``allocated`` ones; False if a new queue's broker lock
         was refused (orderly)."""
-        c = self.c
-        to_drop, to_add = diff(c.pqs.keys(), allocated, topic)
+        c = self.ctx
+        table = self.table
+        service = self.service
+        settings = self.settings
+        to_drop, to_add = diff(table.pqs.keys(), allocated, topic)
         for mq in sorted(to_drop):
-            await c.drop_queue(mq)
+            await table.drop(mq)
         added: list[ProcessQueue] = []
         all_locked = True
         for mq in sorted(to_add):
-            if c._stopping:
+            if c.stopping:
                 return all_locked
-            if c.orderly:  # [orderly] lock before the first pull; a refused queue waits for a rebalance
-                locked_pq = self._new_process_queue(mq)
-                if not await c.consume_service.lock_new(locked_pq):
-                    all_locked = False
-                    continue
+            pq = table.make_queue(mq)
+            # [orderly] lock before the first pull; a refused queue waits for a rebalance
+            if service is not None and not await service.lock_new(pq):
+                all_locked = False
+                continue
             try:
                 offset = await self.compute_pull_from_where(mq)
             except RocketMQError as exc:
                 log.warning("rebalance: cannot compute the start offset of %s: %s", mq, exc)
-                if c.orderly:  # [orderly] not taken after all: let another member have it
-                    await c.consume_service.unlock_dropped(locked_pq, True)
+                if service is not None:  # [orderly] not taken after all: let another member have it
+                    await service.unlock_dropped(pq, True)
                 continue
-            pq = locked_pq if c.orderly else self._new_process_queue(mq)
             pq.next_offset = offset
             added.append(pq)
-        if to_drop or added:
+        if (to_drop or added) and settings.announce_changes:
             # messageQueueChanged: a new subscription version, registered by a heartbeat BEFORE the
             # new queues pull, so the broker does not answer their first pulls with 25 (not latest)
-            sub = c.subscription(topic)
+            sub = c.subscriptions.get(topic)
             if sub is not None:
                 sub.sub_version = int(time.time() * 1000)
             await c.client.send_heartbeat_to_all_brokers()
-        assert c._tg is not None
         for pq in added:
-            c.pqs[pq.mq] = pq
-            c._tg.start_soon(c.puller.run, pq)
+            table.start(pq)
         if to_drop or added:
             log.info(
                 "group %s (%s) rebalanced %s: +%d -%d, now %d queues",
@@ -154,52 +236,18 @@ class PushRebalancer:
                 topic,
                 len(added),
                 len(to_drop),
-                len([m for m in c.pqs if m.topic == topic]),
+                table.count(topic),
             )
             # a listener is user code: what it raises is logged, never the consumer's end
-            if to_drop and c.on_revoked:
-                await call_user(f"on_revoked listener of group {c.group}", c.on_revoked, topic, set(to_drop))
-            if added and c.on_assigned:
+            if to_drop and settings.on_revoked:
                 await call_user(
-                    f"on_assigned listener of group {c.group}", c.on_assigned, topic, {pq.mq for pq in added}
+                    f"on_revoked listener of group {c.group}", settings.on_revoked, topic, set(to_drop)
+                )
+            if added and settings.on_assigned:
+                await call_user(
+                    f"on_assigned listener of group {c.group}",
+                    settings.on_assigned,
+                    topic,
+                    {pq.mq for pq in added},
                 )
         return all_locked
-
-    def _new_process_queue(self, mq: MessageQueue) -> ProcessQueue:
-        c = self.c
-        cfg = c.config
-        max_count = cfg.pull_threshold_for_queue
-        max_mib = cfg.pull_threshold_size_for_queue
-        n = max(1, len([m for m in c.pqs if m.topic == mq.topic]) + 1)
-        if cfg.pull_threshold_for_topic > 0:
-            max_count = max(1, cfg.pull_threshold_for_topic // n)
-        if cfg.pull_threshold_size_for_topic > 0:
-            max_mib = max(1, cfg.pull_threshold_size_for_topic // n)
-        span = None if c.orderly else cfg.consume_concurrently_max_span  # [orderly] no span limit
-        return ProcessQueue(mq, max_count=max_count, max_bytes=max_mib << 20, max_span=span)
-
-    async def compute_pull_from_where(self, mq: MessageQueue) -> int:
-        """``computePullFromWhere``: the committed offset, else by consume_from_where."""
-        c = self.c
-        stored = await c.offset_store.read_store(mq)
-        if stored is not None and stored >= 0:
-            return stored
-        where = c.config.consume_from_where
-        client = c.client
-        retry = mq.topic.startswith("%RETRY%")
-        if where == "CONSUME_FROM_FIRST_OFFSET" or (retry and where == "CONSUME_FROM_LAST_OFFSET"):
-            return 0
-        addr = await client.master_addr(mq.broker_name, mq.topic)
-        t = c.timing.request_timeout
-        if where == "CONSUME_FROM_LAST_OFFSET" or retry:  # TIMESTAMP on a retry topic: its end
-            return await client.api.get_max_offset(addr, mq, t)
-        return await client.api.search_offset(addr, mq, self._consume_timestamp_ms(), t)
-
-    def _consume_timestamp_ms(self) -> int:
-        c = self.c
-        ts = c.config.consume_timestamp
-        if ts is None:
-            return self._default_timestamp_ms
-        if isinstance(ts, int):
-            return ts
-        return int(time.mktime(time.strptime(ts, "%Y%m%d%H%M%S")) * 1000)

@@ -10,15 +10,12 @@ log a clear warning for every topic whose expression differs from ours.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from ..errors import ProtocolError, RocketMQError
 from ..protocol.bodies import ConsumerRunningInfo
 from ..protocol.codes import RequestCode
 from ..protocol.command import RemotingCommand
-
-if TYPE_CHECKING:
-    from .push import PushConsumer
+from .context import ConsumerContext
 
 __all__ = ["SubscriptionChecker", "differences"]
 
@@ -36,8 +33,8 @@ def differences(ours: dict[str, str], theirs: dict[str, str]) -> dict[str, tuple
 
 
 class SubscriptionChecker:
-    def __init__(self, consumer: PushConsumer) -> None:
-        self.c = consumer
+    def __init__(self, ctx: ConsumerContext) -> None:
+        self.c = ctx
         self.checked: set[str] = set()
         #: client id -> differing topics, for tests and health reports
         self.mismatches: dict[str, dict[str, tuple[str | None, str | None]]] = {}
@@ -48,7 +45,7 @@ class SubscriptionChecker:
 
     async def check(self, broker_addr: str, cids: list[str]) -> None:
         c = self.c
-        ours = {t: s.sub_string for t, s in c._subs.items()}
+        ours = c.subscriptions.expressions()
         for cid in self.new_members(cids):
             self.checked.add(cid)
             cmd = RemotingCommand.request(

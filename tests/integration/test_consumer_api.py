@@ -159,8 +159,8 @@ def test_default_consume_timestamp_is_fixed_when_the_consumer_is_made(
         subscriptions={"ReviewTs": "*"},
         consume_from_where="CONSUME_FROM_TIMESTAMP",
     )
-    first = c.rebalancer._consume_timestamp_ms()
+    first = c.rebalancer.settings.start_offsets.timestamp_ms()
     real = time.time
     monkeypatch.setattr(time, "time", lambda: real() + 7200.0)  # two hours later
-    later = c.rebalancer._consume_timestamp_ms()
+    later = c.rebalancer.settings.start_offsets.timestamp_ms()
     assert later == first, f"the default consume timestamp moved by {(later - first) / 1000:.0f} s"

@@ -8,7 +8,7 @@ from support.broker_admin import commit_offset
 from support.integration import alive_until, produce, until
 
 from rmq_async import EmbeddedCluster, MessageExt, PushConsumer, Timing
-from rmq_async.consumer.orderly import OrderlyContext, OrderlyResult
+from rmq_async.consumer.orderly import OrderlyConsumeService, OrderlyContext, OrderlyResult
 from rmq_async.protocol.codes import RequestCode
 from rmq_async.protocol.mq import MessageQueue
 
@@ -45,7 +45,9 @@ async def _orderly_until_lease_lost(
     await alive_until(c, lambda: until(lambda: len(seen) >= 10 and c.offset_store.read_memory(mq) == 10))
     broker.faults.drop(RequestCode.LOCK_BATCH_MQ)
     pq = c.pqs[mq]
-    await alive_until(c, lambda: until(lambda: not c.consume_service.lease_valid(pq)))
+    svc = c.consume_service
+    assert isinstance(svc, OrderlyConsumeService)
+    await alive_until(c, lambda: until(lambda: not svc.lease_valid(pq)))
     # the pull sent before the lease ran out (held by the broker) has come back; no pull is sent
     # (and no offset piggy-backed) until the queue is locked again
     await anyio.sleep(c.timing.suspend_timeout + c.timing.held_pull_check_interval + 0.3)
@@ -55,10 +57,12 @@ async def _orderly_until_lease_lost(
 async def _relocked(cluster: EmbeddedCluster, c: PushConsumer, mq: MessageQueue) -> None:
     cluster.brokers[0].faults.clear()
     pq = c.pqs[mq]
+    svc = c.consume_service
+    assert isinstance(svc, OrderlyConsumeService)
 
     def done() -> bool:
-        st = c.consume_service._states.get(pq)
-        return c.consume_service.lease_valid(pq) and st is not None and not st.refresh_offset
+        st = pq.orderly
+        return svc.lease_valid(pq) and st is not None and not st.refresh_offset
 
     await alive_until(c, lambda: until(done))
     await anyio.sleep(0.3)  # the re-read of the broker's offset (one round trip) has finished

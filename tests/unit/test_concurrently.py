@@ -1,21 +1,20 @@
 """ConcurrentConsumeService._consume on its own: acknowledgement grouping, a drop in the middle of a
-pulled batch, failures between successes. The consumer around it is a plain namespace (what the
-service reads from it); the integration tests run the same code against the embedded broker."""
+pulled batch, failures between successes. The service runs on a real consumer context whose client
+is a stub recording send-backs; the integration tests run the same code against the embedded broker."""
 
 from __future__ import annotations
 
 import asyncio
-import types
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+from support.consumer_context import StubApi, StubProducer, make_context
 
-from rmq_async.config import ConsumerConfig, Timing
-from rmq_async.consumer.concurrently import ConcurrentConsumeService, ConsumeContext, ConsumeResult, _Slot
-from rmq_async.consumer.offset_store import _MemoryTable
+from rmq_async.consumer.concurrently import ConcurrentConsumeService, _Slot
+from rmq_async.consumer.context import ConsumerContext
 from rmq_async.consumer.process_queue import ProcessQueue
-from rmq_async.consumer.stats import ConsumerStats
+from rmq_async.consumer.types import ConsumeContext, ConsumeResult
 from rmq_async.protocol.mq import MessageQueue
 from rmq_async.protocol.stored import MessageExt
 
@@ -23,24 +22,15 @@ MQ = MessageQueue("T", "b", 0)
 Handler = Callable[[list[MessageExt], ConsumeContext], Awaitable["ConsumeResult | None"]]
 
 
-def _consumer(sent_back: list[int]) -> Any:
-    async def send_back(m: MessageExt, delay_level: int) -> bool:
-        sent_back.append(m.queue_offset)
-        return True
+def _consumer(sent_back: list[int]) -> ConsumerContext:
+    api = StubApi()
+    api.sent_back = sent_back  # the queue offsets of the messages sent back, in order
+    return make_context(api=api)
 
-    return types.SimpleNamespace(
-        config=ConsumerConfig(group="g"),
-        timing=Timing(),
-        retry_topic="%RETRY%g",
-        namespace=None,
-        stats=ConsumerStats(),
-        offset_store=_MemoryTable(),
-        before_hooks=[],
-        after_hooks=[],
-        stopping=False,
-        group="g",
-        send_back=send_back,
-    )
+
+def _msgs(count: int) -> list[MessageExt]:
+    # the commit-log offset is what a send-back names: the queue offset here, for the assertions
+    return [MessageExt("T", b"x", queue_offset=100 + k, commit_log_offset=100 + k) for k in range(count)]
 
 
 async def _run(
@@ -48,13 +38,13 @@ async def _run(
     count: int = 32,
     pq: ProcessQueue | None = None,
     box: list[ConcurrentConsumeService] | None = None,
-) -> tuple[Any, ProcessQueue, list[int]]:
+) -> tuple[ConsumerContext, ProcessQueue, list[int]]:
     sent_back: list[int] = []
     c = _consumer(sent_back)
     svc = ConcurrentConsumeService(c, handler)
     if box is not None:
         box.append(svc)  # for handlers that call the service
-    msgs = [MessageExt("T", b"x", queue_offset=100 + k) for k in range(count)]
+    msgs = _msgs(count)
     pq = pq or ProcessQueue(MQ)
     pq.put(msgs)
     w = _Slot()
@@ -189,16 +179,11 @@ async def test_a_failure_returned_just_as_its_deadline_fired_is_settled_once_and
     # settled outside the fired scope; the plain successes before it are acknowledged, the failed
     # message is not (its send-back fails here, so it must stay in the queue for a local retry and
     # the committed offset must not pass it)
-    sent_back: list[int] = []
-    retried: list[int] = []
-    c = _consumer(sent_back)
-
-    async def failing_send_back(m: MessageExt, delay_level: int) -> bool:
-        sent_back.append(m.queue_offset)
-        return False
-
-    c.send_back = failing_send_back
-    c.retry_locally = lambda pq, msgs: retried.extend(m.queue_offset for m in msgs)
+    api = StubApi()
+    api.send_back_ok = False
+    producer = StubProducer()
+    producer.ok = False  # the fallback send to %RETRY%g fails too
+    c = make_context(api=api, producer=producer)
 
     async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
         if msgs[0].queue_offset == 103:
@@ -209,14 +194,15 @@ async def test_a_failure_returned_just_as_its_deadline_fired_is_settled_once_and
 
     svc = ConcurrentConsumeService(c, handler)
     svc.set_timeout(0.1)
-    msgs = [MessageExt("T", b"x", queue_offset=100 + k) for k in range(8)]
+    msgs = _msgs(8)
     pq = ProcessQueue(MQ)
     pq.put(msgs)
     svc.submit(pq, msgs)
     svc.close()
     with anyio.fail_after(5):
         await svc._worker()
-    assert sent_back == [103] and retried == [103]
+    # kept for a local retry (outside a run nothing schedules it: counted only)
+    assert api.sent_back == [103] and c.stats.local_retries == 1
     t = c.stats.topics["T"]
     assert (t.consumed_ok, t.consumed_failed) == (7, 1)
     assert [m.queue_offset for run in pq._runs.values() for m in run] == [103]  # kept for the retry

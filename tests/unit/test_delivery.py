@@ -1,22 +1,18 @@
 """DeliveryStream on its own: settling races between the loop's code and the consume timeout. The
-consumer around it is a plain namespace (what the stream reads from it); the integration tests run
-the same code against the embedded broker."""
+stream runs on a real consumer context (its client a stub recording send-backs) and settles through
+a concurrent consume service; the integration tests run the same code against the embedded broker."""
 
 from __future__ import annotations
 
-import types
-from typing import Any
-
 import anyio
+import anyio.abc
 import pytest
+from support.consumer_context import StubApi, make_context
 
-from rmq_async.config import ConsumerConfig, Timing
 from rmq_async.consumer.concurrently import ConcurrentConsumeService
-from rmq_async.consumer.deadlines import DeadlineTracker
-from rmq_async.consumer.delivery import DeliveryStream
-from rmq_async.consumer.offset_store import _MemoryTable
+from rmq_async.consumer.context import ConsumerContext
+from rmq_async.consumer.delivery import Delivery, DeliveryStream
 from rmq_async.consumer.process_queue import ProcessQueue
-from rmq_async.consumer.stats import ConsumerStats
 from rmq_async.errors import ClientError
 from rmq_async.protocol.mq import MessageQueue
 from rmq_async.protocol.stored import MessageExt
@@ -24,34 +20,18 @@ from rmq_async.protocol.stored import MessageExt
 MQ = MessageQueue("T", "b", 0)
 
 
-def _consumer(tg: Any, sent_back: list[int]) -> Any:
-    async def send_back(m: MessageExt, delay_level: int) -> bool:
-        sent_back.append(m.queue_offset)
-        return True
-
-    c = types.SimpleNamespace(
-        config=ConsumerConfig(group="g"),
-        timing=Timing(),
-        retry_topic="%RETRY%g",
-        namespace=None,
-        stats=ConsumerStats(),
-        offset_store=_MemoryTable(),
-        deadlines=DeadlineTracker(900.0),
-        before_hooks=[],
-        after_hooks=[],
-        stopping=False,
-        group="g",
-        send_back=send_back,
-        _tg=tg,
-    )
-    c.consume_service = ConcurrentConsumeService(c, None)
-    return c
+def _consumer(tg: anyio.abc.TaskGroup, sent_back: list[int]) -> ConsumerContext:
+    api = StubApi()
+    api.sent_back = sent_back  # commit-log offsets of the messages sent back (= queue offsets here)
+    ctx = make_context(api=api)
+    ctx.set_task_group(tg)
+    return ctx
 
 
-async def _one_delivery(c: Any) -> tuple[DeliveryStream, ProcessQueue, Any]:
-    stream = DeliveryStream(c)
+async def _one_delivery(c: ConsumerContext) -> tuple[DeliveryStream, ProcessQueue, Delivery]:
+    stream = ConcurrentConsumeService(c, None).open_deliveries()
     pq = ProcessQueue(MQ)
-    msgs = [MessageExt("T", b"x", queue_offset=7)]
+    msgs = [MessageExt("T", b"x", queue_offset=7, commit_log_offset=7)]
     pq.put(msgs)
     stream.submit(pq, msgs)
     return stream, pq, await stream.__anext__()

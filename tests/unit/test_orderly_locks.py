@@ -4,12 +4,12 @@ stay locked for this member on the broker."""
 
 from __future__ import annotations
 
-import types
+from collections.abc import Awaitable
 from typing import Any
 
 import anyio
+from support.consumer_context import make_context
 
-from rmq_async.config import Timing
 from rmq_async.consumer.orderly_locks import LockKeeper
 from rmq_async.consumer.process_queue import ProcessQueue
 from rmq_async.protocol.mq import MessageQueue
@@ -48,20 +48,20 @@ class _Broker:
                 del self.holder[mq]
 
 
-def _keeper(broker: _Broker) -> tuple[Any, LockKeeper]:
-    async def master_addr(broker_name: str, topic: str | None = None) -> str:
-        return "127.0.0.1:10911"
+class _Owned:
+    """The queue table's side the keeper reads: the owned process queues."""
 
-    c = types.SimpleNamespace(
-        group="g",
-        timing=Timing(),
-        pqs={},
-        client=types.SimpleNamespace(client_id="cid", master_addr=master_addr, api=broker),
-    )
-    return c, LockKeeper(c, on_locked=lambda pq: None, on_lost=lambda pq: None)
+    def __init__(self) -> None:
+        self.pqs: dict[MessageQueue, ProcessQueue] = {}
 
 
-async def _drop_while_locking(broker: _Broker, c: Any, pq: ProcessQueue, lock: Any) -> object:
+def _keeper(broker: _Broker) -> tuple[_Owned, LockKeeper]:
+    c = _Owned()
+    ctx = make_context(api=broker, orderly=True, client_id="cid")
+    return c, LockKeeper(ctx, c.pqs, on_locked=lambda pq: None, on_lost=lambda pq: None)
+
+
+async def _drop_while_locking(broker: _Broker, c: _Owned, pq: ProcessQueue, lock: Awaitable[Any]) -> object:
     """Run ``lock`` (a coroutine), and while its request is in flight drop ``pq`` and unlock it, as a
     rebalance does (the oneway 42 overtakes the 41)."""
     broker.gate = anyio.Event()

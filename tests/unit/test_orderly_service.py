@@ -17,18 +17,18 @@ from typing import Any
 
 import anyio
 import pytest
-from support.orderly_stub import stub_consumer
+from support.orderly_stub import OrderlyRig, stub_consumer
 
-from rmq_async import MessageExt
 from rmq_async.config import Timing
 from rmq_async.consumer.orderly import OrderlyConsumeService, OrderlyContext, OrderlyResult
 from rmq_async.consumer.process_queue import ProcessQueue
 from rmq_async.protocol.mq import MessageQueue
+from rmq_async.protocol.stored import MessageExt
 
 MQ = MessageQueue("T", "b", 0)
 
 
-async def _start_queue(c: Any, svc: OrderlyConsumeService, count: int = 1) -> ProcessQueue:
+async def _start_queue(c: OrderlyRig, svc: OrderlyConsumeService, count: int = 1) -> ProcessQueue:
     """Lock a new queue (as a rebalance does), then hand it pulled messages (as the pull loop does)."""
     pq = ProcessQueue(MQ)
     c.pqs[MQ] = pq
@@ -39,9 +39,9 @@ async def _start_queue(c: Any, svc: OrderlyConsumeService, count: int = 1) -> Pr
     return pq
 
 
-async def _run_until_committed(c: Any, handler: Any) -> None:
+async def _run_until_committed(c: OrderlyRig, handler: Any) -> None:
     """Run the service on one locked queue with one message until the first commit (5 s at most)."""
-    svc = OrderlyConsumeService(c, handler)
+    svc = c.service(handler)
     async with anyio.create_task_group() as tg:
         await svc.run(tg)
         await _start_queue(c, svc)
@@ -68,7 +68,7 @@ async def test_a_stray_cancelled_error_from_the_handler_is_a_failed_consume_not_
             await fut  # raises CancelledError in this (not cancelled) task
         return OrderlyResult.SUCCESS
 
-    svc = OrderlyConsumeService(c, handler)
+    svc = c.service(handler)
     went_on = False
     async with anyio.create_task_group() as tg:
         await svc.run(tg)
@@ -148,7 +148,7 @@ async def test_orderly_handler_is_not_cancelled_by_the_consume_timeout() -> None
         await anyio.sleep(0.6)
         return OrderlyResult.SUCCESS
 
-    svc = OrderlyConsumeService(c, handler)
+    svc = c.service(handler)
     async with anyio.create_task_group() as tg:
         await svc.run(tg)
         pq = ProcessQueue(MQ)

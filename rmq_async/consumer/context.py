@@ -1,0 +1,219 @@
+"""ConsumerContext: what the consumer's parts share, built once by a facade (PushConsumer,
+LitePullConsumer) and handed to everything below it: the consume services, the queue table, the
+pull loop, the rebalancer and the admin answers. None of them sees the facade.
+
+It holds the consumer's identity (group, retry topic, namespace), its settings, the per-run resources
+(client instance, offset store, inner producer, task group), the subscriptions, statistics, hooks,
+the consume-deadline tracker (the one owner of the consume timeout) and the run state.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import anyio.abc
+
+from ..client.instance import ClientInstance
+from ..config import ClientConfig, ConsumerConfig, Timing
+from ..errors import ClientError
+from ..producer.producer import Producer
+from ..protocol.bodies import SubscriptionData
+from ..protocol.filter import SUB_ALL, parse_tag_expression
+from ..protocol.stored import MessageExt
+from .deadlines import DeadlineTracker
+from .offset_store import OffsetStore
+from .sendback import send_back
+from .stats import ConsumerStats
+from .types import ConsumeContext, ConsumeResult, Hook, OrderlyContext, OrderlyResult
+from .usercode import call_maybe_async, call_user
+
+__all__ = ["ConsumerContext", "Subscriptions"]
+
+
+class Subscriptions:
+    """The subscribed topics with their tag filters. ``retry_topic`` (clustering push consumers) is
+    subscribed implicitly with ``*``, made once so its version stays put."""
+
+    __slots__ = ("_retry", "_subs", "retry_topic")
+
+    def __init__(self, retry_topic: str | None) -> None:
+        self._subs: dict[str, SubscriptionData] = {}
+        self.retry_topic = retry_topic
+        self._retry: SubscriptionData | None = None
+
+    def put(self, topic: str, expression: str | None) -> SubscriptionData:
+        sub_string, tags, codes = parse_tag_expression(expression)
+        sub = self._subs[topic] = SubscriptionData(
+            topic=topic,
+            sub_string=sub_string,
+            tags_set=tags,
+            code_set=codes,
+            sub_version=int(time.time() * 1000),
+        )
+        return sub
+
+    def remove(self, topic: str) -> None:
+        self._subs.pop(topic, None)
+
+    def __len__(self) -> int:
+        return len(self._subs)
+
+    def __contains__(self, topic: object) -> bool:
+        return topic in self._subs
+
+    def expressions(self) -> dict[str, str]:
+        """topic -> expression of the user's subscriptions (the retry topic not included)."""
+        return {t: s.sub_string for t, s in self._subs.items()}
+
+    def retry(self) -> SubscriptionData:
+        sub = self._retry
+        if sub is None:
+            assert self.retry_topic is not None
+            sub = self._retry = SubscriptionData(
+                topic=self.retry_topic,
+                sub_string=SUB_ALL,
+                tags_set=[],
+                code_set=[],
+                sub_version=int(time.time() * 1000),
+            )
+        return sub
+
+    def get(self, topic: str) -> SubscriptionData | None:
+        sub = self._subs.get(topic)
+        if sub is None and topic == self.retry_topic:
+            return self.retry()
+        return sub
+
+    def topics(self) -> set[str]:
+        """Every topic to rebalance and keep routes for (the retry topic included)."""
+        topics = set(self._subs)
+        if self.retry_topic is not None:
+            topics.add(self.retry_topic)
+        return topics
+
+    def data(self) -> list[SubscriptionData]:
+        """What a heartbeat registers: the subscriptions by topic, then the retry topic's."""
+        subs = [self._subs[t] for t in sorted(self._subs)]
+        if self.retry_topic is not None:
+            subs.append(self.retry())
+        return subs
+
+
+class ConsumerContext:
+    """The shared state of one consumer. The per-run resources are set by :meth:`attach` when a run
+    starts; reading one before raises :class:`ClientError`."""
+
+    def __init__(
+        self,
+        *,
+        group: str,
+        config: ConsumerConfig,
+        client_config: ClientConfig,
+        subscriptions: Subscriptions,
+        orderly: bool = False,
+        stats: ConsumerStats | None = None,
+    ) -> None:
+        self.group = group
+        self.retry_topic = f"%RETRY%{group}"
+        # a namespace (Java's ``withNamespace``) prefixes the group and the topics on the wire
+        self.namespace = client_config.namespace or None
+        self.config = config
+        self.client_config = client_config
+        self.timing: Timing = client_config.timing
+        self.clustering = config.clustering
+        self.orderly = orderly
+        self.max_reconsume_times = config.effective_max_reconsume_times(orderly=orderly)
+        self.subscriptions = subscriptions
+        self.stats = stats or ConsumerStats()
+        self.before_hooks: list[Hook] = []
+        self.after_hooks: list[Hook] = []
+        #: per-message consume deadlines; its ``timeout`` is THE consume timeout
+        self.deadlines = DeadlineTracker(self.timing.consume_timeout)
+        #: a graceful stop has begun: start nothing new
+        self.stopping = False
+        self.running = False
+        self._client: ClientInstance | None = None
+        self._offset_store: OffsetStore | None = None
+        self._inner_producer: Producer | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    # -- runs -----------------------------------------------------------------------------------------
+
+    def new_run(self) -> None:
+        """A fresh run state (a stopped consumer starting again); the consume timeout is kept."""
+        self.deadlines = DeadlineTracker(self.deadlines.timeout)
+        self.stopping = False
+        self.running = False
+        self._client = self._offset_store = self._inner_producer = None
+        self._tg = None
+
+    def attach(
+        self,
+        client: ClientInstance,
+        offset_store: OffsetStore,
+        inner_producer: Producer | None = None,
+    ) -> None:
+        self._client = client
+        self._offset_store = offset_store
+        self._inner_producer = inner_producer
+
+    def set_task_group(self, tg: anyio.abc.TaskGroup | None) -> None:
+        self._tg = tg
+
+    @property
+    def client(self) -> ClientInstance:
+        if self._client is None:
+            raise ClientError("consumer is not started")
+        return self._client
+
+    @property
+    def started(self) -> bool:
+        return self._client is not None
+
+    @property
+    def offset_store(self) -> OffsetStore:
+        if self._offset_store is None:
+            raise ClientError("consumer is not started")
+        return self._offset_store
+
+    @property
+    def has_offset_store(self) -> bool:
+        return self._offset_store is not None
+
+    @property
+    def inner_producer(self) -> Producer:
+        if self._inner_producer is None:
+            raise ClientError("consumer is not started")
+        return self._inner_producer
+
+    @property
+    def task_group(self) -> anyio.abc.TaskGroup | None:
+        return self._tg
+
+    def start_soon(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> bool:
+        """Run ``fn(*args)`` in the consumer's task group; False (nothing started) outside a run."""
+        tg = self._tg
+        if tg is None:
+            return False
+        tg.start_soon(fn, *args)
+        return True
+
+    # -- shared operations --------------------------------------------------------------------------
+
+    async def send_back(self, m: MessageExt, delay_level: int) -> bool:
+        return await send_back(self, m, delay_level)
+
+    async def hooks_before(self, batch: list[MessageExt], ctx: ConsumeContext | OrderlyContext) -> None:
+        for h in self.before_hooks:
+            await call_maybe_async(h, batch, ctx)
+
+    async def hooks_after(
+        self,
+        batch: list[MessageExt],
+        ctx: ConsumeContext | OrderlyContext,
+        result: ConsumeResult | OrderlyResult,
+    ) -> None:
+        for h in self.after_hooks:
+            await call_user("after-consume hook", h, batch, ctx, result)

@@ -1,0 +1,116 @@
+"""QueueTable: the process queues a consumer owns, by MessageQueue. It is their only writer: it makes
+them (with their flow-control limits), starts their pull loops in the consumer's task group and drops
+them (``removeUnnecessaryMessageQueue``). Everything else reads :attr:`QueueTable.pqs`.
+
+What dropping a queue means beyond the table is asked of its :class:`QueueOwner` (the consume
+service of a push consumer, the poll buffer of a lite pull consumer): stop consuming it (orderly:
+wait for its running handler), and once its offset is persisted, let the next owner have it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
+
+from ..errors import RocketMQError
+from ..protocol.mq import MessageQueue
+from .context import ConsumerContext
+from .process_queue import ProcessQueue
+
+__all__ = ["QueueOwner", "QueueTable"]
+
+log = logging.getLogger("rmq_async.consumer")
+
+
+class QueueOwner(Protocol):
+    """What consumes a table's queues (the queue side of a consume service)."""
+
+    #: persist a dropped queue's offset synchronously (its next owner reads it at once)
+    sync_drop: bool
+
+    async def drop(self, pq: ProcessQueue, wait: float) -> bool:
+        """Stop consuming ``pq`` and mark it dropped; True when nothing runs on it any more."""
+
+    async def unlock_dropped(self, pq: ProcessQueue, idle: bool) -> None:
+        """After the drop, its offset persisted: release the queue for its next owner."""
+
+
+class QueueTable:
+    def __init__(self, ctx: ConsumerContext) -> None:
+        self.ctx = ctx
+        self.pqs: dict[MessageQueue, ProcessQueue] = {}
+        self._owner: QueueOwner | None = None
+        self._pull: Callable[[ProcessQueue], Coroutine[Any, Any, None]] | None = None
+        #: makes a new process queue; the default applies the push consumer's thresholds
+        self.make_queue: Callable[[MessageQueue], ProcessQueue] = self._push_queue
+
+    def attach(self, owner: QueueOwner, pull: Callable[[ProcessQueue], Coroutine[Any, Any, None]]) -> None:
+        """Who consumes the queues, and the pull loop that fills them (set once, by the facade)."""
+        self._owner, self._pull = owner, pull
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def assignment(self) -> set[MessageQueue]:
+        return {mq for mq, pq in self.pqs.items() if not pq.dropped}
+
+    def count(self, topic: str) -> int:
+        return len([m for m in self.pqs if m.topic == topic])
+
+    # -- changes ------------------------------------------------------------------------------------
+
+    def _push_queue(self, mq: MessageQueue) -> ProcessQueue:
+        """The push consumer's limits: per queue, or a topic's limits shared by its queues."""
+        cfg = self.ctx.config
+        max_count = cfg.pull_threshold_for_queue
+        max_mib = cfg.pull_threshold_size_for_queue
+        n = max(1, self.count(mq.topic) + 1)
+        if cfg.pull_threshold_for_topic > 0:
+            max_count = max(1, cfg.pull_threshold_for_topic // n)
+        if cfg.pull_threshold_size_for_topic > 0:
+            max_mib = max(1, cfg.pull_threshold_size_for_topic // n)
+        span = None if self.ctx.orderly else cfg.consume_concurrently_max_span  # [orderly] no span limit
+        return ProcessQueue(mq, max_count=max_count, max_bytes=max_mib << 20, max_span=span)
+
+    def start(self, pq: ProcessQueue) -> None:
+        """Own ``pq`` (its ``next_offset`` set) and start pulling it."""
+        self.pqs[pq.mq] = pq
+        self.restart(pq)
+
+    def restart(self, pq: ProcessQueue) -> None:
+        """Start a pull loop for ``pq`` (after a seek cancelled the previous one)."""
+        assert self._pull is not None
+        self.ctx.start_soon(self._pull, pq)
+
+    async def drop(self, mq: MessageQueue, *, offset: int | None = None) -> None:
+        """``removeUnnecessaryMessageQueue``: stop the queue, persist its offset, forget it (and let
+        its owner release it). ``offset`` replaces the committed offset first (an illegal pull
+        offset, a reset from an admin tool) and is then persisted synchronously."""
+        pq = self.pqs.pop(mq, None)
+        if pq is None:
+            return
+        owner = self._owner
+        assert owner is not None
+        idle = await owner.drop(pq, self.ctx.config.orderly_drop_wait)
+        store = self.ctx.offset_store
+        if offset is not None:
+            # after the drop, as Java's resetOffset: a handler finishing during the wait must not
+            # commit over the new offset
+            store.update(mq, offset, increase_only=False)
+        try:
+            await store.persist(mq, sync=owner.sync_drop or offset is not None)
+        except RocketMQError as exc:
+            log.warning("persisting the offset of dropped %s failed: %s", mq, exc)
+        store.remove(mq)
+        await owner.unlock_dropped(pq, idle)
+
+    def stop_pulling(self) -> None:
+        """Cancel every pull loop; the process queues stay (for their offsets)."""
+        for pq in self.pqs.values():
+            if pq.scope is not None:
+                pq.scope.cancel()
+
+    def drop_all(self) -> None:
+        """The end of a run: mark every queue dropped (nothing consumes them any more)."""
+        for pq in self.pqs.values():
+            pq.drop()
