@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Iterable, Sequence
 from itertools import islice
 from operator import attrgetter, lt
@@ -29,7 +30,7 @@ from ..protocol.mq import MessageQueue
 from ..protocol.stored import MessageExt, PulledMessages
 from .types import OrderlyResult
 
-__all__ = ["OrderlyState", "Pending", "ProcessQueue"]
+__all__ = ["OrderlyState", "Pending", "PollState", "ProcessQueue"]
 
 
 _body = attrgetter("body")
@@ -84,6 +85,21 @@ class OrderlyState:
         self.relock = anyio.Lock()
 
 
+class PollState:
+    """A lite pull consumer's buffer of one queue (``ProcessQueue.poll``): pulled batches not polled
+    yet, their size, and the consume offset (after the last message ``poll`` handed out)."""
+
+    __slots__ = ("batches", "consume_offset", "count", "in_ready", "nbytes", "paused")
+
+    def __init__(self) -> None:
+        self.batches: deque[list[MessageExt]] = deque()
+        self.count = 0
+        self.nbytes = 0
+        self.consume_offset = -1
+        self.paused = False
+        self.in_ready = False  # in the buffer's FIFO of queues with data
+
+
 class ProcessQueue:
     __slots__ = (
         "_count",
@@ -106,6 +122,7 @@ class ProcessQueue:
         "msg_bytes",
         "next_offset",
         "orderly",
+        "poll",
         "queue_offset_max",
         "scope",
         "try_unlock_times",
@@ -145,6 +162,8 @@ class ProcessQueue:
         self.broker_id = 0
         #: orderly consumption's state of this queue (made by the orderly service)
         self.orderly: OrderlyState | None = None
+        #: a lite pull consumer's buffer of this queue
+        self.poll: PollState | None = None
         self.consume_lock = anyio.Lock()
         self._room = anyio.Event()
         self._waiting = False

@@ -48,7 +48,7 @@ class PullSink(Protocol):
         """Whether ``pq`` may pull now (waits as needed); False once it is dropped."""
 
     def submit(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        """Pulled messages, already put in ``pq``."""
+        """Pulled messages (already put in ``pq`` when :attr:`PullSettings.cache` is set)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +70,9 @@ class PullSettings:
     #: OFFSET_ILLEGAL drops the queue with the corrected offset and rebalances (push); else the
     #: loop goes on from the offset the broker proposes (lite pull)
     illegal_offset_drops: bool = False
+    #: pulled messages are held in the process queue until consumed (push); a lite pull consumer's
+    #: sink buffers them itself
+    cache: bool = True
 
     @classmethod
     def for_push(cls, config: ConsumerConfig, timing: Timing) -> PullSettings:
@@ -87,7 +90,7 @@ class PullSettings:
         # the Java lite consumer long-polls 20 s; never more than the pull timeout allows
         t = timing
         suspend = max(0.05, min(20.0, t.pull_timeout - t.held_pull_check_interval - t.pull_timeout_margin))
-        return cls(batch_size=batch_size, suspend_timeout=suspend, lite_pull=True)
+        return cls(batch_size=batch_size, suspend_timeout=suspend, lite_pull=True, cache=False)
 
 
 def filter_tags(sub: SubscriptionData, msgs: Sequence[MessageExt]) -> list[MessageExt]:
@@ -158,6 +161,7 @@ class PullLoop:
             PullSysFlag.build(commit_offset=True, suspend=True, subscription=post_sub, lite_pull=lite),
         )
         commit = s.commit_offset
+        cache = s.cache
         # one header for this queue's pulls, its per-pull fields set before each one (the request
         # is encoded when the pull starts, before it awaits anything)
         header = H.PullMessageRequestHeader(
@@ -242,7 +246,8 @@ class PullLoop:
                 msgs = filter_tags(sub, res.messages) if sub is not None and sub.tags_set else res.messages
                 pq.next_offset = res.next_begin_offset
                 if msgs:
-                    pq.put(msgs)
+                    if cache:
+                        pq.put(msgs)
                     sink.submit(pq, msgs)
                 # drop this loop's references now: the batch is freed by whoever finishes with it
                 # last, right after its consumption while it is still in the caches, not when the

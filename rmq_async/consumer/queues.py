@@ -44,6 +44,8 @@ class QueueTable:
         self._pull: Callable[[ProcessQueue], Coroutine[Any, Any, None]] | None = None
         #: makes a new process queue; the default applies the push consumer's thresholds
         self.make_queue: Callable[[MessageQueue], ProcessQueue] = self._push_queue
+        #: called when a queue starts (its ``next_offset`` set), before its first pull
+        self.on_start: Callable[[ProcessQueue], None] | None = None
 
     def attach(self, owner: QueueOwner, pull: Callable[[ProcessQueue], Coroutine[Any, Any, None]]) -> None:
         """Who consumes the queues, and the pull loop that fills them (set once, by the facade)."""
@@ -75,6 +77,8 @@ class QueueTable:
     def start(self, pq: ProcessQueue) -> None:
         """Own ``pq`` (its ``next_offset`` set) and start pulling it."""
         self.pqs[pq.mq] = pq
+        if self.on_start is not None:
+            self.on_start(pq)
         self.restart(pq)
 
     def restart(self, pq: ProcessQueue) -> None:

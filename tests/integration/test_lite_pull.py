@@ -86,10 +86,10 @@ async def test_pause_resume_and_bounded_buffer(
         await c.assign(mqs[:2])
         with anyio.fail_after(5):
             while sum(q.count for q in c.queues.values()) < 10:
-                await c._wait_changed()
+                await c.buffer.wait_changed()
         with anyio.move_on_after(0.2):  # a pull past the bound would show here
             while True:
-                await c._wait_changed()
+                await c.buffer.wait_changed()
         assert all(q.count <= 5 for q in c.queues.values())
         c.pause([mqs[0]])
         assert c.paused() == {mqs[0]}

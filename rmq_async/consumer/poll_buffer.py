@@ -1,0 +1,141 @@
+"""PollBuffer: where a lite pull consumer's pull loops put their batches and ``poll`` takes them.
+
+Per queue, a deque of pulled batches (:class:`~rmq_async.consumer.process_queue.PollState`, found on
+the process queue); across queues, a FIFO of the queues that have data, served round robin. A pull
+waits (``before_pull``) while its queue is paused or the buffer is over a threshold (per queue: count
+and bytes; in total: count), on an event every change sets, never on a timer. It is the pull loop's
+sink and the queue table's owner of the queues: dropping a queue discards its batches and, with auto
+commit, commits its consume offset first.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import anyio
+
+from ..protocol.stored import MessageExt
+from .offset_store import OffsetStore
+from .process_queue import PollState, ProcessQueue
+
+__all__ = ["PollBuffer"]
+
+
+class PollBuffer:
+    gates_pulls = True  # a paused queue, a full buffer
+    sync_drop = True  # as Java's RebalanceLitePullImpl.removeUnnecessaryMessageQueue
+
+    def __init__(
+        self, *, max_queue_count: int, max_queue_bytes: int, max_total: int, auto_commit: bool
+    ) -> None:
+        self.max_queue_count = max_queue_count
+        self.max_queue_bytes = max_queue_bytes
+        self.max_total = max_total
+        self.auto_commit = auto_commit
+        self.store: OffsetStore | None = None  # set when the consumer starts (drops commit to it)
+        self._ready: deque[ProcessQueue] = deque()
+        self._total = 0
+        self._changed = anyio.Event()  # data arrived, room freed, resume, close
+
+    @staticmethod
+    def state(pq: ProcessQueue) -> PollState:
+        st = pq.poll
+        if st is None:
+            st = pq.poll = PollState()
+        return st
+
+    def started(self, pq: ProcessQueue) -> None:
+        """A queue starts at its ``next_offset``: nothing polled yet."""
+        self.state(pq).consume_offset = pq.next_offset
+
+    def wake(self) -> None:
+        ev, self._changed = self._changed, anyio.Event()
+        ev.set()
+
+    async def wait_changed(self) -> None:
+        await self._changed.wait()
+
+    # -- the pull side --------------------------------------------------------------------------------
+
+    def _has_room(self, st: PollState) -> bool:
+        return (
+            self._total < self.max_total
+            and st.count < self.max_queue_count
+            and st.nbytes < self.max_queue_bytes
+        )
+
+    async def before_pull(self, pq: ProcessQueue) -> bool:
+        st = self.state(pq)
+        while not pq.dropped and (st.paused or not self._has_room(st)):
+            await self._changed.wait()
+        return not pq.dropped
+
+    def submit(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        st = self.state(pq)
+        st.batches.append(msgs)
+        st.count += len(msgs)
+        st.nbytes += sum(len(m.body) for m in msgs)
+        self._total += len(msgs)
+        if not st.in_ready and not st.paused:
+            st.in_ready = True
+            self._ready.append(pq)
+        self.wake()
+
+    # -- the poll side --------------------------------------------------------------------------------
+
+    def take(self, out: list[MessageExt], limit: int) -> None:
+        """Move whole batches into ``out`` until it holds ``limit`` messages or nothing is ready."""
+        skipped: list[ProcessQueue] = []
+        while self._ready and len(out) < limit:
+            pq = self._ready.popleft()
+            st = self.state(pq)
+            st.in_ready = False
+            if st.paused or not st.batches or pq.dropped:
+                if st.paused and st.batches and not pq.dropped:
+                    skipped.append(pq)
+                continue
+            batch = st.batches.popleft()
+            st.count -= len(batch)
+            st.nbytes -= sum(len(m.body) for m in batch)
+            self._total -= len(batch)
+            st.consume_offset = batch[-1].queue_offset + 1
+            out.extend(batch)
+            if st.batches:
+                st.in_ready = True
+                self._ready.append(pq)
+        for pq in skipped:
+            self.state(pq).in_ready = True
+            self._ready.append(pq)
+        if out:
+            self.wake()
+
+    def pause(self, pq: ProcessQueue) -> None:
+        self.state(pq).paused = True
+
+    def resume(self, pq: ProcessQueue) -> None:
+        st = self.state(pq)
+        if st.paused:
+            st.paused = False
+            if st.batches and not st.in_ready:
+                st.in_ready = True
+                self._ready.append(pq)
+
+    def discard(self, pq: ProcessQueue) -> None:
+        """Forget ``pq``'s buffered batches (a seek, a drop)."""
+        st = self.state(pq)
+        self._total -= st.count
+        st.batches.clear()
+        st.count = st.nbytes = 0
+        self.wake()
+
+    # -- the queue table's owner -----------------------------------------------------------------------
+
+    async def drop(self, pq: ProcessQueue, wait: float) -> bool:
+        pq.drop()
+        self.discard(pq)
+        if self.auto_commit and self.store is not None:
+            self.store.update(pq.mq, self.state(pq).consume_offset, increase_only=False)
+        return True
+
+    async def unlock_dropped(self, pq: ProcessQueue, idle: bool) -> None:
+        return None
