@@ -13,6 +13,7 @@ from .client.api import SendResult as SendResult
 from .client.api import SendStatus as SendStatus
 from .config import ClientConfig as ClientConfig
 from .config import ConsumerConfig as ConsumerConfig
+from .config import Credentials as Credentials
 from .config import ProducerConfig as ProducerConfig
 from .config import Timing as Timing
 from .consumer.delivery import Delivery as Delivery
@@ -22,6 +23,7 @@ from .consumer.types import ConsumeContext as ConsumeContext
 from .consumer.types import ConsumeResult as ConsumeResult
 from .consumer.types import OrderlyContext as OrderlyContext
 from .consumer.types import OrderlyResult as OrderlyResult
+from .errors import AuthError as AuthError
 from .errors import BrokerError as BrokerError
 from .errors import ClientError as ClientError
 from .errors import ConfigError as ConfigError
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "AuthError",
     "BrokerError",
     "ClientConfig",
     "ClientError",
@@ -53,6 +56,7 @@ __all__ = [
     "ConsumeContext",
     "ConsumeResult",
     "ConsumerConfig",
+    "Credentials",
     "Delivery",
     "EmbeddedCluster",
     "LitePullConsumer",

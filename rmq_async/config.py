@@ -15,12 +15,14 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Mapping
 from typing import Any, Literal, Self
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SecretStr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -35,6 +37,7 @@ __all__ = [
     "ClientConfig",
     "ConfigModel",
     "ConsumerConfig",
+    "Credentials",
     "ProducerConfig",
     "Timing",
     "parse_delay_levels",
@@ -62,12 +65,17 @@ def parse_delay_levels(text: str) -> tuple[float, ...]:
     return tuple(out)
 
 
+#: fields whose invalid input is never echoed in a ConfigError (it may be a secret)
+_SECRET_FIELDS = frozenset({"credentials", "secret_key", "security_token"})
+
+
 def _config_error(model: str, exc: ValidationError) -> ConfigError:
     lines = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"])
         where = f"{model}.{loc}" if loc else model
-        lines.append(f"{where}: {err['msg']} (got {err.get('input')!r})")
+        got = "(hidden)" if _SECRET_FIELDS & {str(p) for p in err["loc"]} or model == "Credentials" else None
+        lines.append(f"{where}: {err['msg']} (got {got or repr(err.get('input'))})")
     return ConfigError("; ".join(lines))
 
 
@@ -234,6 +242,44 @@ def unwrap_namespace(namespace: str | None, resource: str) -> str:
     return resource
 
 
+#: environment variables read by :meth:`Credentials.from_env` (when ``ClientConfig.credentials`` is None)
+ENV_ACCESS_KEY, ENV_SECRET_KEY, ENV_SECURITY_TOKEN = "RMQ_ACCESS_KEY", "RMQ_SECRET_KEY", "RMQ_SECURITY_TOKEN"
+
+
+class Credentials(ConfigModel):
+    """ACL credentials (Java ``SessionCredentials``): every request is signed with them (ACL 1.0 rule).
+
+    The secret key and the security token are :class:`pydantic.SecretStr`: a repr, ``str()``, a log
+    line or ``model_dump()`` shows ``**********``; only the signer reads them. The access key is not a
+    secret (brokers name it in their refusals).
+    """
+
+    access_key: str = Field(min_length=1)
+    secret_key: SecretStr
+    security_token: SecretStr | None = None
+
+    @field_validator("secret_key")
+    @classmethod
+    def _check_secret(cls, v: SecretStr) -> SecretStr:
+        if not v.get_secret_value():
+            raise ValueError("the secret key must not be empty")
+        return v
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Credentials | None:
+        """From ``RMQ_ACCESS_KEY`` / ``RMQ_SECRET_KEY`` (/ ``RMQ_SECURITY_TOKEN``); None when no access key
+        is set. An access key without a secret key is a :class:`ConfigError` (naming the variable only)."""
+        env = os.environ if environ is None else environ
+        ak = env.get(ENV_ACCESS_KEY)
+        if not ak:
+            return None
+        sk = env.get(ENV_SECRET_KEY)
+        if not sk:
+            raise ConfigError(f"{ENV_ACCESS_KEY} is set but {ENV_SECRET_KEY} is not (or is empty)")
+        token = env.get(ENV_SECURITY_TOKEN) or None
+        return cls(access_key=ak, secret_key=SecretStr(sk), security_token=token and SecretStr(token))
+
+
 class ClientConfig(ConfigModel):
     """What every client (consumer or producer) needs to reach a cluster (Java ``ClientConfig``).
 
@@ -270,6 +316,9 @@ class ClientConfig(ConfigModel):
     stream: bool = False
     #: consecutive request timeouts after which a connection is considered half-open and closed
     max_timeouts: int = Field(3, ge=1)
+    #: ACL credentials; None: from ``RMQ_ACCESS_KEY`` / ``RMQ_SECRET_KEY`` / ``RMQ_SECURITY_TOKEN`` if set,
+    #: else requests go unsigned (see :meth:`effective_credentials`)
+    credentials: Credentials | None = None
 
     @field_validator("namesrv_addr")
     @classmethod
@@ -293,6 +342,10 @@ class ClientConfig(ConfigModel):
                 "or start rmq_async.EmbeddedCluster and use its namesrv_addr"
             )
         return [a.strip() for a in addr.split(";") if a.strip()]
+
+    def effective_credentials(self) -> Credentials | None:
+        """``credentials``, else those of the environment (:meth:`Credentials.from_env`), else None."""
+        return self.credentials if self.credentials is not None else Credentials.from_env()
 
     def with_namespace(self, resource: str) -> str:
         """``NamespaceUtil.wrapNamespace``: ``ns%resource``, the retry/DLQ prefix kept in front; system

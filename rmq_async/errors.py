@@ -11,7 +11,8 @@ Callers catch only these. The transport maps ``OSError`` and anyio errors into t
     │   ├── RequestTimeout       no answer within the request's timeout
     │   └── ConnectionClosed     the connection is gone (pending requests fail with this)
     ├── BrokerError(code, remark)  the server answered with an error code
-    │   └── TopicNotExist        code 17 on a route lookup
+    │   ├── TopicNotExist        code 17 on a route lookup
+    │   └── AuthError            refused by ACL: wrong or unknown key, missing permission (not retried)
     ├── ClientError              misuse of the API (not started, closed, wrong state)
     ├── ConfigError              invalid configuration (wraps pydantic's ValidationError)
     └── MQClientError            a client-side operation failed after its retries (no route, ...)
@@ -20,6 +21,7 @@ Callers catch only these. The transport maps ``OSError`` and anyio errors into t
 from __future__ import annotations
 
 __all__ = [
+    "AuthError",
     "BrokerError",
     "ClientError",
     "ConfigError",
@@ -100,6 +102,33 @@ class BrokerError(RocketMQError):
 
 class TopicNotExist(BrokerError):
     """The name server has no route for the topic (code 17)."""
+
+
+class AuthError(BrokerError):
+    """The server refused request ``request_code`` for access control (ACL), answering ``code``.
+
+    4.x brokers answer code 1 (SYSTEM_ERROR) with an ``AclException`` remark; 5.x brokers code 16
+    (NO_PERMISSION) for authentication and authorization failures. ``resource`` is the topic or group
+    concerned (``"topic:T"``, ``"group:G"``) when the remark or the request names one. Never retriable:
+    the same keys get the same answer until the broker's ACL or the credentials change.
+    """
+
+    def __init__(
+        self,
+        code: int,
+        remark: str | None,
+        *,
+        request_code: int | None = None,
+        addr: str | None = None,
+        resource: str | None = None,
+    ) -> None:
+        super().__init__(code, remark, request_code=request_code, addr=addr)
+        where = f" to request {request_code}" if request_code is not None else ""
+        on = f" on {resource}" if resource else ""
+        by = f" by {addr}" if addr else ""
+        self.args = (f"access denied{where}{on}{by} (code {code}): {remark or '(no remark)'}",)
+        self.resource = resource
+        self.retriable = False
 
 
 class ClientError(RocketMQError):

@@ -26,6 +26,7 @@ from ..protocol.command import RemotingCommand
 from ..protocol.mq import MessageQueue
 from ..protocol.stored import MessageExt, decode_messages
 from ..transport.pool import ConnectionPool
+from .auth import broker_error
 
 __all__ = ["MQClientAPI", "PullResult", "PullStatus", "SendResult", "SendStatus"]
 
@@ -126,7 +127,8 @@ class MQClientAPI:
 
     @staticmethod
     def _fail(resp: RemotingCommand, req: RemotingCommand, addr: str) -> BrokerError:
-        return BrokerError(resp.code, resp.remark, request_code=req.code, addr=addr)
+        """A BrokerError for the answer; an :class:`AuthError` when it is an ACL refusal."""
+        return broker_error(resp.code, resp.remark, req.code, req.ext_fields, addr)
 
     async def _expect_ok(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         resp = await self._call(addr, cmd, timeout)

@@ -22,7 +22,8 @@ import anyio
 import anyio.abc
 
 from ..config import ClientConfig
-from ..errors import MQClientError, RocketMQError, TopicNotExist
+from ..errors import AuthError, MQClientError, RocketMQError, TopicNotExist
+from ..protocol.acl import RequestSigner
 from ..protocol.bodies import ConsumerData, HeartbeatData, ProducerData, TopicRouteData
 from ..protocol.codes import Perm, RequestCode, ResponseCode, SerializeType
 from ..protocol.command import RemotingCommand
@@ -124,7 +125,20 @@ class ClientInstance:
         self.client_id = build_client_id(config, self.instance_name)
         self._namesrvs = config.namesrv_list()
         self._ns_index = random.randrange(len(self._namesrvs))
-        self.pool = ConnectionPool(handler=self._on_server_request, max_timeouts=config.max_timeouts)
+        creds = config.effective_credentials()
+        #: the ACL signer of every request and oneway (None: unsigned, no cost)
+        self.signer = (
+            None
+            if creds is None
+            else RequestSigner(
+                creds.access_key,
+                creds.secret_key.get_secret_value(),
+                creds.security_token.get_secret_value() if creds.security_token is not None else None,
+            )
+        )
+        self.pool = ConnectionPool(
+            handler=self._on_server_request, max_timeouts=config.max_timeouts, signer=self.signer
+        )
         self.api = MQClientAPI(
             self.pool,
             language=config.language,
@@ -367,6 +381,32 @@ class ClientInstance:
                         log.warning("heartbeat to %s (%s) failed: %s", name, addr, exc)
                         await self.pool.close_address(addr)
             return ok
+
+    async def check_access(self, topic: str) -> None:
+        """With credentials: heartbeat the masters of ``topic``'s route now, so that a wrong or unknown
+        key fails here with :class:`AuthError` rather than later in the background (a 4.x broker checks
+        a heartbeat's signature, and the SUB permission of the consumers' groups and topics in it).
+        Without credentials, or when the route cannot be had, there is nothing to check."""
+        if self.signer is None:
+            return
+        try:
+            route = await self.update_route(topic)
+        except RocketMQError as exc:
+            log.debug("access check skipped: no route of %r: %s", topic, exc)
+            return
+        data = self.heartbeat_data()
+        for bd in route.broker_datas:
+            addr = bd.broker_addrs.get(MASTER_ID)
+            if addr is None:
+                continue
+            try:
+                await self.api.heartbeat(addr, data, self.timing.request_timeout)
+            except AuthError:
+                raise
+            except RocketMQError as exc:
+                log.debug("access check of %s (%s) inconclusive: %s", bd.broker_name, addr, exc)
+                continue
+            self._heartbeat_answered = True
 
     async def _heartbeat_loop(self) -> None:
         while True:

@@ -20,7 +20,7 @@ import anyio
 from ..client.api import SendResult
 from ..client.instance import ClientInstance, pid_instance_name
 from ..config import ClientConfig, ProducerConfig
-from ..errors import BrokerError, ClientError, MQClientError, RemotingError, TopicNotExist
+from ..errors import AuthError, BrokerError, ClientError, MQClientError, RemotingError, TopicNotExist
 from ..protocol import headers as H
 from ..protocol.bodies import TopicRouteData
 from ..protocol.codes import MessageSysFlag, Perm, Prop, ResponseCode
@@ -129,6 +129,16 @@ class Producer:
             self._client.on_route_change(self._on_route_change)
             self._route_listening = True
         self._client.register_producer(self.group)
+        try:
+            # with ACL credentials, a wrong or unknown key fails start() now (AuthError), not each send
+            await self._client.check_access(self.config.create_topic_key)
+        except BaseException:
+            self._client.unregister_producer_local(self.group)
+            if self._own_client:
+                await self._client.__aexit__(None, None, None)
+                self._client = None
+                self._route_listening = False
+            raise
         self._started = True
 
     def _instance_name(self) -> str:
@@ -307,6 +317,8 @@ class Producer:
                 res = await self._send_to(mq, header_for(mq), body, deadline, msg_id, batch=batch)
                 assert res is not None
                 return res
+            except AuthError:
+                raise  # the same keys get the same refusal on every broker: not retried (Java retries it)
             except BrokerError as exc:
                 if exc.code not in _RETRY_CODES:
                     raise

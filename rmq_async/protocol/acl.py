@@ -37,6 +37,7 @@ import hmac
 from collections.abc import Mapping, MutableMapping
 from typing import TypeAlias
 
+from .command import RemotingCommand
 from .fastjson import java_map_order
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "SIGNATURE",
     "UNIQUE_KEY_QUERY",
     "V4_9_3",
+    "RequestSigner",
     "sign_fields",
     "signature",
     "verify",
@@ -168,3 +170,29 @@ def verify(
     expected = _sign(_content(ext_fields, skip), body, _secret_bytes(secret_key))
     # 5.x compares with MessageDigest.isEqual (4.9.8 with String.equals): constant time here
     return hmac.compare_digest(expected.encode("ascii"), received.encode("utf-8", "surrogatepass"))
+
+
+class RequestSigner:
+    """Signs outgoing requests in place with one set of credentials (``AclClientRPCHook``).
+
+    Called by the transport on every request and oneway right before it is encoded, after every other
+    field (``ReqT``, ``_UNIQUE_KEY_QUERY``) was set; responses are never signed. The secret is held as
+    bytes, encoded once; the repr shows only the access key.
+    """
+
+    __slots__ = ("_access_key", "_secret", "_token")
+
+    def __init__(self, access_key: str, secret_key: bytes | str, security_token: str | None = None) -> None:
+        self._access_key = access_key
+        self._secret = _secret_bytes(secret_key)
+        self._token = security_token
+
+    @property
+    def access_key(self) -> str:
+        return self._access_key
+
+    def __repr__(self) -> str:
+        return f"<RequestSigner access_key={self._access_key!r}>"
+
+    def __call__(self, cmd: RemotingCommand) -> None:
+        sign_fields(cmd.ext_fields, cmd.body, self._access_key, self._secret, self._token)

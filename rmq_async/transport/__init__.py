@@ -5,6 +5,7 @@ from __future__ import annotations
 from .connection import CLOSE_TIMEOUT as CLOSE_TIMEOUT
 from .connection import Connection as Connection
 from .connection import ServerRequestHandler as ServerRequestHandler
+from .connection import Signer as Signer
 from .connection import Spawn as Spawn
 from .connection import format_addr as format_addr
 from .connection import parse_addr as parse_addr
@@ -15,6 +16,7 @@ __all__ = [
     "Connection",
     "ConnectionPool",
     "ServerRequestHandler",
+    "Signer",
     "Spawn",
     "format_addr",
     "parse_addr",

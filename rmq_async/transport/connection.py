@@ -36,6 +36,7 @@ __all__ = [
     "CLOSE_TIMEOUT",
     "Connection",
     "ServerRequestHandler",
+    "Signer",
     "Spawn",
     "format_addr",
     "parse_addr",
@@ -49,6 +50,8 @@ log = logging.getLogger(__name__)
 ServerRequestHandler = Callable[["Connection", RemotingCommand], Awaitable[RemotingCommand | None]]
 #: Runs a zero-argument coroutine function in the owner's task group (``tg.start_soon``).
 Spawn = Callable[[Callable[[], Awaitable[None]]], None]
+#: Completes an outgoing request in place right before it is encoded (ACL signing); never responses.
+Signer = Callable[[RemotingCommand], None]
 
 #: Bound (seconds) on a graceful close: flushing our buffer and waiting for handler tasks.
 CLOSE_TIMEOUT = 1.0
@@ -100,6 +103,7 @@ class Connection(asyncio.BufferedProtocol):
         "_next_opaque",
         "_paused",
         "_pending",
+        "_signer",
         "_spawn",
         "_tasks",
         "_timeouts",
@@ -115,9 +119,11 @@ class Connection(asyncio.BufferedProtocol):
         max_frame: int = DEFAULT_MAX_FRAME,
         max_timeouts: int = 3,
         spawn: Spawn | None = None,
+        signer: Signer | None = None,
     ) -> None:
         """Use :meth:`connect`; the constructor only builds the protocol object."""
         self._addr = addr
+        self._signer = signer
         self._handler = handler
         self._spawn: Spawn = spawn if spawn is not None else self._spawn_tracked
         self._max_timeouts = max_timeouts
@@ -147,15 +153,19 @@ class Connection(asyncio.BufferedProtocol):
         max_frame: int = DEFAULT_MAX_FRAME,
         max_timeouts: int = 3,
         spawn: Spawn | None = None,
+        signer: Signer | None = None,
     ) -> Connection:
         """Open a TCP connection to ``addr`` (``host:port`` or ``[v6]:port``), TCP_NODELAY on.
 
         ``handler`` answers server-initiated requests (none: they get code 3); ``spawn`` runs its
         calls in the owner's task group. ``max_timeouts`` consecutive request timeouts close the
-        connection (0 disables that). Raises :class:`ConnectError` if it cannot connect in time.
+        connection (0 disables that). ``signer`` completes every request and oneway right before it
+        is encoded (ACL signing). Raises :class:`ConnectError` if it cannot connect in time.
         """
         host, port = parse_addr(addr)
-        conn = cls(addr, handler=handler, max_frame=max_frame, max_timeouts=max_timeouts, spawn=spawn)
+        conn = cls(
+            addr, handler=handler, max_frame=max_frame, max_timeouts=max_timeouts, spawn=spawn, signer=signer
+        )
         try:
             with anyio.fail_after(connect_timeout):
                 await conn._loop.create_connection(lambda: conn, host, port)
@@ -215,6 +225,8 @@ class Connection(asyncio.BufferedProtocol):
             raise self._closed_error()
         cmd.flag &= ~(FLAG_ONEWAY | FLAG_RESPONSE)
         cmd.opaque = opaque = self._take_opaque()
+        if self._signer is not None:
+            self._signer(cmd)
         frame = cmd.encode()
         loop = self._loop
         fut: asyncio.Future[RemotingCommand] = loop.create_future()
@@ -248,6 +260,8 @@ class Connection(asyncio.BufferedProtocol):
             raise self._closed_error()
         cmd.flag = (cmd.flag | FLAG_ONEWAY) & ~FLAG_RESPONSE
         cmd.opaque = self._take_opaque()
+        if self._signer is not None:
+            self._signer(cmd)
         frame = cmd.encode()
         if self._paused:
             try:

@@ -25,7 +25,7 @@ from anyio.abc import TaskGroup
 
 from ..errors import ClientError, ConnectError
 from ..protocol.command import DEFAULT_MAX_FRAME, RemotingCommand
-from .connection import Connection, ServerRequestHandler, run_awaitable
+from .connection import Connection, ServerRequestHandler, Signer, run_awaitable
 
 __all__ = ["ConnectionPool"]
 
@@ -43,7 +43,8 @@ class _Backoff:
 class ConnectionPool:
     """Async context manager owning one connection per address and a task group for handlers.
 
-    ``handler`` answers the server-initiated requests of every connection. ``clock`` (monotonic
+    ``handler`` answers the server-initiated requests of every connection; ``signer`` (ACL) completes
+    every request and oneway of every connection right before it is encoded. ``clock`` (monotonic
     seconds) is only for tests of the back-off.
     """
 
@@ -61,6 +62,7 @@ class ConnectionPool:
         "_max_backoff",
         "_max_frame",
         "_max_timeouts",
+        "_signer",
         "_tg",
     )
 
@@ -75,8 +77,10 @@ class ConnectionPool:
         max_backoff: float = 5.0,
         close_timeout: float = 3.0,
         clock: Callable[[], float] | None = None,
+        signer: Signer | None = None,
     ) -> None:
         self._handler = handler
+        self._signer = signer
         self._connect_timeout = connect_timeout
         self._max_frame = max_frame
         self._max_timeouts = max_timeouts
@@ -194,6 +198,7 @@ class ConnectionPool:
                 max_frame=self._max_frame,
                 max_timeouts=self._max_timeouts,
                 spawn=self._spawn,
+                signer=self._signer,
             )
         except ConnectError as exc:
             bo = self._backoff.setdefault(addr, _Backoff())
