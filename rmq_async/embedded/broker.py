@@ -29,6 +29,7 @@ from ..errors import ClientError
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
 from . import admin, clients, delay, pull, send
+from .acl import AclChecker, AclConfig, Handle, guard
 from .context import BrokerContext, BrokerSettings, HandlerTable, Wakeup, open_store
 from .groups import ConsumerManager, LockManager, ProducerManager
 from .holds import HoldService
@@ -69,6 +70,7 @@ class Broker:
         delay_levels: str | None = None,
         port: int = 0,
         cluster: str = "DefaultCluster",
+        acl: AclConfig | None = None,
     ) -> None:
         self.settings = s = BrokerSettings(
             name,
@@ -98,6 +100,11 @@ class Broker:
         self.locks = LockManager(timing.broker_lock_expiry)
         self.holds = HoldService()
         self.handlers: HandlerTable = {}  # filled by run(), once the store is open
+        #: the dispatch the server calls: the request table, behind the ACL check when ``acl`` is given
+        self.acl = acl
+        self.handle: Handle = (
+            self._route if acl is None else guard(self._route, AclChecker(acl, flavour), s.version)
+        )
         self._ctx: BrokerContext | None = None
         self._schedule: delay.ScheduleService | None = None
         self._namesrv = Outbound(namesrv_addr)
@@ -283,7 +290,7 @@ class Broker:
 
     # -- dispatch -----------------------------------------------------------------------------
 
-    def handle(self, conn: Connection, cmd: RemotingCommand) -> Reply:
+    def _route(self, conn: Connection, cmd: RemotingCommand) -> Reply:
         handler = self.handlers.get(cmd.code)
         if handler is None:
             return error_response(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -17,7 +18,8 @@ import sys
 import anyio
 
 from ..config import Timing
-from .cluster import EmbeddedCluster
+from .acl import AclConfig
+from .cluster import ACL_ENV, EmbeddedCluster
 
 __all__ = ["add_arguments", "run"]
 
@@ -44,12 +46,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timing-json", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--no-auto-create-topic", action="store_true", help="refuse sends to unknown topics")
     parser.add_argument("--exit-on-stdin-eof", action="store_true", help="stop when stdin is closed")
+    parser.add_argument(
+        "--acl-file",
+        "--acl",
+        dest="acl_file",
+        default=None,
+        metavar="PATH",
+        help="enforce ACL with the accounts of this plain_acl.yml (the real broker's format)",
+    )
 
 
 def _timing(args: argparse.Namespace) -> Timing:
     if args.timing_json:
         return Timing.model_validate_json(args.timing_json)
     return Timing.fast() if args.timing == "fast" else Timing()
+
+
+def _acl(args: argparse.Namespace) -> AclConfig | None:
+    if args.acl_file:
+        return AclConfig.load(args.acl_file)
+    text = os.environ.get(ACL_ENV)  # a parent EmbeddedCluster(process=True, acl=...)
+    return AclConfig.from_mapping(json.loads(text)) if text else None
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -63,6 +80,7 @@ async def run(args: argparse.Namespace) -> int:
         port=args.port,
         delay_levels=args.delay_levels,
         auto_create_topic=not args.no_auto_create_topic,
+        acl=_acl(args),
     )
     async with cluster, anyio.create_task_group() as tg:
         lines = [f"namesrv={cluster.namesrv_addr}"] + [f"{b.name}={b.addr}" for b in cluster.brokers]

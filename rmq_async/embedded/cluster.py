@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import os
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -26,15 +29,20 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from ..config import Timing
 from ..errors import BrokerError, ClientError
+from ..protocol.acl import sign_fields
 from ..protocol.codes import MQ_VERSION_V4_9_8, RequestCode
 from ..protocol.command import RemotingCommand
+from .acl import AclConfig
 from .broker import Broker
 from .faults import Faults
 from .namesrv import NameServer
 from .outbound import Outbound
 from .state import load_json, save_json
 
-__all__ = ["EmbeddedCluster", "RemoteBroker"]
+__all__ = ["ACL_ENV", "EmbeddedCluster", "RemoteBroker"]
+
+#: the child-process cluster reads its ACL accounts (the plain_acl.yml mapping, as JSON) from here
+ACL_ENV = "RMQ_EMBEDDED_ACL_JSON"
 
 log = logging.getLogger("rmq_async.embedded")
 
@@ -74,6 +82,7 @@ class EmbeddedCluster:
         delay_levels: str | None = None,
         auto_create_topic: bool = True,
         process: bool = False,
+        acl: AclConfig | Mapping[str, Any] | str | Path | None = None,
     ) -> None:
         if flavour not in (4, 5):
             raise ValueError(f"flavour must be 4 or 5, not {flavour!r}")
@@ -88,6 +97,8 @@ class EmbeddedCluster:
         self.delay_levels = delay_levels
         self.auto_create_topic = auto_create_topic
         self.process = process
+        #: ACL accounts every broker enforces (None: off); a path is read as a ``plain_acl.yml``
+        self.acl = AclConfig.coerce(acl) if acl is not None else None
         self.namesrv_addr = ""
         self.namesrv: NameServer | None = None
         self.brokers: list[Any] = []
@@ -223,6 +234,7 @@ class EmbeddedCluster:
             data_dir=bdir,
             delay_levels=self.delay_levels,
             port=port,
+            acl=self.acl,
         )
         if old is not None:
             b.faults = old.faults
@@ -270,6 +282,9 @@ class EmbeddedCluster:
                 req = RemotingCommand.request(
                     RequestCode.UPDATE_AND_CREATE_TOPIC, ext, language="JAVA", version=version
                 )
+                admin = self.acl.admin_account() if self.acl is not None else None
+                if admin is not None:  # as mqadmin does with the admin's keys (tools.yml)
+                    sign_fields(req.ext_fields, req.body, admin.access_key, admin.secret_key)
                 resp = await out.request(req, self.timing.request_timeout)
                 assert resp is not None
                 if resp.code != 0:
@@ -311,9 +326,18 @@ class EmbeddedCluster:
             args.append("--no-auto-create-topic")
         return args
 
+    def _child_env(self) -> dict[str, str] | None:
+        """The child's environment: the ACL accounts go there, not on its (world-readable) command line."""
+        if self.acl is None:
+            return None
+        return {**os.environ, ACL_ENV: json.dumps(self.acl.to_mapping())}
+
     async def _start_process(self) -> None:
         self._proc = proc = await asyncio.create_subprocess_exec(
-            *self._child_args(), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+            *self._child_args(),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env=self._child_env(),
         )
         assert proc.stdout is not None
         try:
