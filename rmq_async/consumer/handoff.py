@@ -3,15 +3,12 @@
 Strategy: a deque of items plus one asyncio future per idle worker. ``put`` never blocks (the process
 queues' thresholds bound what is pulled, so the FIFO needs no bound of its own) and wakes at most one
 idle worker; ``get`` returns at once while items are queued, without a checkpoint, an event or a
-task lookup. That is why it replaces an anyio memory-object stream here: on the hot path the stream's
-``receive`` paid a checkpoint, an ``anyio.Event`` and a current-task lookup per pulled batch, about a
-tenth of the consumer's CPU at 100,000 msgs/s. The workers yield to the loop between batches
-themselves.
+task lookup (an anyio memory-object stream pays all three per item). The workers yield to the loop
+between batches themselves.
 
 Reservations: the item whose ``put`` woke a worker is kept for that worker. A busy worker that asks
 for more work takes only items nobody was woken for (:meth:`available`), so it never leaves a woken
-worker to find the queue empty and go back to sleep: measured on the push benchmark, four wake-ups
-in five were wasted that way (a task step and a future each) before reservations.
+worker to find the queue empty and go back to sleep (a wasted task step and future).
 
 Cancellation: a waiting ``get`` raises the cancellation like any await (it never swallows it, so
 anyio's repeated cancellation cannot spin on it); a wake-up that lands on a worker being cancelled is

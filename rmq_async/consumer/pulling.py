@@ -251,7 +251,7 @@ class PullLoop:
                     sink.submit(pq, msgs)
                 # drop this loop's references now: the batch is freed by whoever finishes with it
                 # last, right after its consumption while it is still in the caches, not when the
-                # next pull answers (a cold batch costs about three times as much to free)
+                # next pull answers (a batch gone cold in the caches costs more to free)
                 res = msgs = None  # type: ignore[assignment]
             elif res.status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
                 pq.next_offset = res.next_begin_offset

@@ -1,0 +1,122 @@
+"""QueueTable on its own: making queues with their limits, starting pull loops, dropping queues
+(the owner first, then the offset: replaced, persisted, forgotten; then the owner releases it)."""
+
+from __future__ import annotations
+
+import anyio
+from support.consumer_context import MemoryStore, make_context
+
+from rmq_async.config import ConsumerConfig
+from rmq_async.consumer.process_queue import ProcessQueue
+from rmq_async.consumer.queues import QueueTable
+from rmq_async.protocol.mq import MessageQueue
+
+MQS = [MessageQueue("T", "b", i) for i in range(4)]
+
+
+class Store(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[tuple[str, MessageQueue, object]] = []
+
+    def update(self, mq: MessageQueue, offset: int, *, increase_only: bool) -> None:
+        self.log.append(("update", mq, offset))
+        super().update(mq, offset, increase_only=increase_only)
+
+    async def persist(self, mq: MessageQueue, *, sync: bool = False) -> None:
+        self.log.append(("persist", mq, sync))
+
+    def remove(self, mq: MessageQueue) -> None:
+        self.log.append(("remove", mq, None))
+        super().remove(mq)
+
+
+class Owner:
+    def __init__(self, sync_drop: bool = False) -> None:
+        self.sync_drop = sync_drop
+        self.log: list[tuple[str, MessageQueue]] = []
+
+    async def drop(self, pq: ProcessQueue, wait: float) -> bool:
+        self.log.append(("drop", pq.mq))
+        pq.drop()
+        return True
+
+    async def unlock_dropped(self, pq: ProcessQueue, idle: bool) -> None:
+        self.log.append(("unlock", pq.mq))
+
+
+def _table(config: ConsumerConfig | None = None, orderly: bool = False) -> tuple[QueueTable, Store, Owner]:
+    store = Store()
+    table = QueueTable(make_context(store=store, config=config, orderly=orderly))
+    owner = Owner(sync_drop=orderly)
+    pulled: list[ProcessQueue] = []
+
+    async def pull(pq: ProcessQueue) -> None:
+        pulled.append(pq)
+
+    table.attach(owner, pull)
+    return table, store, owner
+
+
+def test_queue_limits_per_queue_per_topic_and_no_span_when_orderly() -> None:
+    table, _, _ = _table(
+        ConsumerConfig(group="g", pull_threshold_for_queue=7, pull_threshold_size_for_queue=3)
+    )
+    pq = table.make_queue(MQS[0])
+    assert (pq.max_count, pq.max_bytes, pq.max_span) == (7, 3 << 20, 2000)
+    cfg = ConsumerConfig(group="g", pull_threshold_for_topic=100, pull_threshold_size_for_topic=10)
+    table, _, _ = _table(cfg, orderly=True)
+    table.pqs[MQS[0]] = table.make_queue(MQS[0])
+    second = table.make_queue(MQS[1])  # the topic's limits shared by its two queues
+    assert (second.max_count, second.max_bytes, second.max_span) == (50, 5 << 20, None)
+
+
+async def test_start_owns_the_queue_and_runs_its_pull_loop_in_the_task_group() -> None:
+    table, _, _ = _table()
+    started: list[ProcessQueue] = []
+    table.on_start = started.append
+    pq = table.make_queue(MQS[0])
+    pq.next_offset = 5
+    async with anyio.create_task_group() as tg:
+        table.ctx.set_task_group(tg)
+        table.start(pq)
+    assert table.pqs == {MQS[0]: pq} and started == [pq] and table.assignment() == {MQS[0]}
+    pq.dropped = True
+    assert table.assignment() == set()
+
+
+async def test_a_drop_asks_the_owner_first_then_replaces_persists_and_forgets_the_offset() -> None:
+    table, store, owner = _table()
+    for mq in MQS[:2]:
+        table.pqs[mq] = ProcessQueue(mq)
+    await table.drop(MQS[0])
+    await table.drop(MQS[1], offset=42)
+    await table.drop(MQS[2])  # not owned: nothing happens
+    assert owner.log == [("drop", MQS[0]), ("unlock", MQS[0]), ("drop", MQS[1]), ("unlock", MQS[1])]
+    assert store.log == [
+        ("persist", MQS[0], False),
+        ("remove", MQS[0], None),
+        ("update", MQS[1], 42),  # after the owner's drop: a finishing handler cannot commit over it
+        ("persist", MQS[1], True),  # a replaced offset is persisted synchronously
+        ("remove", MQS[1], None),
+    ]
+    assert table.pqs == {}
+
+
+async def test_an_orderly_owner_persists_synchronously() -> None:
+    table, store, _ = _table(orderly=True)
+    table.pqs[MQS[0]] = ProcessQueue(MQS[0])
+    await table.drop(MQS[0])
+    assert ("persist", MQS[0], True) in store.log
+
+
+async def test_stop_pulling_cancels_the_loops_and_keeps_the_queues() -> None:
+    table, _, _ = _table()
+    pq = table.pqs[MQS[0]] = ProcessQueue(MQS[0])
+    with anyio.CancelScope() as scope:
+        pq.scope = scope
+        table.stop_pulling()
+        await anyio.sleep_forever()
+    assert scope.cancelled_caught and table.pqs == {MQS[0]: pq} and not pq.dropped
+    table.drop_all()
+    assert pq.dropped
