@@ -16,6 +16,7 @@ from .config import ConsumerConfig as ConsumerConfig
 from .config import Credentials as Credentials
 from .config import ProducerConfig as ProducerConfig
 from .config import Timing as Timing
+from .config import TLSConfig as TLSConfig
 from .consumer.delivery import Delivery as Delivery
 from .consumer.lite_pull import LitePullConsumer as LitePullConsumer
 from .consumer.push import PushConsumer as PushConsumer
@@ -34,6 +35,7 @@ from .errors import ProtocolError as ProtocolError
 from .errors import RemotingError as RemotingError
 from .errors import RequestTimeout as RequestTimeout
 from .errors import RocketMQError as RocketMQError
+from .errors import TLSError as TLSError
 from .errors import TopicNotExist as TopicNotExist
 from .producer.producer import Producer as Producer
 from .protocol.message import Message as Message
@@ -77,6 +79,8 @@ __all__ = [
     "RocketMQError",
     "SendResult",
     "SendStatus",
+    "TLSConfig",
+    "TLSError",
     "Timing",
     "TopicNotExist",
 ]

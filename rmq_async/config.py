@@ -39,6 +39,7 @@ __all__ = [
     "ConsumerConfig",
     "Credentials",
     "ProducerConfig",
+    "TLSConfig",
     "Timing",
     "parse_delay_levels",
 ]
@@ -66,7 +67,7 @@ def parse_delay_levels(text: str) -> tuple[float, ...]:
 
 
 #: fields whose invalid input is never echoed in a ConfigError (it may be a secret)
-_SECRET_FIELDS = frozenset({"credentials", "secret_key", "security_token"})
+_SECRET_FIELDS = frozenset({"credentials", "secret_key", "security_token", "key_password"})
 
 
 def _config_error(model: str, exc: ValidationError) -> ConfigError:
@@ -75,6 +76,8 @@ def _config_error(model: str, exc: ValidationError) -> ConfigError:
         loc = ".".join(str(p) for p in err["loc"])
         where = f"{model}.{loc}" if loc else model
         got = "(hidden)" if _SECRET_FIELDS & {str(p) for p in err["loc"]} or model == "Credentials" else None
+        if isinstance(err.get("input"), Mapping) and _SECRET_FIELDS & set(err["input"]):
+            got = "(hidden)"  # a model-level error echoes the whole input, secrets included
         lines.append(f"{where}: {err['msg']} (got {got or repr(err.get('input'))})")
     return ConfigError("; ".join(lines))
 
@@ -280,6 +283,74 @@ class Credentials(ConfigModel):
         return cls(access_key=ak, secret_key=SecretStr(sk), security_token=token and SecretStr(token))
 
 
+#: environment variables read by :meth:`TLSConfig.from_env` (when ``ClientConfig.tls`` is None); they
+#: mirror the Java client's ``-Dtls.enable=true`` and ``tls.client.*`` properties
+ENV_TLS = "RMQ_TLS"  # tls.enable
+ENV_TLS_CA_FILE = "RMQ_TLS_CA_FILE"  # tls.client.trustCertPath
+ENV_TLS_INSECURE = "RMQ_TLS_INSECURE"  # tls.test.mode.enable (trust any server)
+ENV_TLS_CERT_FILE = "RMQ_TLS_CERT_FILE"  # tls.client.certPath
+ENV_TLS_KEY_FILE = "RMQ_TLS_KEY_FILE"  # tls.client.keyPath
+ENV_TLS_KEY_PASSWORD = "RMQ_TLS_KEY_PASSWORD"  # tls.client.keyPassword
+ENV_TLS_SERVER_HOSTNAME = "RMQ_TLS_SERVER_HOSTNAME"
+_ENV_TRUE, _ENV_FALSE = frozenset({"1", "true", "yes", "on"}), frozenset({"", "0", "false", "no", "off"})
+
+
+def _env_flag(env: Mapping[str, str], name: str) -> bool:
+    value = env.get(name, "").strip().lower()
+    if value in _ENV_TRUE:
+        return True
+    if value in _ENV_FALSE:
+        return False
+    raise ConfigError(f"{name}={env[name]!r}: expected 1/true/yes/on or 0/false/no/off")
+
+
+class TLSConfig(ConfigModel):
+    """TLS for every connection of a client, to name servers and brokers alike (Java ``useTLS``).
+
+    Python's conventions: the server's certificate is verified, against the system's trust store or
+    ``ca_file``, and must name the host dialed (``server_hostname`` overrides the name checked and sent
+    as SNI; ``check_hostname=False`` checks the chain only, as the Java client does). ``verify=False``
+    trusts any server, as Java's test mode (``tls.test.mode.enable``) does: for tests only.
+    ``cert_file`` + ``key_file`` (+ ``key_password``) present a client certificate (mutual TLS).
+    """
+
+    verify: bool = True
+    ca_file: str | None = Field(None, description="tls.client.trustCertPath; None: the system store")
+    check_hostname: bool = True
+    cert_file: str | None = Field(None, description="tls.client.certPath (PEM chain, may hold the key)")
+    key_file: str | None = Field(None, description="tls.client.keyPath (PEM)")
+    key_password: SecretStr | None = Field(None, description="tls.client.keyPassword")
+    server_hostname: str | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if (self.key_file or self.key_password) and not self.cert_file:
+            raise ValueError("key_file and key_password need cert_file (the client certificate)")
+        if not self.verify and self.ca_file:
+            raise ValueError("ca_file is not used with verify=False: drop one of them")
+        return self
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> TLSConfig | None:
+        """From ``RMQ_TLS=1`` and ``RMQ_TLS_CA_FILE``, ``RMQ_TLS_INSECURE``, ``RMQ_TLS_CERT_FILE``,
+        ``RMQ_TLS_KEY_FILE``, ``RMQ_TLS_KEY_PASSWORD``, ``RMQ_TLS_SERVER_HOSTNAME``; None unless
+        ``RMQ_TLS`` (or ``RMQ_TLS_INSECURE``) is on."""
+        env = os.environ if environ is None else environ
+        insecure = _env_flag(env, ENV_TLS_INSECURE)
+        if not (_env_flag(env, ENV_TLS) or insecure):
+            return None
+        cert = env.get(ENV_TLS_CERT_FILE) or None
+        password = (env.get(ENV_TLS_KEY_PASSWORD) or None) if cert else None  # only a client key has one
+        return cls(
+            verify=not insecure,
+            ca_file=env.get(ENV_TLS_CA_FILE) or None,
+            cert_file=cert,
+            key_file=env.get(ENV_TLS_KEY_FILE) or None,
+            key_password=SecretStr(password) if password else None,
+            server_hostname=env.get(ENV_TLS_SERVER_HOSTNAME) or None,
+        )
+
+
 class ClientConfig(ConfigModel):
     """What every client (consumer or producer) needs to reach a cluster (Java ``ClientConfig``).
 
@@ -319,6 +390,9 @@ class ClientConfig(ConfigModel):
     #: ACL credentials; None: from ``RMQ_ACCESS_KEY`` / ``RMQ_SECRET_KEY`` / ``RMQ_SECURITY_TOKEN`` if set,
     #: else requests go unsigned (see :meth:`effective_credentials`)
     credentials: Credentials | None = None
+    #: TLS for every connection; None: from ``RMQ_TLS`` and the other ``RMQ_TLS_*`` variables if set,
+    #: else plain TCP (see :meth:`effective_tls`); True: ``TLSConfig()``; False: plain, whatever the env
+    tls: TLSConfig | Literal[False] | None = None
 
     @field_validator("namesrv_addr")
     @classmethod
@@ -346,6 +420,17 @@ class ClientConfig(ConfigModel):
     def effective_credentials(self) -> Credentials | None:
         """``credentials``, else those of the environment (:meth:`Credentials.from_env`), else None."""
         return self.credentials if self.credentials is not None else Credentials.from_env()
+
+    @field_validator("tls", mode="before")
+    @classmethod
+    def _tls_shorthand(cls, v: Any) -> Any:
+        return TLSConfig() if v is True else v
+
+    def effective_tls(self) -> TLSConfig | None:
+        """``tls``, else that of the environment (:meth:`TLSConfig.from_env`), else None (plain TCP)."""
+        if self.tls is False:
+            return None
+        return self.tls if self.tls is not None else TLSConfig.from_env()
 
     def with_namespace(self, resource: str) -> str:
         """``NamespaceUtil.wrapNamespace``: ``ns%resource``, the retry/DLQ prefix kept in front; system

@@ -8,6 +8,7 @@ Callers catch only these. The transport maps ``OSError`` and anyio errors into t
     │   └── FrameError           the frame layer (length, header length, serialize type)
     ├── RemotingError            the connection layer
     │   ├── ConnectError         could not connect to an address
+    │   │   └── TLSError         the TLS handshake failed (untrusted certificate, wrong host, no TLS)
     │   ├── RequestTimeout       no answer within the request's timeout
     │   └── ConnectionClosed     the connection is gone (pending requests fail with this)
     ├── BrokerError(code, remark)  the server answered with an error code
@@ -33,6 +34,7 @@ __all__ = [
     "RemotingError",
     "RequestTimeout",
     "RocketMQError",
+    "TLSError",
     "TopicNotExist",
 ]
 
@@ -66,6 +68,14 @@ class RemotingError(RocketMQError):
 
 class ConnectError(RemotingError):
     """Could not open a connection to ``addr``."""
+
+
+class TLSError(ConnectError):
+    """The TLS handshake with ``addr`` failed: the server's certificate is not trusted (wrong CA, name
+    mismatch), the server refused ours, or it does not speak TLS. Not retriable: the same settings get
+    the same answer (the connection pool waits its longest back-off before dialing again)."""
+
+    retriable = False
 
 
 class RequestTimeout(RemotingError):

@@ -30,7 +30,9 @@ from ..protocol.command import RemotingCommand
 from ..protocol.mq import MessageQueue
 from ..transport.connection import Connection
 from ..transport.pool import ConnectionPool
+from ..transport.tls import client_ssl_context
 from .api import MQClientAPI
+from .auth import AuthErrorLog
 
 __all__ = ["INNER_PRODUCER_GROUP", "ClientInstance", "ConsumerHandle", "build_client_id", "local_ip"]
 
@@ -136,8 +138,15 @@ class ClientInstance:
                 creds.security_token.get_secret_value() if creds.security_token is not None else None,
             )
         )
+        tls = config.effective_tls()
+        #: TLS for every connection (name servers and brokers), as Java's ``useTLS``; None: plain TCP
+        self.tls = tls
         self.pool = ConnectionPool(
-            handler=self._on_server_request, max_timeouts=config.max_timeouts, signer=self.signer
+            handler=self._on_server_request,
+            max_timeouts=config.max_timeouts,
+            signer=self.signer,
+            ssl_context=client_ssl_context(tls) if tls is not None else None,
+            server_hostname=tls.server_hostname if tls is not None else None,
         )
         self.api = MQClientAPI(
             self.pool,
@@ -146,6 +155,8 @@ class ClientInstance:
             serialize_type=SerializeType[config.serialize_type],
             stream=config.stream,
         )
+        #: ACL refusals lately, by resource (health(); the log is rate-limited by it)
+        self.auth_errors = AuthErrorLog()
         self.routes: dict[str, TopicRouteData] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self._consumers: dict[str, ConsumerHandle] = {}
@@ -361,9 +372,11 @@ class ClientInstance:
             ],
         )
 
-    async def send_heartbeat_to_all_brokers(self) -> bool:
+    async def send_heartbeat_to_all_brokers(self, *, raise_auth: bool = False) -> bool:
         """Heartbeat every known broker; True if every one answered. A failed heartbeat closes the
-        connection (it may be half-open), so the next request dials anew."""
+        connection (it may be half-open), so the next request dials anew; an ACL refusal does not
+        (:attr:`auth_errors` keeps it, logged once per resource per interval), and with ``raise_auth``
+        the first one is raised (a consumer's start)."""
         if not self._consumers and not self._producers:
             return True
         async with self._heartbeat_lock:
@@ -376,6 +389,12 @@ class ClientInstance:
                     try:
                         await self.api.heartbeat(addr, data, self.timing.request_timeout)
                         self._heartbeat_answered = True
+                    except AuthError as exc:
+                        if raise_auth:
+                            raise
+                        ok = False
+                        if self.auth_errors.note(exc):
+                            log.error("heartbeat to %s (%s) refused: %s", name, addr, exc)
                     except RocketMQError as exc:
                         ok = False
                         log.warning("heartbeat to %s (%s) failed: %s", name, addr, exc)

@@ -8,5 +8,6 @@ from .cluster import EmbeddedCluster as EmbeddedCluster
 from .cluster import RemoteBroker as RemoteBroker
 from .faults import Faults as Faults
 from .namesrv import NameServer as NameServer
+from .tls import ServerTLS as ServerTLS
 
-__all__ = ["Broker", "EmbeddedCluster", "Faults", "NameServer", "RemoteBroker"]
+__all__ = ["Broker", "EmbeddedCluster", "Faults", "NameServer", "RemoteBroker", "ServerTLS"]

@@ -38,6 +38,7 @@ from .outbound import Outbound
 from .server import Connection, Reply, Server, error_response
 from .state import BrokerState
 from .store import MessageStore
+from .tls import ServerTLS
 
 __all__ = ["Broker"]
 
@@ -71,6 +72,7 @@ class Broker:
         port: int = 0,
         cluster: str = "DefaultCluster",
         acl: AclConfig | None = None,
+        tls: ServerTLS | None = None,
     ) -> None:
         self.settings = s = BrokerSettings(
             name,
@@ -85,7 +87,7 @@ class Broker:
         )
         self.name = name
         self.requested_port = port
-        self.server = Server(self, name, version=s.version)
+        self.server = Server(self, name, version=s.version, tls=tls)
         self.faults = self.server.faults
         self.state = BrokerState(
             name,
@@ -107,7 +109,7 @@ class Broker:
         )
         self._ctx: BrokerContext | None = None
         self._schedule: delay.ScheduleService | None = None
-        self._namesrv = Outbound(namesrv_addr)
+        self._namesrv = Outbound(namesrv_addr, tls.inner_client_context() if tls is not None else None)
         self._register_now = Wakeup()
         self._stopped = anyio.Event()
         self._jobs_send: MemoryObjectSendStream[Job] | None = None

@@ -20,6 +20,7 @@ import anyio
 from ..config import Timing
 from .acl import AclConfig
 from .cluster import ACL_ENV, EmbeddedCluster
+from .tls import ServerTLS, TLSMode
 
 __all__ = ["add_arguments", "run"]
 
@@ -54,6 +55,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="enforce ACL with the accounts of this plain_acl.yml (the real broker's format)",
     )
+    tls = parser.add_argument_group("TLS (the real broker's tls.server.* settings)")
+    tls.add_argument(
+        "--tls-mode",
+        choices=("disabled", "permissive", "enforcing"),
+        default=None,
+        help="TLS mode of the name server and brokers (default: disabled; permissive with --tls-cert)",
+    )
+    tls.add_argument("--tls-cert", default=None, help="server certificate chain (PEM)")
+    tls.add_argument(
+        "--tls-key", default=None, help=f"server private key (PEM); password: ${ENV_TLS_KEY_PASSWORD}"
+    )
+    tls.add_argument("--tls-ca", default=None, help="CA certificates that client certificates must chain to")
+    tls.add_argument(
+        "--tls-client-auth",
+        choices=("none", "optional", "require"),
+        default="none",
+        help="client certificates: tls.server.need.client.auth (default none)",
+    )
+
+
+#: the server key's password (never on the command line, where ``ps`` shows it)
+ENV_TLS_KEY_PASSWORD = "RMQ_EMBEDDED_TLS_KEY_PASSWORD"
+
+
+def server_tls(args: argparse.Namespace) -> ServerTLS | None:
+    """The :class:`ServerTLS` of the ``--tls-*`` options; None without them. Bad combinations exit 2."""
+    mode: TLSMode | None = args.tls_mode or ("permissive" if args.tls_cert else None)
+    if mode is None:
+        return None
+    try:
+        return ServerTLS(
+            mode=mode,
+            cert_file=args.tls_cert,
+            key_file=args.tls_key,
+            key_password=os.environ.get(ENV_TLS_KEY_PASSWORD) or None,
+            ca_file=args.tls_ca,
+            client_auth=args.tls_client_auth,
+        )
+    except ValueError as exc:
+        raise SystemExit(f"rmq-async embedded: {exc}") from None
 
 
 def _timing(args: argparse.Namespace) -> Timing:
@@ -81,6 +122,7 @@ async def run(args: argparse.Namespace) -> int:
         delay_levels=args.delay_levels,
         auto_create_topic=not args.no_auto_create_topic,
         acl=_acl(args),
+        tls=server_tls(args),
     )
     async with cluster, anyio.create_task_group() as tg:
         lines = [f"namesrv={cluster.namesrv_addr}"] + [f"{b.name}={b.addr}" for b in cluster.brokers]

@@ -38,6 +38,7 @@ from .faults import Faults
 from .namesrv import NameServer
 from .outbound import Outbound
 from .state import load_json, save_json
+from .tls import ServerTLS
 
 __all__ = ["ACL_ENV", "EmbeddedCluster", "RemoteBroker"]
 
@@ -67,7 +68,8 @@ class EmbeddedCluster:
     """Name server + ``brokers`` brokers; an async context manager.
 
     ``namesrv_addr`` is "127.0.0.1:P"; ``brokers`` lists the broker handles (``.name``, ``.addr``,
-    and in-process ``.faults`` and ``.cut_connections()``).
+    and in-process ``.faults`` and ``.cut_connections()``). ``tls`` (:class:`~.tls.ServerTLS`) puts
+    the name server and every broker in a TLS mode (``disabled``, ``permissive``, ``enforcing``).
     """
 
     def __init__(
@@ -83,6 +85,7 @@ class EmbeddedCluster:
         auto_create_topic: bool = True,
         process: bool = False,
         acl: AclConfig | Mapping[str, Any] | str | Path | None = None,
+        tls: ServerTLS | None = None,
     ) -> None:
         if flavour not in (4, 5):
             raise ValueError(f"flavour must be 4 or 5, not {flavour!r}")
@@ -97,6 +100,7 @@ class EmbeddedCluster:
         self.delay_levels = delay_levels
         self.auto_create_topic = auto_create_topic
         self.process = process
+        self.tls = tls
         #: ACL accounts every broker enforces (None: off); a path is read as a ``plain_acl.yml``
         self.acl = AclConfig.coerce(acl) if acl is not None else None
         self.namesrv_addr = ""
@@ -180,7 +184,7 @@ class EmbeddedCluster:
         tg = self._need_tg()
         if self._namesrv_done is not None and not self._namesrv_done.is_set():
             return
-        ns = NameServer(self.timing, flavour=self.flavour)
+        ns = NameServer(self.timing, flavour=self.flavour, tls=self.tls)
         if self.namesrv is not None:
             ns.faults = self.namesrv.faults
             ns.server.faults = ns.faults
@@ -235,6 +239,7 @@ class EmbeddedCluster:
             delay_levels=self.delay_levels,
             port=port,
             acl=self.acl,
+            tls=self.tls,
         )
         if old is not None:
             b.faults = old.faults
@@ -267,7 +272,7 @@ class EmbeddedCluster:
         n = queues if queues is not None else self.queues
         version = 479 if self.flavour == 5 else MQ_VERSION_V4_9_8
         for b in self.brokers:
-            out = Outbound(b.addr)
+            out = Outbound(b.addr, self.tls.inner_client_context() if self.tls is not None else None)
             try:
                 ext = {
                     "topic": topic,
@@ -324,6 +329,15 @@ class EmbeddedCluster:
             args += ["--delay-levels", self.delay_levels]
         if not self.auto_create_topic:
             args.append("--no-auto-create-topic")
+        if self.tls is not None:  # the key password, if any, is not passed on (in-process only)
+            args += ["--tls-mode", self.tls.mode, "--tls-client-auth", self.tls.client_auth]
+            for flag, value in (
+                ("--tls-cert", self.tls.cert_file),
+                ("--tls-key", self.tls.key_file),
+                ("--tls-ca", self.tls.ca_file),
+            ):
+                if value:
+                    args += [flag, value]
         return args
 
     def _child_env(self) -> dict[str, str] | None:

@@ -27,6 +27,7 @@ from ..protocol.command import RemotingCommand
 from .fields import opt_bool, opt_int, req_int, req_str
 from .jcompat import faq_suffix
 from .server import Connection, Server
+from .tls import ServerTLS
 
 __all__ = ["MQ_VERSION_V4_9_4", "NameServer", "route_body"]
 
@@ -93,11 +94,11 @@ def route_body(
 class NameServer:
     """Routes and broker registrations, served on 127.0.0.1."""
 
-    def __init__(self, timing: Timing, *, flavour: int = 4) -> None:
+    def __init__(self, timing: Timing, *, flavour: int = 4, tls: ServerTLS | None = None) -> None:
         self.timing = timing
         self.flavour = flavour
         self.version = MQ_VERSION_V5_3_3 if flavour == 5 else MQ_VERSION_V4_9_8
-        self.server = Server(self, "namesrv", version=self.version)
+        self.server = Server(self, "namesrv", version=self.version, tls=tls)
         self.faults = self.server.faults
         self.topics: dict[str, dict[str, _QueueData]] = {}
         self.brokers: dict[str, _BrokerData] = {}

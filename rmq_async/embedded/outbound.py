@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import ssl
 
 from ..errors import ConnectError, ConnectionClosed, ProtocolError, RequestTimeout
 from ..protocol.command import FrameDecoder, RemotingCommand
@@ -19,10 +20,11 @@ __all__ = ["Outbound"]
 
 
 class Outbound:
-    """One client connection to ``addr`` ("host:port")."""
+    """One client connection to ``addr`` ("host:port"), TLS with ``ssl_context``."""
 
-    def __init__(self, addr: str) -> None:
+    def __init__(self, addr: str, ssl_context: ssl.SSLContext | None = None) -> None:
         self.addr = addr
+        self.ssl_context = ssl_context
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._task: asyncio.Task[None] | None = None
@@ -37,7 +39,7 @@ class Outbound:
     async def _connect(self) -> None:
         host, _, port = self.addr.rpartition(":")
         try:
-            self._reader, self._writer = await asyncio.open_connection(host, int(port))
+            self._reader, self._writer = await asyncio.open_connection(host, int(port), ssl=self.ssl_context)
         except OSError as exc:
             raise ConnectError(f"cannot connect: {exc}", self.addr) from exc
         self._task = asyncio.get_running_loop().create_task(self._read_loop(self._reader))

@@ -6,7 +6,9 @@ frame); the handler returns the response, or None when it answers later (a held 
 oneway). Answers are written with ``writelines`` so a pull body made of commit-log slices goes out
 without being joined. A malformed or oversize frame closes only that connection. Requests the
 server sends to a client (307, 221, 309) use the server's own opaque counter and are matched to the
-client's responses here. Fault rules (:mod:`.faults`) are applied before dispatch.
+client's responses here. Fault rules (:mod:`.faults`) are applied before dispatch. With TLS in
+``permissive`` or ``enforcing`` mode, :class:`~.tls.TLSListener` accepts instead of ``create_server``
+and hands over each connection, TLS or plain by its first byte, to the same protocol.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ..errors import ConnectionClosed, ProtocolError, RequestTimeout
 from ..protocol.codes import ResponseCode
 from ..protocol.command import DEFAULT_MAX_FRAME, FLAG_ONEWAY, FrameDecoder, RemotingCommand
 from .faults import Faults
+from .tls import ServerTLS, TLSListener
 
 __all__ = ["Connection", "HeaderError", "Reply", "RequestHandler", "Server", "error_response"]
 
@@ -167,9 +170,18 @@ class Server:
     """Accepts connections on 127.0.0.1 and dispatches their requests to ``handler``."""
 
     def __init__(
-        self, handler: RequestHandler, name: str, *, version: int, max_frame: int = DEFAULT_MAX_FRAME
+        self,
+        handler: RequestHandler,
+        name: str,
+        *,
+        version: int,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        tls: ServerTLS | None = None,
     ) -> None:
         self.handler = handler
+        #: TLS mode and certificates; None or mode ``disabled``: plain only
+        self.tls = tls
+        self._listener: TLSListener | None = None
         self.name = name
         self.version = version
         self.max_frame = max_frame
@@ -184,6 +196,10 @@ class Server:
         return next(self._opaques) & 0x7FFFFFFF
 
     async def start(self, port: int = 0, host: str = "127.0.0.1") -> int:
+        if self.tls is not None and self.tls.active:
+            self._listener = TLSListener(lambda: Connection(self), self.tls, self.name)
+            self.port = await self._listener.start(host, port)
+            return self.port
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: Connection(self), host, port, reuse_address=True, backlog=1024
@@ -193,13 +209,16 @@ class Server:
 
     @property
     def serving(self) -> bool:
-        return self._server is not None
+        return self._server is not None or self._listener is not None
 
     async def stop(self) -> None:
         """Stop accepting and close every connection."""
         srv, self._server = self._server, None
         if srv is not None:
             srv.close()
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            await listener.close()
         for h in self._delayed:
             h.cancel()
         self._delayed.clear()

@@ -23,6 +23,7 @@ import contextlib
 import functools
 import logging
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import cast
 
@@ -31,6 +32,7 @@ import anyio
 from ..errors import ConnectError, ConnectionClosed, ProtocolError, RequestTimeout
 from ..protocol.codes import ResponseCode
 from ..protocol.command import DEFAULT_MAX_FRAME, FLAG_ONEWAY, FLAG_RESPONSE, FrameDecoder, RemotingCommand
+from .tls import handshake_error
 
 __all__ = [
     "CLOSE_TIMEOUT",
@@ -96,6 +98,7 @@ class Connection(asyncio.BufferedProtocol):
         "_close_reason",
         "_decoder",
         "_handler",
+        "_heard",
         "_local_addr",
         "_loop",
         "_lost",
@@ -107,6 +110,7 @@ class Connection(asyncio.BufferedProtocol):
         "_spawn",
         "_tasks",
         "_timeouts",
+        "_tls",
         "_transport",
         "_writable",
     )
@@ -132,6 +136,8 @@ class Connection(asyncio.BufferedProtocol):
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._next_opaque = 0
         self._timeouts = 0
+        self._heard = False  # any frame received yet (a close before that may be a TLS-only server)
+        self._tls = False
         self._transport: asyncio.Transport | None = None
         self._local_addr = ""
         self._paused = False
@@ -154,13 +160,18 @@ class Connection(asyncio.BufferedProtocol):
         max_timeouts: int = 3,
         spawn: Spawn | None = None,
         signer: Signer | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
     ) -> Connection:
         """Open a TCP connection to ``addr`` (``host:port`` or ``[v6]:port``), TCP_NODELAY on.
 
         ``handler`` answers server-initiated requests (none: they get code 3); ``spawn`` runs its
         calls in the owner's task group. ``max_timeouts`` consecutive request timeouts close the
         connection (0 disables that). ``signer`` completes every request and oneway right before it
-        is encoded (ACL signing). Raises :class:`ConnectError` if it cannot connect in time.
+        is encoded (ACL signing). With ``ssl_context`` the connection is TLS, the server's certificate
+        checked against ``server_hostname`` (default: the host of ``addr``), ``connect_timeout``
+        covering the handshake too. Raises :class:`ConnectError` if it cannot connect in time, its
+        subclass :class:`~rmq_async.errors.TLSError` if the TLS handshake fails.
         """
         host, port = parse_addr(addr)
         conn = cls(
@@ -168,10 +179,20 @@ class Connection(asyncio.BufferedProtocol):
         )
         try:
             with anyio.fail_after(connect_timeout):
-                await conn._loop.create_connection(lambda: conn, host, port)
+                if ssl_context is None:
+                    await conn._loop.create_connection(lambda: conn, host, port)
+                else:
+                    conn._tls = True
+                    await conn._loop.create_connection(
+                        lambda: conn, host, port, ssl=ssl_context, server_hostname=server_hostname or host
+                    )
         except TimeoutError as exc:
-            raise ConnectError(f"cannot connect: no connection within {connect_timeout:.3f}s", addr) from exc
+            what = "no TLS connection" if ssl_context is not None else "no connection"
+            raise ConnectError(f"cannot connect: {what} within {connect_timeout:.3f}s", addr) from exc
         except OSError as exc:
+            tls_error = handshake_error(exc, addr) if ssl_context is not None else None
+            if tls_error is not None:
+                raise tls_error from exc
             raise ConnectError(f"cannot connect: {exc}", addr) from exc
         return conn
 
@@ -425,6 +446,7 @@ class Connection(asyncio.BufferedProtocol):
     def _settle(self, commands: list[RemotingCommand]) -> None:
         if commands:
             self._timeouts = 0  # the peer is alive
+            self._heard = True
         pending = self._pending
         for cmd in commands:
             if cmd.flag & FLAG_RESPONSE:
@@ -440,10 +462,19 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost.set()
+        hint = ""
+        if not self._heard and self._pending and not isinstance(exc, ssl.SSLError):
+            hint = (
+                " before any answer over TLS (did it refuse our client certificate? see TLSConfig.cert_file)"
+                if self._tls
+                else " before any answer (a server that requires TLS? see ClientConfig.tls)"
+            )
         if exc is None:
-            self._shutdown("closed by the peer", None)
+            self._shutdown(f"closed by the peer{hint}", None)
+        elif isinstance(exc, ssl.SSLError):
+            self._shutdown(f"lost on a TLS error (did the server refuse our certificate?): {exc}", exc)
         else:
-            self._shutdown(f"lost: {exc}", exc)
+            self._shutdown(f"lost: {exc}{hint}", exc)
 
     def pause_writing(self) -> None:
         self._paused = True

@@ -15,6 +15,7 @@ group.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
@@ -23,7 +24,7 @@ from typing import Self
 import anyio
 from anyio.abc import TaskGroup
 
-from ..errors import ClientError, ConnectError
+from ..errors import ClientError, ConnectError, TLSError
 from ..protocol.command import DEFAULT_MAX_FRAME, RemotingCommand
 from .connection import Connection, ServerRequestHandler, Signer, run_awaitable
 
@@ -31,9 +32,10 @@ __all__ = ["ConnectionPool"]
 
 
 class _Backoff:
-    __slots__ = ("delay", "failures", "last_error", "retry_at")
+    __slots__ = ("delay", "failures", "last_error", "retry_at", "tls")
 
     def __init__(self) -> None:
+        self.tls = False  # the last failure was a TLS handshake
         self.failures = 0
         self.delay = 0.0
         self.retry_at = 0.0
@@ -44,7 +46,10 @@ class ConnectionPool:
     """Async context manager owning one connection per address and a task group for handlers.
 
     ``handler`` answers the server-initiated requests of every connection; ``signer`` (ACL) completes
-    every request and oneway of every connection right before it is encoded. ``clock`` (monotonic
+    every request and oneway of every connection right before it is encoded. With ``ssl_context``
+    every connection is TLS (``server_hostname``: the name to check instead of each address's host);
+    a failed handshake (:class:`TLSError`) puts the address straight into the longest back-off, as
+    retrying soon with the same certificates gets the same answer. ``clock`` (monotonic
     seconds) is only for tests of the back-off.
     """
 
@@ -62,7 +67,9 @@ class ConnectionPool:
         "_max_backoff",
         "_max_frame",
         "_max_timeouts",
+        "_server_hostname",
         "_signer",
+        "_ssl",
         "_tg",
     )
 
@@ -78,9 +85,13 @@ class ConnectionPool:
         close_timeout: float = 3.0,
         clock: Callable[[], float] | None = None,
         signer: Signer | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
     ) -> None:
         self._handler = handler
         self._signer = signer
+        self._ssl = ssl_context
+        self._server_hostname = server_hostname
         self._connect_timeout = connect_timeout
         self._max_frame = max_frame
         self._max_timeouts = max_timeouts
@@ -97,6 +108,7 @@ class ConnectionPool:
 
     def __repr__(self) -> str:
         state = "closed" if self._closing else ("open" if self._tg is not None else "not started")
+        state += " tls" if self._ssl is not None else ""
         return f"<ConnectionPool {state} connections={sorted(self._conns)} dialing={sorted(self._dialing)}>"
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -175,7 +187,7 @@ class ConnectionPool:
             if bo is not None:
                 wait = bo.retry_at - self._clock()
                 if wait > 0:
-                    raise ConnectError(
+                    raise (TLSError if bo.tls else ConnectError)(
                         f"not dialing: {bo.failures} connect attempt(s) failed (last: {bo.last_error}); "
                         f"next try in {wait:.3f}s",
                         addr,
@@ -199,13 +211,18 @@ class ConnectionPool:
                 max_timeouts=self._max_timeouts,
                 spawn=self._spawn,
                 signer=self._signer,
+                ssl_context=self._ssl,
+                server_hostname=self._server_hostname,
             )
         except ConnectError as exc:
             bo = self._backoff.setdefault(addr, _Backoff())
             bo.failures += 1
             bo.delay = min(self._max_backoff, self._initial_backoff * 2 ** (bo.failures - 1))
+            if isinstance(exc, TLSError):
+                bo.delay = self._max_backoff
             bo.retry_at = self._clock() + bo.delay
-            bo.last_error = str(exc.__cause__ or exc)
+            bo.tls = isinstance(exc, TLSError)
+            bo.last_error = str(exc) if bo.tls else str(exc.__cause__ or exc)
             result = exc
         except BaseException:  # cancelled: the pool is closing
             self._settle(addr, fut, ConnectError("the pool closed while connecting", addr))
