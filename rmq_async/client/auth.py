@@ -18,12 +18,17 @@ Strategy: pure functions over the answer's code and remark and the request's ext
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..errors import AuthError, BrokerError
 from ..protocol.codes import ResponseCode
 
-__all__ = ["auth_resource", "broker_error", "is_auth_refusal"]
+__all__ = ["AUTH_LOG_INTERVAL", "AuthErrorLog", "auth_resource", "broker_error", "is_auth_refusal"]
+
+#: seconds between two log lines about refusals of one resource
+AUTH_LOG_INTERVAL = 60.0
 
 ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException"
 _AUTH5 = re.compile(
@@ -75,3 +80,56 @@ def broker_error(
             resource=auth_resource(remark, ext_fields),
         )
     return BrokerError(code, remark, request_code=request_code, addr=addr)
+
+
+class AuthErrorLog:
+    """The ACL refusals a client got lately, by resource: what to log, and what ``health()`` shows.
+
+    :meth:`note` returns True when the refusal should be logged: the first one of its resource, then
+    at most once per ``interval`` seconds (refused pulls repeat on every back-off).
+    """
+
+    __slots__ = ("_clock", "_entries", "interval")
+
+    def __init__(self, interval: float = AUTH_LOG_INTERVAL, clock: Callable[[], float] | None = None) -> None:
+        self.interval = interval
+        self._clock = clock if clock is not None else time.monotonic
+        # resource -> [last error, count, first seen, last seen, last logged]
+        self._entries: dict[str, list[Any]] = {}
+
+    def note(self, err: AuthError) -> bool:
+        now = self._clock()
+        key = err.resource or f"request {err.request_code}"
+        e = self._entries.get(key)
+        if e is None:
+            self._entries[key] = [err, 1, now, now, now]
+            return True
+        e[0], e[3] = err, now
+        e[1] += 1
+        if now - e[4] >= self.interval:
+            e[4] = now
+            return True
+        return False
+
+    def clear(self, resource: str) -> None:
+        """Forget ``resource`` (it was allowed again)."""
+        self._entries.pop(resource, None)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """One dict per refused resource: resource, request code, response code, remark, count, and
+        seconds since the last refusal (never a credential: the remark holds the access key only)."""
+        now = self._clock()
+        return [
+            {
+                "resource": key,
+                "request_code": err.request_code,
+                "code": err.code,
+                "remark": err.remark,
+                "count": count,
+                "seconds_ago": round(now - last, 3),
+            }
+            for key, (err, count, _first, last, _logged) in sorted(self._entries.items())
+        ]
+
+    def __bool__(self) -> bool:
+        return bool(self._entries)
