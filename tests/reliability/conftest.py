@@ -65,6 +65,22 @@ def advertise(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[int, str]]:
     ADVERTISED.clear()
 
 
+@pytest.fixture(params=["plain", "tls"])
+def transport(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Any]:
+    """``EmbeddedCluster`` arguments for a scenario run plain and again over TLS (#18): a TLS-only
+    (``enforcing``) cluster, every client switched on by ``RMQ_TLS`` / ``RMQ_TLS_CA_FILE``."""
+    if request.param == "plain":
+        return {}
+    from support.tls import make_certs
+
+    certs = make_certs(tmp_path_factory.mktemp("certs"))
+    monkeypatch.setenv("RMQ_TLS", "1")
+    monkeypatch.setenv("RMQ_TLS_CA_FILE", certs.ca)
+    return {"tls": certs.server_tls("enforcing")}
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if RESULTS:  # untracked (.pytest_cache/) unless RMQ_WRITE_RELIABILITY_REPORT=1: see report.py
         save_results(RESULTS, PROFILE)

@@ -10,6 +10,7 @@ chosen by feel; waits are on the ledger's events.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -71,12 +72,12 @@ async def test_one_of_two_brokers_down_past_a_rebalance(
 
 
 async def test_connections_cut_repeatedly_during_consumption(
-    names: tuple[str, str], ledger: Ledger, timing: Timing
+    names: tuple[str, str], ledger: Ledger, timing: Timing, transport: dict[str, Any]
 ) -> None:
     topic, group = names
     n = n_msgs(400)
     rounds = 6 * SCALE
-    async with EmbeddedCluster(brokers=1, queues=4, timing=timing) as cluster:
+    async with EmbeddedCluster(brokers=1, queues=4, timing=timing, **transport) as cluster:
         await produce(cluster.namesrv_addr, topic, n, ledger)
         slow = anyio.Event()
 
@@ -117,11 +118,15 @@ async def test_responses_delayed_past_the_request_timeout(
 
 
 async def test_half_open_broker_connection(
-    names: tuple[str, str], ledger: Ledger, timing: Timing, advertise: dict[int, str]
+    names: tuple[str, str],
+    ledger: Ledger,
+    timing: Timing,
+    advertise: dict[int, str],
+    transport: dict[str, Any],
 ) -> None:
     topic, group = names
     n = n_msgs(200)
-    async with EmbeddedCluster(brokers=1, queues=2, timing=timing) as cluster:
+    async with EmbeddedCluster(brokers=1, queues=2, timing=timing, **transport) as cluster:
         port = cluster.brokers[0].port
         async with FaultProxy(f"127.0.0.1:{port}") as proxy:
             advertise[port] = proxy.addr
