@@ -19,6 +19,7 @@ from typing import Any
 
 import anyio
 
+from .cli_auth import add_credential_arguments, credentials_from_args
 from .errors import RocketMQError, TopicNotExist
 
 __all__ = ["main"]
@@ -68,7 +69,10 @@ async def _produce(args: argparse.Namespace) -> int:
         cfg = ProducerConfig(group=args.group, default_topic_queue_nums=args.queues)
     except ValueError as exc:
         return _fail(f"bad message settings: {exc}")
-    producer = Producer(config=cfg, client_config=ClientConfig(namesrv_addr=_namesrv(args)))
+    producer = Producer(
+        config=cfg,
+        client_config=ClientConfig(namesrv_addr=_namesrv(args), credentials=credentials_from_args(args)),
+    )
     try:
         await producer.start()
         await producer.queues(args.topic)  # fail fast when the cluster is unreachable
@@ -263,7 +267,7 @@ async def _consume(args: argparse.Namespace) -> int:
         args.group,
         handler=handler,
         subscriptions={args.topic: args.expr},
-        client_config=ClientConfig(namesrv_addr=_namesrv(args)),
+        client_config=ClientConfig(namesrv_addr=_namesrv(args), credentials=credentials_from_args(args)),
         message_model="BROADCASTING" if args.broadcast else "CLUSTERING",
         consume_from_where=where,
         consume_timestamp=args.timestamp,
@@ -368,6 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench import cli as bench_cli
 
     bench_cli.add_arguments(be)
+    add_credential_arguments(be)
 
     pr = sub.add_parser("produce", help="send N messages and print a JSON summary", parents=[common])
     pr.add_argument("--namesrv")
@@ -384,6 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pr.add_argument("--concurrency", type=int, default=64, help="sends in flight")
     pr.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_credential_arguments(pr)
 
     co = sub.add_parser(
         "consume", help="consume until N messages or idle, print a JSON summary", parents=[common]
@@ -402,6 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     co.add_argument("--fail-every", type=int, default=0)
     co.add_argument("--print", action="store_true")
+    add_credential_arguments(co)
     return p
 
 

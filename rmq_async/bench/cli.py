@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import json
 import os
+import secrets
 import shlex
 import subprocess
 import sys
@@ -29,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..cli_auth import credentials_from_args, export_credentials
+from ..config import Credentials
 from .cluster import ChildCluster, create_topic, preload
 from .machine import machine_info
 from .report import format_table, paired_ratio, plot, profile_text, summarize
@@ -79,6 +82,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=10.0, help="latency: seconds offered (default 10)")
     parser.add_argument("--profile", action="store_true", help="add one cProfile'd push run (asyncio)")
     parser.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
+    parser.add_argument(
+        "--acl",
+        action="store_true",
+        help="the embedded cluster enforces ACL (an admin account made for the run) and every client "
+        "signs its requests: the cost of ACL (with --namesrv: use --access-key/--secret-key instead)",
+    )
 
 
 def _scenarios(names: list[str]) -> list[str]:
@@ -143,6 +152,22 @@ def _short(r: dict[str, Any]) -> str:
     return ", ".join(f"{k}={r[k]:,.1f}" for k in keys if isinstance(r.get(k), (int, float)))
 
 
+def _bench_acl(tmp: Path) -> tuple[Credentials, str]:
+    """An ACL file for the embedded cluster with one admin account made for this run, and its keys."""
+    creds = Credentials(access_key="benchAdmin", secret_key=secrets.token_urlsafe(24))
+    path = tmp / "plain_acl.yml"
+    account = {
+        "accessKey": creds.access_key,
+        "secretKey": creds.secret_key.get_secret_value(),
+        "admin": True,
+        "defaultTopicPerm": "PUB|SUB",
+        "defaultGroupPerm": "PUB|SUB",
+    }
+    path.write_text(json.dumps({"globalWhiteRemoteAddresses": [], "accounts": [account]}))  # JSON is YAML
+    path.chmod(0o600)
+    return creds, str(path)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the scenarios in ``args``; returns the exit code (1 if a run failed)."""
     scenarios = _scenarios(args.scenario)
@@ -155,7 +180,15 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     command = " ".join(shlex.quote(a) for a in [Path(sys.argv[0]).name, *sys.argv[1:]])
     wall0 = time.perf_counter()
-    cluster = None if args.namesrv else ChildCluster(queues=args.queues)
+    acl_dir = tempfile.TemporaryDirectory() if args.acl else None
+    creds = credentials_from_args(args)
+    acl_file = None
+    if acl_dir is not None:
+        if args.namesrv:
+            raise SystemExit("rmq-async bench: --acl is for the embedded cluster; with --namesrv pass keys")
+        creds, acl_file = _bench_acl(Path(acl_dir.name))
+    export_credentials(creds)  # the workers (child processes) sign with them too
+    cluster = None if args.namesrv else ChildCluster(queues=args.queues, acl_file=acl_file)
     results: dict[tuple[str, str], list[dict[str, Any]]] = {}
     summaries: list[dict[str, Any]] = []
     profile = None
@@ -175,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
             "duration": args.duration,
             "stall_s": args.stall_s,
             "timeout": max(60.0, args.messages / 1000),
+            "acl": creds is not None,  # never the keys: params go on the workers' command lines
         }
         preload_rate = None
         if _PRELOADED & set(scenarios) or args.profile:
@@ -204,6 +238,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if cluster is not None:
             cluster.stop()
+        if acl_dir is not None:
+            acl_dir.cleanup()
     # scenario by scenario, then loop, whatever order the runs took
     results = {(sc, lp): results[sc, lp] for sc in scenarios for lp in loops if (sc, lp) in results}
     for (sc, lp), runs in results.items():

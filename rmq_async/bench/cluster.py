@@ -19,6 +19,7 @@ from typing import Any
 
 import anyio
 
+from ..client.auth import broker_error
 from ..client.instance import ClientInstance
 from ..config import ClientConfig, ProducerConfig
 from ..errors import BrokerError, ClientError
@@ -33,8 +34,11 @@ __all__ = ["ChildCluster", "create_topic", "preload"]
 class ChildCluster:
     """An embedded cluster in a child process; a (sync) context manager with ``namesrv_addr``."""
 
-    def __init__(self, *, brokers: int = 1, queues: int = 8, timing: str = "default") -> None:
+    def __init__(
+        self, *, brokers: int = 1, queues: int = 8, timing: str = "default", acl_file: str | None = None
+    ) -> None:
         self.brokers = brokers
+        self.acl_file = acl_file  # a plain_acl.yml: the brokers enforce ACL
         self.queues = queues
         self.timing = timing
         self.namesrv_addr = ""
@@ -54,6 +58,7 @@ class ChildCluster:
             "--timing",
             self.timing,
             "--exit-on-stdin-eof",
+            *(["--acl-file", self.acl_file] if self.acl_file else []),
         ]
 
     def start(self) -> str:
@@ -121,7 +126,7 @@ async def create_topic(namesrv: str, topic: str, queues: int, timeout: float = 5
             )
             resp = await c.api.pool.request(addr, req, timeout)
             if resp.code != 0:
-                raise BrokerError(resp.code, resp.remark, request_code=req.code, addr=addr)
+                raise broker_error(resp.code, resp.remark, req.code, req.ext_fields, addr)
         # wait until the name server routes the topic to every broker (registration is periodic
         # on a real cluster, immediate on the embedded one)
         with anyio.fail_after(60):

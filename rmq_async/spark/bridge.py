@@ -79,7 +79,9 @@ class Session:
         self.opts = opts
         t = opts.request_timeout
         timing = Timing(request_timeout=t)
-        cfg = ClientConfig(namesrv_addr=opts.namesrv, timing=timing, stream=True)
+        cfg = ClientConfig(
+            namesrv_addr=opts.namesrv, timing=timing, stream=True, credentials=opts.credentials
+        )
         self.client = ClientInstance(cfg, instance_name=pid_instance_name())
         sub_string, tags, _ = parse_tag_expression(opts.tags)
         self.sub_string = sub_string

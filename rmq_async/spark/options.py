@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..config import ClientConfig
+from ..config import ClientConfig, Credentials
 from ..errors import ConfigError
 from ..protocol.filter import parse_tag_expression
 
@@ -28,6 +28,7 @@ _KNOWN = {
     "namesrv", "topic", "startingoffsets", "endingoffsets", "startingoffsetsbytimestamp",
     "startingtimestamp", "maxrecordspertrigger", "maxrecordsperpartition", "failondataloss", "tags",
     "group", "commitoffsets", "pullbatchsize", "requesttimeout", "path",
+    "accesskey", "secretkey", "securitytoken",
 }  # fmt: skip
 
 
@@ -49,6 +50,9 @@ class SourceOptions:
     commit_offsets: bool
     pull_batch_size: int
     request_timeout: float
+    #: ACL keys (options accessKey, secretKey, securityToken): pickled to the executors with the rest;
+    #: the secret shows as ``**********`` in every repr. None: the executors' RMQ_* variables, if any.
+    credentials: Credentials | None = None
 
 
 def _fail(name: str, value: object, why: str) -> ConfigError:
@@ -108,6 +112,21 @@ def _offsets(
     if value.startswith("{"):
         return parse_offsets_json(name, value)
     raise _fail(name, value, f"expected {' or '.join(repr(a) for a in allowed)} or a JSON object per queue")
+
+
+def _credentials(opts: Mapping[str, str]) -> Credentials | None:
+    """accessKey + secretKey (+ securityToken); errors name the options, never their values."""
+    ak, sk, token = opts.get("accesskey"), opts.get("secretkey"), opts.get("securitytoken")
+    if not ak:
+        if sk or token:
+            raise ConfigError("rocketmq source option 'secretKey'/'securityToken' needs 'accessKey'")
+        return None
+    if not sk:
+        raise ConfigError("rocketmq source option 'accessKey' needs 'secretKey'")
+    try:
+        return Credentials(access_key=ak, secret_key=sk, security_token=token or None)
+    except ConfigError as exc:
+        raise ConfigError(f"rocketmq source ACL options: {exc}") from None
 
 
 def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -176,4 +195,5 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         commit_offsets=_bool(opts, "commitOffsets", False),
         pull_batch_size=batch,
         request_timeout=timeout,
+        credentials=_credentials(opts),
     )
