@@ -86,12 +86,11 @@ class OrderlyConsumeService:
             self.deliveries = DeliveryStream(self.c, self.process_result)
         return self.deliveries
 
-    # -- lifecycle (the same surface as ConcurrentConsumeService) ----------------------------------
+    # -- lifecycle (the ConsumeService contract) ---------------------------------------------------
 
     async def run(self, tg: anyio.abc.TaskGroup) -> None:
         self._tg = tg
         self._loop_time = loop_clock()
-        self.timeout = self.c.deadlines.timeout
         if self.clustering:
             tg.start_soon(self._renew_loop)
 

@@ -132,6 +132,7 @@ class PushConsumer:
         timeout stay)."""
         ctx = self.ctx
         ctx.new_run()
+        self._stop = anyio.Event()
         self.table = table = QueueTable(ctx)
         self.consume_service: ConsumeService
         if self.orderly:  # [orderly]
@@ -383,7 +384,6 @@ class PushConsumer:
 
     async def _run(self) -> None:
         ctx = self.ctx
-        self._stop = anyio.Event()
         async with ClientInstance(self.client_config, instance_name=self._instance_name()) as client:
             store: OffsetStore
             if self.config.clustering:
