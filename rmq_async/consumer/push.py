@@ -7,6 +7,11 @@ offset-persist timer, the expired-message cleaner and the consume workers. ``sto
 supervisor to shut down in order: stop pulling, let running handlers finish (bounded), persist offsets
 synchronously, unregister, close connections. Because the supervisor owns the group, ``start()`` and
 ``stop()`` may be called from different tasks (an ASGI lifespan, a test fixture).
+
+The facade builds the parts once per run and hands them a :class:`ConsumerContext`: the consume
+service (:class:`ConcurrentConsumeService` or :class:`OrderlyConsumeService`), the :class:`QueueTable`,
+the :class:`PullLoop` feeding the service, the :class:`Rebalancer` (made once: its events and start
+offsets outlive a run) and the admin answers. None of them sees this class.
 """
 
 from __future__ import annotations

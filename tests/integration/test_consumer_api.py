@@ -141,17 +141,16 @@ async def test_binary_header_serialization(
         await col.wait_unique(10)
 
 
-# -- CONSUME_FROM_TIMESTAMP: the default timestamp moves with every rebalance ---------------------
+# -- CONSUME_FROM_TIMESTAMP: the default timestamp is fixed at construction -------------------------
 
 
 def test_default_consume_timestamp_is_fixed_when_the_consumer_is_made(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Java ``DefaultMQPushConsumer.consumeTimestamp`` is a field set once, at construction, to
-    now - 30 min; every queue without a committed offset starts from that instant. rebalancer.py
-    ``_consume_timestamp_ms`` computes now - 30 min at every ``compute_pull_from_where``: a queue first
-    assigned hours after start (a new queue of the topic, a queue whose offset the broker lost) starts
-    30 min before THAT moment and its older messages are never consumed."""
+    now - 30 min; every queue without a committed offset starts from that instant, however late it is
+    assigned (a new queue of the topic, a queue whose offset the broker lost). The lite pull consumer
+    too: tests/integration/test_start_offsets.py."""
     c = PushConsumer(
         "review_ts_group",
         namesrv_addr="127.0.0.1:9876",
