@@ -468,8 +468,12 @@ class AclChecker:
     """Decides requests for one broker; ``flavour`` 4 (4.9.8, ACL 1.0) or 5 (5.3.3, ACL 2.0)."""
 
     def __init__(self, config: AclConfig, flavour: int = 4) -> None:
-        self.config = config
         self.flavour = flavour
+        self.update(config)
+
+    def update(self, config: AclConfig) -> None:
+        """Use ``config`` from the next request on (the real broker reloads a changed file alike)."""
+        self.config = config
         self._global_white = [address_matcher(p) for p in config.global_white_remote_addresses]
         self._accounts = {a.access_key: _owned(a) for a in config.accounts}
 

@@ -103,9 +103,9 @@ class Broker:
         self.holds = HoldService()
         self.handlers: HandlerTable = {}  # filled by run(), once the store is open
         #: the dispatch the server calls: the request table, behind the ACL check when ``acl`` is given
-        self.acl = acl
+        self.acl_checker = AclChecker(acl, flavour) if acl is not None else None
         self.handle: Handle = (
-            self._route if acl is None else guard(self._route, AclChecker(acl, flavour), s.version)
+            self._route if self.acl_checker is None else guard(self._route, self.acl_checker, s.version)
         )
         self._ctx: BrokerContext | None = None
         self._schedule: delay.ScheduleService | None = None
@@ -240,6 +240,12 @@ class Broker:
     def stop(self) -> None:
         """Ask :meth:`run` to shut down (unregister, close connections, flush)."""
         self._stopped.set()
+
+    def update_acl(self, acl: AclConfig) -> None:
+        """New ACL accounts from the next request on (a broker started with ACL only)."""
+        if self.acl_checker is None:
+            raise ClientError(f"broker {self.name} was started without ACL")
+        self.acl_checker.update(acl)
 
     def cut_connections(self) -> None:
         """Close every client connection (the broker keeps serving new ones)."""

@@ -297,6 +297,17 @@ class EmbeddedCluster:
             finally:
                 await out.close()
 
+    def update_acl(self, acl: AclConfig | Mapping[str, Any] | str | Path) -> None:
+        """Replace the ACL accounts of every broker (in-process clusters started with ``acl`` only), as
+        editing the real broker's ``plain_acl.yml`` does; restarted brokers keep the new ones."""
+        if self.acl is None:
+            raise ClientError("this cluster was started without ACL")
+        self.acl = AclConfig.coerce(acl)
+        for b in self.brokers:
+            if not isinstance(b, Broker):
+                raise ClientError("the brokers of a child-process cluster cannot change their ACL")
+            b.update_acl(self.acl)
+
     @property
     def namesrv_faults(self) -> Faults:
         """The name server's fault rules (in-process only; kept across stop/start_namesrv)."""
