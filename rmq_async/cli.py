@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 
 from .cli_auth import add_credential_arguments, credentials_from_args
+from .cli_tls import add_tls_arguments, export_tls_env, tls_options
 from .errors import RocketMQError, TopicNotExist
 
 __all__ = ["main"]
@@ -71,7 +72,9 @@ async def _produce(args: argparse.Namespace) -> int:
         return _fail(f"bad message settings: {exc}")
     producer = Producer(
         config=cfg,
-        client_config=ClientConfig(namesrv_addr=_namesrv(args), credentials=credentials_from_args(args)),
+        client_config=ClientConfig(
+            namesrv_addr=_namesrv(args), credentials=credentials_from_args(args), **tls_options(args)
+        ),
     )
     try:
         await producer.start()
@@ -267,7 +270,9 @@ async def _consume(args: argparse.Namespace) -> int:
         args.group,
         handler=handler,
         subscriptions={args.topic: args.expr},
-        client_config=ClientConfig(namesrv_addr=_namesrv(args), credentials=credentials_from_args(args)),
+        client_config=ClientConfig(
+            namesrv_addr=_namesrv(args), credentials=credentials_from_args(args), **tls_options(args)
+        ),
         message_model="BROADCASTING" if args.broadcast else "CLUSTERING",
         consume_from_where=where,
         consume_timestamp=args.timestamp,
@@ -372,6 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench import cli as bench_cli
 
     bench_cli.add_arguments(be)
+    add_tls_arguments(be)
     add_credential_arguments(be)
 
     pr = sub.add_parser("produce", help="send N messages and print a JSON summary", parents=[common])
@@ -389,6 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pr.add_argument("--concurrency", type=int, default=64, help="sends in flight")
     pr.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_tls_arguments(pr)
     add_credential_arguments(pr)
 
     co = sub.add_parser(
@@ -408,6 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     co.add_argument("--fail-every", type=int, default=0)
     co.add_argument("--print", action="store_true")
+    add_tls_arguments(co)
     add_credential_arguments(co)
     return p
 
@@ -428,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "bench":
             from .bench import cli as bench_cli
 
+            export_tls_env(args)  # the bench's workers are child processes: they read RMQ_TLS*
             return bench_cli.run(args)
         if args.command == "produce":
             return _run(lambda: _produce(args), use_uvloop)

@@ -80,7 +80,7 @@ class Session:
         t = opts.request_timeout
         timing = Timing(request_timeout=t)
         cfg = ClientConfig(
-            namesrv_addr=opts.namesrv, timing=timing, stream=True, credentials=opts.credentials
+            namesrv_addr=opts.namesrv, timing=timing, stream=True, credentials=opts.credentials, tls=opts.tls
         )
         self.client = ClientInstance(cfg, instance_name=pid_instance_name())
         sub_string, tags, _ = parse_tag_expression(opts.tags)

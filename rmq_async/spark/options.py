@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
-from ..config import ClientConfig, Credentials
+from ..config import ClientConfig, Credentials, TLSConfig
 from ..errors import ConfigError
 from ..protocol.filter import parse_tag_expression
 
@@ -29,6 +30,7 @@ _KNOWN = {
     "startingtimestamp", "maxrecordspertrigger", "maxrecordsperpartition", "failondataloss", "tags",
     "group", "commitoffsets", "pullbatchsize", "requesttimeout", "path",
     "accesskey", "secretkey", "securitytoken",
+    "tls", "tlscafile", "tlsinsecure", "tlscertfile", "tlskeyfile", "tlskeypassword", "tlsserverhostname",
 }  # fmt: skip
 
 
@@ -53,6 +55,9 @@ class SourceOptions:
     #: ACL keys (options accessKey, secretKey, securityToken): pickled to the executors with the rest;
     #: the secret shows as ``**********`` in every repr. None: the executors' RMQ_* variables, if any.
     credentials: Credentials | None = None
+    #: TLS (options tls, tlsCaFile, tlsInsecure, tlsCertFile, tlsKeyFile, tlsKeyPassword,
+    #: tlsServerHostname); False: plain (tls=false); None: the executors' RMQ_TLS* variables, if any
+    tls: TLSConfig | Literal[False] | None = None
 
 
 def _fail(name: str, value: object, why: str) -> ConfigError:
@@ -129,6 +134,30 @@ def _credentials(opts: Mapping[str, str]) -> Credentials | None:
         raise ConfigError(f"rocketmq source ACL options: {exc}") from None
 
 
+def _tls(opts: Mapping[str, str]) -> TLSConfig | Literal[False] | None:
+    """The TLS options; any ``tls*`` option but ``tls=false`` turns TLS on. The key password is never
+    echoed (it reaches the executors as a SecretStr)."""
+    names = ("tlscafile", "tlsinsecure", "tlscertfile", "tlskeyfile", "tlskeypassword", "tlsserverhostname")
+    on = _bool(opts, "tls", False) if "tls" in opts else None
+    if on is False:
+        if any(n in opts for n in names):
+            raise ConfigError("rocketmq source option 'tls' is false but other tls* options are set")
+        return False
+    if not on and not any(n in opts for n in names):
+        return None
+    try:
+        return TLSConfig(
+            verify=not _bool(opts, "tlsInsecure", False),
+            ca_file=opts.get("tlscafile") or None,
+            cert_file=opts.get("tlscertfile") or None,
+            key_file=opts.get("tlskeyfile") or None,
+            key_password=opts.get("tlskeypassword") or None,
+            server_hostname=opts.get("tlsserverhostname") or None,
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"rocketmq source TLS options: {exc}") from None
+
+
 def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     """Validate Spark's options (keys in any case) for a batch or a streaming read."""
     opts = {k.lower(): v for k, v in raw.items()}
@@ -196,4 +225,5 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         pull_batch_size=batch,
         request_timeout=timeout,
         credentials=_credentials(opts),
+        tls=_tls(opts),
     )

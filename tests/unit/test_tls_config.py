@@ -184,3 +184,28 @@ def test_cli_options(monkeypatch: pytest.MonkeyPatch) -> None:
         tls_options(_parse("--tls-insecure", "--tls-ca", "/ca.pem"))
     export_tls_env(_parse("--tls-ca", "/ca.pem"))
     assert ClientConfig().effective_tls() == TLSConfig(ca_file="/ca.pem")
+
+
+# -- Spark source options -----------------------------------------------------------------------------
+
+
+def test_spark_tls_options() -> None:
+    from rmq_async.spark.options import parse_options
+
+    base = {"namesrv": "127.0.0.1:9876", "topic": "T"}
+    assert parse_options(base, streaming=False).tls is None  # the executors' environment decides
+    assert parse_options({**base, "tls": "false"}, streaming=False).tls is False
+    assert parse_options({**base, "tls": "true"}, streaming=False).tls == TLSConfig()
+    opts = parse_options(
+        {**base, "tlsCaFile": "/ca.pem", "tlsCertFile": "/c.pem", "tlsKeyFile": "/k.pem",
+         "tlsKeyPassword": "hunter2", "tlsServerHostname": "b.example"},
+        streaming=True,
+    )  # fmt: skip
+    assert isinstance(opts.tls, TLSConfig) and opts.tls.ca_file == "/ca.pem"
+    assert opts.tls.server_hostname == "b.example" and "hunter2" not in repr(opts)
+    assert parse_options({**base, "tlsInsecure": "true"}, streaming=False).tls == TLSConfig(verify=False)
+    with pytest.raises(ConfigError, match="'tls' is false"):
+        parse_options({**base, "tls": "false", "tlsCaFile": "/ca.pem"}, streaming=False)
+    with pytest.raises(ConfigError) as info:
+        parse_options({**base, "tlsKeyPassword": "hunter2"}, streaming=False)
+    assert "hunter2" not in str(info.value)
