@@ -98,7 +98,6 @@ class Connection(asyncio.BufferedProtocol):
         "_close_reason",
         "_decoder",
         "_handler",
-        "_heard",
         "_local_addr",
         "_loop",
         "_lost",
@@ -136,7 +135,6 @@ class Connection(asyncio.BufferedProtocol):
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._next_opaque = 0
         self._timeouts = 0
-        self._heard = False  # any frame received yet (a close before that may be a TLS-only server)
         self._tls = False
         self._transport: asyncio.Transport | None = None
         self._local_addr = ""
@@ -446,7 +444,6 @@ class Connection(asyncio.BufferedProtocol):
     def _settle(self, commands: list[RemotingCommand]) -> None:
         if commands:
             self._timeouts = 0  # the peer is alive
-            self._heard = True
         pending = self._pending
         for cmd in commands:
             if cmd.flag & FLAG_RESPONSE:
@@ -463,7 +460,9 @@ class Connection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost.set()
         hint = ""
-        if not self._heard and self._pending and not isinstance(exc, ssl.SSLError):
+        # our first request (opaque 0) still unanswered: the server closed without answering anything
+        # (no per-read bookkeeping needed for this guess)
+        if 0 in self._pending and not isinstance(exc, ssl.SSLError):
             hint = (
                 " before any answer over TLS (did it refuse our client certificate? see TLSConfig.cert_file)"
                 if self._tls

@@ -341,3 +341,16 @@ def test_cli_produce_and_consume_over_tls(certs: Certs) -> None:
     finally:
         emb.terminate()
         emb.communicate(timeout=10)  # waits, and closes its pipes
+
+
+def test_child_process_cluster_with_tls(certs: Certs, names: tuple[str, str], timing: Timing) -> None:
+    """``EmbeddedCluster(process=True, tls=...)`` passes the TLS mode and files to the child."""
+
+    async def main() -> None:
+        tls = certs.server_tls("enforcing")
+        async with EmbeddedCluster(timing=timing, tls=tls, process=True) as cluster:
+            await _send(cluster, names[0], certs.client_tls(), timing)
+            with pytest.raises(MQClientError, match="requires TLS"):
+                await _send(cluster, names[0], False, timing)
+
+    asyncio.run(main())
