@@ -89,15 +89,22 @@ class AuthErrorLog:
     at most once per ``interval`` seconds (refused pulls repeat on every back-off).
     """
 
-    __slots__ = ("_clock", "_entries", "interval")
+    __slots__ = ("_clock", "_entries", "_listeners", "interval")
 
     def __init__(self, interval: float = AUTH_LOG_INTERVAL, clock: Callable[[], float] | None = None) -> None:
         self.interval = interval
         self._clock = clock if clock is not None else time.monotonic
         # resource -> [last error, count, first seen, last seen, last logged]
         self._entries: dict[str, list[Any]] = {}
+        self._listeners: list[Callable[[AuthError], object]] = []
+
+    def add_listener(self, cb: Callable[[AuthError], object]) -> None:
+        """Call ``cb(err)`` (synchronously) on every refusal noted (a lite consumer wakes its poll)."""
+        self._listeners.append(cb)
 
     def note(self, err: AuthError) -> bool:
+        for cb in self._listeners:
+            cb(err)
         now = self._clock()
         key = err.resource or f"request {err.request_code}"
         e = self._entries.get(key)
@@ -111,9 +118,15 @@ class AuthErrorLog:
             return True
         return False
 
-    def clear(self, resource: str) -> None:
+    def clear(self, resource: str | None) -> None:
         """Forget ``resource`` (it was allowed again)."""
-        self._entries.pop(resource, None)
+        if resource is not None:
+            self._entries.pop(resource, None)
+
+    def current(self, resources: set[str]) -> AuthError | None:
+        """The latest refusal noted for one of ``resources`` and not cleared since."""
+        found = [e for key, e in self._entries.items() if key in resources]
+        return max(found, key=lambda e: e[3])[0] if found else None
 
     def snapshot(self) -> list[dict[str, Any]]:
         """One dict per refused resource: resource, request code, response code, remark, count, and

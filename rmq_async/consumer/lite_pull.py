@@ -29,7 +29,7 @@ import anyio.abc
 
 from ..client.instance import ClientInstance, pid_instance_name
 from ..config import ClientConfig, ConsumerConfig, Timing, unwrap_namespace, wrap_namespace
-from ..errors import ClientError, ConfigError
+from ..errors import AuthError, ClientError, ConfigError
 from ..protocol.bodies import ConsumerData
 from ..protocol.command import RemotingCommand
 from ..protocol.mq import MessageQueue
@@ -156,6 +156,9 @@ class LitePullConsumer:
             self.ctx.attach(client, store)
             self.buffer.store = store
             client.register_consumer(self)
+            # with ACL keys: a wrong or unknown key, or a group without SUB, fails here (AuthError)
+            await client.check_access("TBW102")  # the default topic: its route names the brokers
+            client.auth_errors.add_listener(lambda _err: self.buffer.wake())  # poll() raises it
             tg = anyio.create_task_group()
             await tg.__aenter__()
             self.ctx.set_task_group(tg)
@@ -244,7 +247,7 @@ class LitePullConsumer:
         self._assigned = target
         for topic in sorted({mq.topic for mq in target}):
             await self.client.update_route(topic)
-        await self.client.send_heartbeat_to_all_brokers()
+        await self.client.send_heartbeat_to_all_brokers(raise_auth=True)  # ACL: fail at once
         table = self.table
         for mq in sorted(set(table.pqs) - target):
             await table.drop(mq)
@@ -266,7 +269,7 @@ class LitePullConsumer:
         first = self._mode != "subscribe"
         self._mode = "subscribe"
         await self.client.update_route_quietly([topic])
-        await self.client.send_heartbeat_to_all_brokers()
+        await self.client.send_heartbeat_to_all_brokers(raise_auth=True)  # ACL: fail at once
         if first:
             tg.start_soon(self.rebalancer.run)
         else:
@@ -296,11 +299,21 @@ class LitePullConsumer:
                 self.client  # noqa: B018 - raises once closed
                 self.buffer.take(out, limit)
                 if not out:
+                    if (refused := self._refusal()) is not None:
+                        raise refused
                     await self.buffer.wait_changed()
         if self.namespace:
             for m in out:
                 m.topic = unwrap_namespace(self.namespace, m.topic)
         return out
+
+    def _refusal(self) -> AuthError | None:
+        """The current ACL refusal of the group or of an owned queue's topic (poll raises it when it
+        has nothing else to return: the allowed queues' messages come first)."""
+        errors = self.client.auth_errors
+        if not errors:
+            return None
+        return errors.current({f"group:{self.group}"} | {f"topic:{mq.topic}" for mq in self.table.pqs})
 
     def pause(self, queues: Iterable[MessageQueue]) -> None:
         """Stop pulling ``queues`` and hold back their buffered messages until :meth:`resume`."""

@@ -19,7 +19,7 @@ from typing import Protocol
 import anyio
 
 from ..client.instance import ClientInstance
-from ..errors import ProtocolError, RocketMQError
+from ..errors import AuthError, ProtocolError, RocketMQError
 from ..protocol import fastjson
 from ..protocol import headers as H
 from ..protocol.mq import MessageQueue
@@ -121,6 +121,9 @@ class RemoteOffsetStore(_MemoryTable):
         for mq in list(mqs):
             try:
                 await self.persist(mq, sync=sync)
+            except AuthError as exc:  # refused by ACL: logged once per resource per interval
+                if self.client.auth_errors.note(exc):
+                    log.error("persisting the offset of %s denied: %s", mq, exc)
             except RocketMQError as exc:
                 log.warning("persisting the offset of %s failed: %s", mq, exc)
 

@@ -24,7 +24,7 @@ import anyio
 from ..client.api import PullStatus
 from ..client.instance import MASTER_ID
 from ..config import ConsumerConfig, Timing
-from ..errors import BrokerError, RocketMQError
+from ..errors import AuthError, BrokerError, RocketMQError
 from ..protocol import headers as H
 from ..protocol.bodies import SubscriptionData
 from ..protocol.codes import PullSysFlag, ResponseCode
@@ -36,6 +36,9 @@ from .queues import QueueTable
 __all__ = ["PullLoop", "PullSettings", "PullSink", "filter_tags"]
 
 log = logging.getLogger("rmq_async.consumer")
+
+#: seconds: the longest wait between two pulls of a queue refused by ACL
+AUTH_MAX_BACKOFF = 30.0
 
 
 class PullSink(Protocol):
@@ -178,6 +181,8 @@ class PullLoop:
             expression_type="TAG",
             bname=mq.broker_name,
         )
+        denied = 0  # consecutive pulls refused by ACL
+        denied_resource: str | None = None
         while not pq.dropped:
             if pq.over_threshold() is not None:
                 await pq.wait_for_room()
@@ -215,6 +220,15 @@ class PullLoop:
             t0 = monotonic()
             try:
                 res = await client.api.pull(addr, header, timing.pull_timeout, broker_name=mq.broker_name)
+            except AuthError as exc:
+                # refused by ACL: this queue backs off (doubling up to AUTH_MAX_BACKOFF), the others go
+                # on; logged once per resource per interval (client.auth_errors, shown by health())
+                denied += 1
+                denied_resource = exc.resource
+                if client.auth_errors.note(exc):
+                    log.error("pull of %s denied (backing off, other queues go on): %s", mq, exc)
+                await anyio.sleep(min(AUTH_MAX_BACKOFF, timing.pull_error_delay * 2 ** min(denied, 8)))
+                continue
             except BrokerError as exc:
                 if exc.code in (ResponseCode.SUBSCRIPTION_NOT_LATEST, ResponseCode.SUBSCRIPTION_NOT_EXIST):
                     log.debug("pull of %s: %s", mq, exc)
@@ -234,6 +248,9 @@ class PullLoop:
                 await anyio.sleep(timing.pull_error_delay)
                 continue
             pq.last_pull_time = now = monotonic()
+            if denied:  # allowed again
+                denied = 0
+                client.auth_errors.clear(denied_resource)
             if res.suggest_which_broker_id != broker_id:
                 broker_id = pq.broker_id = res.suggest_which_broker_id
             pq.max_offset = res.max_offset

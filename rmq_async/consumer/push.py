@@ -313,6 +313,8 @@ class PushConsumer:
             "client_id": ctx.client.client_id if ctx.started else None,
             "queues": queues,
             "lag": sum(q["lag"] or 0 for q in queues),
+            # ACL refusals by resource (pulls, heartbeats, offset commits), logged once per interval
+            "auth_errors": ctx.client.auth_errors.snapshot() if ctx.started else [],
         }
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -414,7 +416,8 @@ class PushConsumer:
                     log.log(
                         level, "no route for %r yet (%s): will retry at the next route refresh", topic, exc
                     )
-            await client.send_heartbeat_to_all_brokers()
+            # a heartbeat refused by ACL (the group's or a topic's SUB) fails start() with AuthError
+            await client.send_heartbeat_to_all_brokers(raise_auth=True)
             async with anyio.create_task_group() as tg:
                 ctx.set_task_group(tg)
                 tg.start_soon(ctx.deadlines.run)

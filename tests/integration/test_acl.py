@@ -1,0 +1,280 @@
+"""ACL end to end on the embedded cluster (brokers enforcing a plain_acl.yml): signed clients produce and
+consume (push and lite pull), every kind of refusal is a typed AuthError at once (producer and lite
+consumer at start, push consumer at start or, for a permission taken away later, logged once per
+resource and backed off while its other queues go on), whitelisted addresses need no signature, the
+retry topic and the DLQ work under ACL, and the secret shows up nowhere."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+from support.integration import Collector, until
+
+from rmq_async import (
+    AuthError,
+    ClientConfig,
+    ConsumeResult,
+    Credentials,
+    EmbeddedCluster,
+    LitePullConsumer,
+    Message,
+    MessageQueue,
+    Producer,
+    PushConsumer,
+    Timing,
+)
+from rmq_async.embedded.acl import Account, AclConfig
+from rmq_async.protocol.stored import MessageExt
+
+ADMIN = Account("RocketMQ", "12345678", admin=True)
+SECRET = "rmqSecret123"
+USER = Account(
+    "rmqUser",
+    SECRET,
+    default_topic_perm="DENY",
+    default_group_perm="SUB",
+    topic_perms=("AclT=PUB|SUB", "AclT2=PUB|SUB", "AclDeny=DENY", "AclPubOnly=PUB"),
+    group_perms=("acl_g=SUB", "acl_nosub=DENY"),
+)
+CONFIG = AclConfig((ADMIN, USER))
+FAST = 5.0  # seconds: "at once", with room for a loaded machine
+
+
+@pytest.fixture(params=[4, 5], ids=["4.x", "5.x"])
+async def acl_cluster(request: pytest.FixtureRequest, timing: Timing) -> AsyncIterator[EmbeddedCluster]:
+    async with EmbeddedCluster(timing=timing, acl=CONFIG, flavour=request.param) as c:
+        for t in ("AclT", "AclT2", "AclDeny", "AclPubOnly", "NotListed"):
+            await c.create_topic(t)
+        yield c
+
+
+def cfg(
+    cluster: EmbeddedCluster, timing: Timing, ak: str = "rmqUser", sk: str = SECRET, **kw: Any
+) -> ClientConfig:
+    return ClientConfig(
+        namesrv_addr=cluster.namesrv_addr,
+        timing=timing,
+        credentials=Credentials(access_key=ak, secret_key=sk),
+        **kw,
+    )
+
+
+def push(
+    cluster: EmbeddedCluster, timing: Timing, group: str, topics: list[str], handler: Any, **kw: Any
+) -> PushConsumer:
+    return PushConsumer(
+        group,
+        handler=handler,
+        subscriptions={t: "*" for t in topics},
+        client_config=kw.pop("client_config", None) or cfg(cluster, timing),
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+        **kw,
+    )
+
+
+async def test_right_keys_produce_and_consume(acl_cluster: EmbeddedCluster, timing: Timing) -> None:
+    async with Producer("acl_pg", client_config=cfg(acl_cluster, timing)) as p:
+        for i in range(6):
+            await p.send(Message("AclT", b"m%d" % i, keys=f"k-{i}"))
+        await p.send_batch([Message("AclT", b"b", keys=f"b-{i}") for i in range(3)])
+    col = Collector()
+    async with push(acl_cluster, timing, "acl_g", ["AclT"], col):
+        await col.wait_unique(9)
+    async with LitePullConsumer(
+        "acl_g2", client_config=cfg(acl_cluster, timing), consume_from_where="CONSUME_FROM_FIRST_OFFSET"
+    ) as lite:
+        await lite.assign([MessageQueue("AclT", "broker-a", q) for q in range(4)])
+        got: list[MessageExt] = []
+        with anyio.fail_after(20):
+            while len(got) < 9:
+                got += await lite.poll(1.0)
+    assert {m.keys for m in got} == set(col.seen)
+
+
+@pytest.mark.parametrize(
+    ("ak", "sk", "why"),
+    [("rmqUser", "wrongSecret99", "signature"), ("unknownAK", "unknownSecret1", "unknown")],
+)
+async def test_bad_keys_fail_every_start_at_once(
+    acl_cluster: EmbeddedCluster, timing: Timing, ak: str, sk: str, why: str
+) -> None:
+    bad = cfg(acl_cluster, timing, ak, sk)
+    for make in (
+        lambda: Producer("acl_pg", client_config=bad),
+        lambda: push(acl_cluster, timing, "acl_g", ["AclT"], Collector(), client_config=bad),
+        lambda: LitePullConsumer("acl_g", client_config=bad),
+    ):
+        t0 = time.monotonic()
+        with pytest.raises(AuthError) as ei:
+            async with make():
+                pytest.fail("started with bad keys")
+        assert time.monotonic() - t0 < FAST
+        err = ei.value
+        assert err.request_code == 34 and not err.retriable and sk not in str(err)
+        text = (err.remark or "").lower()
+        assert (
+            ("signature" in text) if why == "signature" else ("no acl config" in text or "not found" in text)
+        )
+
+
+async def test_denied_topic_send_is_refused_at_once_without_retries(
+    acl_cluster: EmbeddedCluster, timing: Timing
+) -> None:
+    async with Producer("acl_pg", client_config=cfg(acl_cluster, timing)) as p:
+        for topic in ("AclDeny", "NotListed"):  # explicit DENY, and the DENY default
+            t0 = time.monotonic()
+            with pytest.raises(AuthError) as ei:
+                await p.send(Message(topic, b"x"))
+            assert time.monotonic() - t0 < FAST
+            assert ei.value.request_code == 310 and ei.value.resource == f"topic:{topic}"
+        if acl_cluster.flavour == 5:  # 5.x checks batches too (4.9.8 does not: upstream #5303)
+            with pytest.raises(AuthError):
+                await p.send_batch([Message("AclDeny", b"x")])
+        await p.send(Message("AclT", b"still fine"))
+
+
+@pytest.mark.parametrize(
+    ("group", "topic", "resource"),
+    [
+        ("acl_g", "AclPubOnly", "topic:AclPubOnly"),  # topic without SUB
+        ("acl_nosub", "AclT", "group:acl_nosub"),  # group without SUB
+        ("acl_g", "NotListed", "topic:NotListed"),  # the DENY default
+    ],
+)
+async def test_consumers_without_sub_fail_at_once(
+    acl_cluster: EmbeddedCluster, timing: Timing, group: str, topic: str, resource: str
+) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(AuthError) as ei:
+        async with push(acl_cluster, timing, group, [topic], Collector()):
+            pytest.fail("started without permission")
+    assert time.monotonic() - t0 < FAST and ei.value.resource == resource
+    t0 = time.monotonic()
+    with pytest.raises(AuthError) as ei:
+        async with LitePullConsumer(group, client_config=cfg(acl_cluster, timing)) as lite:
+            await lite.assign([MessageQueue(topic, "broker-a", 0)])
+            await lite.poll(FAST)  # a 4.x broker checks the topic's SUB at the pull, not the heartbeat
+            pytest.fail("polled without permission")
+    assert time.monotonic() - t0 < FAST and ei.value.resource == resource
+
+
+async def test_a_permission_taken_away_is_logged_once_and_backed_off(
+    acl_cluster: EmbeddedCluster, timing: Timing, caplog: pytest.LogCaptureFixture
+) -> None:
+    col = Collector()
+    producer = Producer("acl_pg", client_config=cfg(acl_cluster, timing))
+    async with producer as p, push(acl_cluster, timing, "acl_g", ["AclT", "AclT2"], col) as c:
+        await p.send(Message("AclT", b"a", keys="a-0"))
+        await p.send(Message("AclT2", b"b", keys="b-0"))
+        await col.wait_unique(2)
+        # AclT2 loses SUB (PUB stays): its pulls are refused, AclT's go on
+        perms = tuple(x.replace("AclT2=PUB|SUB", "AclT2=PUB") for x in USER.topic_perms)
+        acl_cluster.update_acl(AclConfig((ADMIN, Account("rmqUser", SECRET, **_kw(USER, topic_perms=perms)))))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            await anyio.sleep(timing.pull_timeout + 1.0)  # held pulls come back, then get refused
+            await p.send(Message("AclT", b"a", keys="a-1"))
+            await p.send(Message("AclT2", b"b", keys="b-1"))
+            await col.wait_unique(3)
+            await anyio.sleep(2.0)
+        refusals = [r for r in caplog.records if "AclT2" in r.getMessage() and "denied" in r.getMessage()]
+        assert 1 <= len(refusals) <= 2, [r.getMessage() for r in caplog.records]  # pulls + heartbeat
+        assert "b-1" not in col.seen
+        health = c.health()
+        assert any(e["resource"] == "topic:AclT2" for e in health["auth_errors"])
+        assert SECRET not in repr(health)
+
+
+def _kw(a: Account, **over: Any) -> dict[str, Any]:
+    d = {
+        "white_remote_address": a.white_remote_address,
+        "admin": a.admin,
+        "default_topic_perm": a.default_topic_perm,
+        "default_group_perm": a.default_group_perm,
+        "topic_perms": a.topic_perms,
+        "group_perms": a.group_perms,
+    }
+    d.update(over)
+    return d
+
+
+async def test_whitelisted_addresses_need_no_signature(timing: Timing) -> None:
+    white = AclConfig((ADMIN, USER), global_white_remote_addresses=("127.0.0.*",))
+    async with EmbeddedCluster(timing=timing, acl=white) as c:
+        plain = ClientConfig(namesrv_addr=c.namesrv_addr, timing=timing)  # no credentials at all
+        async with Producer("anyone", client_config=plain) as p:
+            await p.send(Message("AnyTopic", b"x", keys="w-0"))
+        col = Collector()
+        async with push(c, timing, "any_group", ["AnyTopic"], col, client_config=plain):
+            await col.wait_unique(1)
+    # an account's own whitelist skips its signature check (a wrong secret passes from there)
+    mine = AclConfig((ADMIN, Account("rmqUser", SECRET, **_kw(USER, white_remote_address="127.0.0.1"))))
+    async with EmbeddedCluster(timing=timing, acl=mine) as c:
+        await c.create_topic("AclT")
+        async with Producer("acl_pg", client_config=cfg(c, timing, sk="wrongSecret99")) as p:
+            await p.send(Message("AclT", b"x"))
+
+
+async def test_retry_and_dlq_under_acl(acl_cluster: EmbeddedCluster, timing: Timing) -> None:
+    attempts: dict[str, int] = {}
+
+    async def fail(msgs: list[MessageExt], ctx: Any) -> ConsumeResult:
+        for m in msgs:
+            attempts[m.keys or ""] = attempts.get(m.keys or "", 0) + 1
+        return ConsumeResult.RECONSUME_LATER
+
+    async with Producer("acl_pg", client_config=cfg(acl_cluster, timing)) as p:
+        await p.send(Message("AclT", b"x", keys="r-0"))
+    # send-back (36) and the retry topic's pulls need the group's SUB: acl_g has it
+    async with push(acl_cluster, timing, "acl_g", ["AclT"], fail, max_reconsume_times=1):
+        with anyio.fail_after(20):
+            await until(lambda: attempts.get("r-0", 0) >= 2, 0.05)
+    dlq = Collector()
+    admin = cfg(acl_cluster, timing, "RocketMQ", "12345678")
+    async with LitePullConsumer(
+        "dlq_reader", client_config=admin, consume_from_where="CONSUME_FROM_FIRST_OFFSET"
+    ) as lite:
+        with anyio.fail_after(20):
+            while True:
+                try:
+                    await lite.assign([MessageQueue("%DLQ%acl_g", "broker-a", 0)])
+                    break
+                except Exception:  # the DLQ topic's route appears once the broker made it
+                    await anyio.sleep(0.1)
+            while not dlq.msgs:
+                dlq.msgs += await lite.poll(1.0)
+    assert dlq.msgs[0].keys == "r-0"
+
+
+async def test_secrets_appear_nowhere(
+    acl_cluster: EmbeddedCluster, timing: Timing, caplog: pytest.LogCaptureFixture
+) -> None:
+    good = cfg(acl_cluster, timing)
+    assert (
+        SECRET not in repr(good)
+        and SECRET not in str(good.model_dump())
+        and SECRET not in good.model_dump_json()
+    )
+    caplog.set_level(logging.DEBUG)
+    col = Collector()
+    async with Producer("acl_pg", client_config=good) as p:
+        assert SECRET not in repr(p.client.signer) and SECRET not in repr(p.client.pool)
+        await p.send(Message("AclT", b"x", keys="s-0"))
+        with pytest.raises(AuthError) as ei:
+            await p.send(Message("AclDeny", b"x"))
+        assert SECRET not in str(ei.value) and SECRET not in repr(ei.value)
+    async with push(acl_cluster, timing, "acl_g", ["AclT"], col) as c:
+        await col.wait_unique(1)
+        assert SECRET not in repr(c.health())
+        assert (
+            SECRET.encode() not in c.admin.running_info().encode()
+        )  # what GET_CONSUMER_RUNNING_INFO answers
+    with pytest.raises(AuthError):
+        async with Producer("acl_pg", client_config=cfg(acl_cluster, timing, sk="wrongSecret99")):
+            pass
+    assert "wrongSecret99" not in caplog.text and SECRET not in caplog.text
