@@ -13,8 +13,6 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "rmq_async"
 
@@ -130,10 +128,6 @@ def test_find_cycles_reports_a_cycle_as_a_path() -> None:
     assert find_cycles({"a": {"b"}, "b": set()}) == []
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="consumer/ and embedded/ still import each other in cycles; being removed (issue #17)",
-)
 def test_rmq_async_has_no_import_cycle() -> None:
     cycles = find_cycles(edges(modules()))
     shown = "\n".join(" -> ".join(c) for c in cycles)
