@@ -195,4 +195,10 @@ class RequestSigner:
         return f"<RequestSigner access_key={self._access_key!r}>"
 
     def __call__(self, cmd: RemotingCommand) -> None:
-        sign_fields(cmd.ext_fields, cmd.body, self._access_key, self._secret, self._token)
+        # sign_fields without its re-ordering into the Java client's HashMap order (which only makes
+        # our JSON header byte-identical to Java's; brokers do not care): half the cost per request
+        ext = cmd.ext_fields
+        ext[ACCESS_KEY] = self._access_key
+        if self._token is not None:
+            ext[SECURITY_TOKEN] = self._token
+        ext[SIGNATURE] = _sign(_content(ext), cmd.body, self._secret)
