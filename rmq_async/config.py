@@ -38,6 +38,7 @@ __all__ = [
     "ConfigModel",
     "ConsumerConfig",
     "Credentials",
+    "LitePullConfig",
     "ProducerConfig",
     "TLSConfig",
     "Timing",
@@ -524,6 +525,44 @@ class ConsumerConfig(ConfigModel):
     @property
     def retry_topic(self) -> str:
         return f"%RETRY%{self.group}"
+
+
+class LitePullConfig(ConfigModel):
+    """``DefaultLitePullConsumer`` settings as :class:`~rmq_async.LitePullConsumer` takes them (the same
+    names and units: seconds, bytes, epoch milliseconds); :meth:`consumer_config` is what the consumer
+    parts it shares with the push consumer read."""
+
+    group: str = Field(min_length=1, max_length=255, pattern=r"^[%|a-zA-Z0-9_-]+$")
+    auto_commit: bool = True
+    auto_commit_interval: float = Field(5.0, ge=0, description="seconds")
+    consume_from_where: Literal[
+        "CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_FIRST_OFFSET", "CONSUME_FROM_TIMESTAMP"
+    ] = "CONSUME_FROM_LAST_OFFSET"
+    #: epoch milliseconds; None: half an hour before the consumer was made
+    consume_timestamp_ms: int | None = Field(None, ge=0)
+    allocate_strategy: str = Field(
+        "AVG", description="AVG, AVG_BY_CIRCLE, CONSISTENT_HASH, CONFIG, MACHINE_ROOM"
+    )
+    pull_batch_size: int = Field(10, ge=1)
+    pull_threshold_for_queue: int = Field(1000, ge=1)
+    pull_threshold_size_for_queue: int = Field(100 << 20, ge=1, description="bytes")
+    pull_threshold_for_all: int = Field(10000, ge=1)
+
+    @field_validator("allocate_strategy")
+    @classmethod
+    def _check_strategy(cls, v: str) -> str:
+        return ConsumerConfig._check_strategy(v)
+
+    def consumer_config(self, group: str) -> ConsumerConfig:
+        """The settings the shared consumer parts read, for ``group`` (as it goes on the wire, with
+        its namespace). The batch size and the thresholds stay the lite consumer's own (its pull
+        settings and poll buffer)."""
+        return ConsumerConfig(
+            group=group,
+            consume_from_where=self.consume_from_where,
+            consume_timestamp=self.consume_timestamp_ms,
+            allocate_strategy=self.allocate_strategy,
+        )
 
 
 class ProducerConfig(ConfigModel):

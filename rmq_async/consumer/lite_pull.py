@@ -28,7 +28,7 @@ import anyio
 import anyio.abc
 
 from ..client.instance import ClientInstance, pid_instance_name
-from ..config import ClientConfig, ConsumerConfig, Timing, unwrap_namespace, wrap_namespace
+from ..config import ClientConfig, LitePullConfig, Timing, unwrap_namespace, wrap_namespace
 from ..errors import AuthError, ClientError, ConfigError
 from ..protocol.bodies import ConsumerData
 from ..protocol.command import RemotingCommand
@@ -77,12 +77,18 @@ class LitePullConsumer:
         pull_threshold_size_for_queue: int = 100 << 20,
         pull_threshold_for_all: int = 10000,
     ) -> None:
-        if not group:
-            raise ConfigError("LitePullConsumer needs a consumer group")
-        if pull_batch_size < 1 or pull_threshold_for_queue < 1 or pull_threshold_for_all < 1:
-            raise ConfigError("pull_batch_size and the pull thresholds must be >= 1")
-        if auto_commit_interval < 0:
-            raise ConfigError("auto_commit_interval must be >= 0")
+        options = LitePullConfig(  # checked as a PushConsumer's options are (ConfigError)
+            group=group,
+            auto_commit=auto_commit,
+            auto_commit_interval=auto_commit_interval,
+            consume_from_where=consume_from_where,
+            consume_timestamp_ms=consume_timestamp_ms,
+            allocate_strategy=allocate_strategy,
+            pull_batch_size=pull_batch_size,
+            pull_threshold_for_queue=pull_threshold_for_queue,
+            pull_threshold_size_for_queue=pull_threshold_size_for_queue,
+            pull_threshold_for_all=pull_threshold_for_all,
+        )
         if client_config is None:
             client_config = ClientConfig(namesrv_addr=namesrv_addr, timing=timing or Timing())
         elif timing is not None:
@@ -102,13 +108,9 @@ class LitePullConsumer:
         self.consume_timestamp_ms = consume_timestamp_ms
         self.strategy = strategy_by_name(allocate_strategy)
         self.pull_batch_size = pull_batch_size
-        # the arguments are checked above; the shared parts read the group's identity from this config
-        config = ConsumerConfig.model_construct(
-            group=self.group, consume_from_where=consume_from_where, pull_batch_size=pull_batch_size
-        )
         self.ctx = ctx = ConsumerContext(
             group=self.group,
-            config=config,
+            config=options.consumer_config(self.group),
             client_config=self.client_config,
             subscriptions=Subscriptions(None),
         )

@@ -17,13 +17,15 @@ import annotated_types as at
 import pytest
 from pydantic import BaseModel
 
-from rmq_async.config import ClientConfig, ConsumerConfig, ProducerConfig, Timing
+from rmq_async.config import ClientConfig, ConsumerConfig, LitePullConfig, ProducerConfig, Timing
+from rmq_async.consumer.lite_pull import LitePullConsumer
 from rmq_async.errors import ConfigError
 
 MODELS: dict[type[BaseModel], dict[str, Any]] = {
     Timing: {},
     ClientConfig: {},
     ConsumerConfig: {"group": "g"},
+    LitePullConfig: {"group": "g"},
     ProducerConfig: {},
 }
 
@@ -79,6 +81,9 @@ def _derived_rows() -> list[Any]:
 EXTRA: list[Any] = [
     pytest.param(ConsumerConfig, "group", "has space", id="group-pattern"),
     pytest.param(ConsumerConfig, "group", "a/b", id="group-slash"),
+    pytest.param(LitePullConfig, "group", "has space", id="lite-group-pattern"),
+    pytest.param(LitePullConfig, "allocate_strategy", "NOPE", id="lite-allocate-unknown"),
+    pytest.param(LitePullConfig, "pull_batch_size", True, id="lite-batch-bool"),
     pytest.param(ClientConfig, "namesrv_addr", "nohost", id="namesrv-noport"),
     pytest.param(ClientConfig, "namesrv_addr", "h:0", id="namesrv-port0"),
     pytest.param(ClientConfig, "namesrv_addr", "h:70000", id="namesrv-port-big"),
@@ -204,6 +209,44 @@ def test_cross_field_invariants_name_the_fields(overrides: dict[str, Any], names
         Timing.fast(**overrides)
     for n in names:
         assert n in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"group": ""}, "group"),
+        ({"group": "bad group"}, "group"),
+        ({"group": "g", "pull_batch_size": 0}, "pull_batch_size"),
+        ({"group": "g", "pull_threshold_size_for_queue": 0}, "pull_threshold_size_for_queue"),
+        ({"group": "g", "auto_commit_interval": -1.0}, "auto_commit_interval"),
+        ({"group": "g", "consume_from_where": "CONSUME_FROM_MIDDLE"}, "consume_from_where"),
+        ({"group": "g", "consume_timestamp_ms": -1}, "consume_timestamp_ms"),
+        ({"group": "g", "allocate_strategy": "NOPE"}, "allocate_strategy"),
+    ],
+)
+def test_lite_pull_consumer_arguments_are_validated(kwargs: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError, match=rf"LitePullConfig\.{field}"):
+        LitePullConsumer(**kwargs)
+
+
+def test_lite_pull_consumer_shares_a_validated_consumer_config() -> None:
+    c = LitePullConsumer(
+        "g",
+        consume_from_where="CONSUME_FROM_TIMESTAMP",
+        consume_timestamp_ms=1_700_000_000_000,
+        allocate_strategy="AVG_BY_CIRCLE",
+        pull_batch_size=2000,  # no upper bound, as Java's DefaultLitePullConsumer
+        pull_threshold_size_for_queue=512,  # bytes, as before
+    )
+    cfg = c.ctx.config
+    assert type(cfg) is ConsumerConfig and cfg.model_fields_set >= {"group", "consume_from_where"}
+    assert (cfg.group, cfg.consume_from_where, cfg.consume_timestamp, cfg.allocate_strategy) == (
+        "g",
+        "CONSUME_FROM_TIMESTAMP",
+        1_700_000_000_000,
+        "AVG_BY_CIRCLE",
+    )
+    assert c.pull_batch_size == 2000 and c.buffer.max_queue_bytes == 512
 
 
 def test_unknown_field_rejected_by_name() -> None:
