@@ -35,8 +35,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from rmq_async import OrderlyContext, OrderlyResult  # noqa: E402
 from rmq_async.config import ClientConfig, ProducerConfig, Timing  # noqa: E402
-from rmq_async.consumer.orderly import OrderlyContext, OrderlyResult  # noqa: E402
 from rmq_async.consumer.push import PushConsumer  # noqa: E402
 from rmq_async.embedded.cluster import EmbeddedCluster  # noqa: E402
 from rmq_async.producer.producer import Producer  # noqa: E402

@@ -20,8 +20,15 @@ import os
 import sys
 import time
 
-from rmq_async import EmbeddedCluster, Message, MessageExt, Producer, PushConsumer
-from rmq_async.consumer.orderly import OrderlyContext, OrderlyResult
+from rmq_async import (
+    EmbeddedCluster,
+    Message,
+    MessageExt,
+    OrderlyContext,
+    OrderlyResult,
+    Producer,
+    PushConsumer,
+)
 from rmq_async.producer.producer import select_by_key_hash
 
 ORDERS = 10

@@ -190,8 +190,8 @@ log = logging.getLogger("rmq_async.cli")
 
 async def _consume(args: argparse.Namespace) -> int:
     from .config import ClientConfig
-    from .consumer.concurrently import ConsumeContext, ConsumeResult
     from .consumer.push import PushConsumer
+    from .consumer.types import ConsumeContext, ConsumeResult
     from .protocol.stored import MessageExt
 
     where = {

@@ -20,8 +20,8 @@ import anyio
 import anyio.abc
 from anyio.streams.text import TextReceiveStream
 
-from ..consumer.concurrently import ConsumeContext
 from ..consumer.push import PushConsumer
+from ..consumer.types import ConsumeContext
 from ..producer.producer import Producer
 from ..protocol.message import Message
 from ..protocol.mq import MessageQueue

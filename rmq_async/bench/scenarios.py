@@ -19,8 +19,8 @@ import anyio
 
 from ..client.instance import ClientInstance
 from ..config import ClientConfig, Timing
-from ..consumer.concurrently import ConsumeContext
 from ..consumer.push import PushConsumer
+from ..consumer.types import ConsumeContext
 from ..protocol import headers as H
 from ..protocol.codes import PullSysFlag
 from ..protocol.mq import MessageQueue

@@ -37,8 +37,7 @@ from .sendback import reset_retry_topic
 from .types import EXPIRED_DELAY_LEVEL, ConsumeContext, ConsumeResult, Handler
 from .usercode import user_failure
 
-# ConsumeContext, ConsumeResult and Handler live in .types; named here too for older imports
-__all__ = ["ConcurrentConsumeService", "ConsumeContext", "ConsumeResult", "Handler"]
+__all__ = ["ConcurrentConsumeService"]
 
 log = logging.getLogger("rmq_async.consumer")
 

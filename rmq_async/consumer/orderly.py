@@ -44,8 +44,7 @@ from .sendback import reset_retry_topic, send_to_dlq
 from .types import ConsumeContext, ConsumeResult, OrderlyContext, OrderlyHandler, OrderlyResult
 from .usercode import user_failure
 
-# OrderlyContext, OrderlyHandler and OrderlyResult live in .types; named here too for older imports
-__all__ = ["OrderlyConsumeService", "OrderlyContext", "OrderlyHandler", "OrderlyResult"]
+__all__ = ["OrderlyConsumeService"]
 
 log = logging.getLogger("rmq_async.consumer")
 

@@ -18,8 +18,17 @@ from typing import Any
 import anyio
 from support.integration import child_env
 
-from rmq_async import ConnectError, EmbeddedCluster, Message, MessageExt, Producer, PushConsumer, Timing
-from rmq_async.consumer.orderly import OrderlyContext, OrderlyResult
+from rmq_async import (
+    ConnectError,
+    EmbeddedCluster,
+    Message,
+    MessageExt,
+    OrderlyContext,
+    OrderlyResult,
+    Producer,
+    PushConsumer,
+    Timing,
+)
 from rmq_async.producer.producer import select_by_key_hash
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,8 +9,15 @@ from collections import Counter
 import pytest
 from support.integration import alive_until, consumer, produce, until
 
-from rmq_async import ConsumeContext, ConsumeResult, EmbeddedCluster, MessageExt, Timing
-from rmq_async.consumer.orderly import OrderlyContext, OrderlyResult
+from rmq_async import (
+    ConsumeContext,
+    ConsumeResult,
+    EmbeddedCluster,
+    MessageExt,
+    OrderlyContext,
+    OrderlyResult,
+    Timing,
+)
 
 
 async def _stray_cancel() -> None:

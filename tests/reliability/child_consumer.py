@@ -22,8 +22,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from rmq_async import ConsumeContext, ConsumeResult, MessageExt, OrderlyResult, PushConsumer, Timing
-from rmq_async.consumer.orderly import OrderlyContext
+from rmq_async import (
+    ConsumeContext,
+    ConsumeResult,
+    MessageExt,
+    OrderlyContext,
+    OrderlyResult,
+    PushConsumer,
+    Timing,
+)
 
 
 async def main(namesrv: str, group: str, topic: str, instance: str, mode: str = "concurrent") -> None:

@@ -19,8 +19,9 @@ import anyio
 import pytest
 from support.orderly_stub import OrderlyRig, stub_consumer
 
+from rmq_async import OrderlyContext, OrderlyResult
 from rmq_async.config import Timing
-from rmq_async.consumer.orderly import OrderlyConsumeService, OrderlyContext, OrderlyResult
+from rmq_async.consumer.orderly import OrderlyConsumeService
 from rmq_async.consumer.process_queue import ProcessQueue
 from rmq_async.protocol.mq import MessageQueue
 from rmq_async.protocol.stored import MessageExt
