@@ -6,14 +6,18 @@ retry topic and the DLQ work under ACL, and the secret shows up nowhere."""
 
 from __future__ import annotations
 
+import json
 import logging
+import sys
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from support.integration import Collector, until
+import yaml
+from support.integration import Collector, child_env, until
 
 from rmq_async import (
     AuthError,
@@ -28,6 +32,7 @@ from rmq_async import (
     PushConsumer,
     Timing,
 )
+from rmq_async.bench.cluster import ChildCluster
 from rmq_async.embedded.acl import Account, AclConfig
 from rmq_async.protocol.stored import MessageExt
 
@@ -278,3 +283,50 @@ async def test_secrets_appear_nowhere(
         async with Producer("acl_pg", client_config=cfg(acl_cluster, timing, sk="wrongSecret99")):
             pass
     assert "wrongSecret99" not in caplog.text and SECRET not in caplog.text
+
+
+async def test_cli_with_keys_against_a_child_cluster_with_an_acl_file(tmp_path: Path) -> None:
+    # the child cluster reads its accounts from a plain_acl.yml (python -m rmq_async.embedded --acl-file);
+    # the CLI signs with --access-key and the secret from the environment (not in the process list)
+    acl_file = tmp_path / "plain_acl.yml"
+    acl_file.write_text(yaml.safe_dump(CONFIG.to_mapping()))
+    env = {**child_env(), "RMQ_SECRET_KEY": SECRET}
+    cluster = ChildCluster(queues=4, timing="fast", acl_file=str(acl_file))
+    await anyio.to_thread.run_sync(cluster.start)
+    try:
+        base = [
+            sys.executable,
+            "-m",
+            "rmq_async.cli",
+            "--no-uvloop",
+            "produce",
+            "--namesrv",
+            cluster.namesrv_addr,
+        ]
+        ok = await anyio.run_process(
+            [*base, "--topic", "AclT", "--count", "5", "--quiet", "--access-key", "rmqUser"],
+            env=env,
+            check=False,
+        )
+        assert ok.returncode == 0, ok.stderr.decode()[-2000:]
+        assert json.loads(ok.stdout.decode().strip().splitlines()[-1])["sent"] == 5
+        bad = await anyio.run_process(
+            [
+                *base,
+                "--topic",
+                "AclT",
+                "--count",
+                "1",
+                "--access-key",
+                "rmqUser",
+                "--secret-key",
+                "wrongSecret99",
+            ],
+            env=env,
+            check=False,
+        )
+    finally:
+        await anyio.to_thread.run_sync(cluster.stop)
+    err = bad.stderr.decode()
+    assert bad.returncode != 0 and "Check signature failed" in err
+    assert "wrongSecret99" not in err + bad.stdout.decode() and SECRET not in err
