@@ -1,9 +1,11 @@
 """Offset and admin requests (``ConsumerManageProcessor``, ``AdminBrokerProcessor``,
 ``QueryMessageProcessor.viewMessageById``).
 
-Strategy: small synchronous handlers over the store and the broker state. The 4.9.8 rule for
-QUERY_CONSUMER_OFFSET answers 0 for a never-committed queue whose first message is still in memory
-(always, in this store); 5.3.3 answers 22 unless the queue holds a message at offset 0. Topic
+Strategy: small synchronous handlers over the store and the broker state. QUERY_CONSUMER_OFFSET of a
+never-committed queue follows ``ConsumerManageProcessor.queryConsumerOffset``: 4.9.8 answers 0 while
+the queue's min offset is 0 and offset 0 is not on disk only (never, in this memory-served store), 5.3.3
+only while the queue holds its message at offset 0 in memory (an empty queue: 22); a queue whose head
+retention deleted (min offset > 0, ``MessageStore.truncate_head``) answers 22 on both. Topic
 creation (17) answers only after the broker has re-registered with the name server, as the real
 broker does (``registerIncrementBrokerData`` is synchronous), so the route exists when it returns.
 """
@@ -30,6 +32,7 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
         offset = ctx.state.query_offset(group, topic, queue_id)
         if offset >= 0:
             return ctx.respond(cmd, 0, None, {"offset": str(offset)})
+        min_offset = ctx.store.min_offset(topic, queue_id)
         if ctx.settings.flavour == 5:
             if (opt_str(cmd, "setZeroIfNotFound") or "").lower() == "false":
                 return ctx.respond(
@@ -38,15 +41,19 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
                     "Not found, do not set to zero, maybe this group boot first",
                     {},
                 )
-            if ctx.store.max_offset(topic, queue_id) > 0:
-                return ctx.respond(cmd, 0, None, {"offset": "0"})
-            return ctx.respond(
-                cmd,
-                ResponseCode.QUERY_NOT_FOUND,
-                "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first",
-                {},
-            )
-        return ctx.respond(cmd, 0, None, {"offset": "0"})
+            # checkInMemByConsumeOffset(topic, queueId, 0, 1): the message at offset 0 is held
+            zero = min_offset <= 0 and ctx.store.max_offset(topic, queue_id) > 0
+        else:
+            # !checkInDiskByConsumeOffset(topic, queueId, 0): this store serves everything from memory
+            zero = min_offset <= 0
+        if zero:
+            return ctx.respond(cmd, 0, None, {"offset": "0"})
+        return ctx.respond(
+            cmd,
+            ResponseCode.QUERY_NOT_FOUND,
+            "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first",
+            {},
+        )
 
     def update_offset(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         group, topic, queue_id = req_str(cmd, "consumerGroup"), req_str(cmd, "topic"), req_int(cmd, "queueId")

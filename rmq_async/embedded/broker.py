@@ -251,6 +251,11 @@ class Broker:
         """Close every client connection (the broker keeps serving new ones)."""
         self.server.cut_connections()
 
+    def truncate_head(self, topic: str, queue_id: int, offset: int) -> int:
+        """Delete the messages of a queue below ``offset``, as retention deleting expired files does:
+        its min offset moves up (returned). See :meth:`MessageStore.truncate_head`."""
+        return self.store.truncate_head(topic, queue_id, offset)
+
     # -- registration -------------------------------------------------------------------------
 
     def register_soon(self) -> None:

@@ -297,6 +297,17 @@ class EmbeddedCluster:
             finally:
                 await out.close()
 
+    def truncate_head(self, topic: str, offset: int, *, queue_id: int | None = None) -> None:
+        """Retention on every broker: delete the messages of ``topic`` below ``offset`` in each queue (or
+        in ``queue_id`` only), so the queues' min offset moves up as on a real broker whose oldest
+        files expired (in-process clusters only)."""
+        for b in self.brokers:
+            if not isinstance(b, Broker):
+                raise ClientError("the brokers of a child-process cluster cannot delete messages")
+            held = sorted(q for t, q in b.store.cqs if t == topic)  # an empty queue has nothing to delete
+            for q in held if queue_id is None else [queue_id]:
+                b.truncate_head(topic, q, offset)
+
     def update_acl(self, acl: AclConfig | Mapping[str, Any] | str | Path) -> None:
         """Replace the ACL accounts of every broker (in-process clusters started with ``acl`` only), as
         editing the real broker's ``plain_acl.yml`` does; restarted brokers keep the new ones."""

@@ -112,14 +112,16 @@ class GetResult:
 
 
 class ConsumeQueue:
-    """One queue's index: commit-log offset, size and tag hash code of each message."""
+    """One queue's index: commit-log offset, size and tag hash code of each message, indexed by queue
+    offset. Entries below ``head`` (the queue's min offset) are deleted: retention took them."""
 
-    __slots__ = ("offsets", "sizes", "tags")
+    __slots__ = ("head", "offsets", "sizes", "tags")
 
     def __init__(self) -> None:
         self.offsets = array("q")
         self.sizes = array("i")
         self.tags = array("q")
+        self.head = 0
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -387,7 +389,18 @@ class MessageStore:
         return len(cq.offsets) if cq is not None else 0
 
     def min_offset(self, topic: str, queue_id: int) -> int:
-        return 0  # nothing is ever deleted
+        cq = self.cqs.get((topic, queue_id))
+        return cq.head if cq is not None else 0
+
+    def truncate_head(self, topic: str, queue_id: int, offset: int) -> int:
+        """Delete the queue's messages below ``offset`` (at most all of them), as the real broker's
+        retention does when it deletes expired commit-log files (``cleanExpiredConsumerQueue``,
+        ``correctMinOffset``): the queue's min offset moves up, pulls below it answer OFFSET_TOO_SMALL.
+        Kept in memory only (a restarted persistent store recovers every message). Returns the new
+        min offset."""
+        cq = self._cq(topic, queue_id)
+        cq.head = max(cq.head, min(offset, len(cq.offsets)))
+        return cq.head
 
     def slice(self, phys: int, size: int) -> memoryview:
         seg, pos = divmod(phys, SEGMENT_SIZE)
@@ -420,16 +433,16 @@ class MessageStore:
 
     def earliest_time(self, topic: str, queue_id: int) -> int:
         cq = self.cqs.get((topic, queue_id))
-        if cq is None or not cq.offsets:
+        if cq is None or cq.head >= len(cq.offsets):
             return -1
-        return self.store_ts_at(cq.offsets[0])
+        return self.store_ts_at(cq.offsets[cq.head])
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
         """``ConsumeQueue.getOffsetInQueueByTime``: binary search, nearest neighbour when inexact."""
         cq = self.cqs.get((topic, queue_id))
-        if cq is None or not cq.offsets:
-            return 0
-        low, high = 0, len(cq.offsets) - 1
+        if cq is None or cq.head >= len(cq.offsets):
+            return cq.head if cq is not None else 0
+        low, high = cq.head, len(cq.offsets) - 1
         left = right = -1
         left_v = right_v = -1
         while high >= low:
@@ -455,13 +468,13 @@ class MessageStore:
         max_offset = len(cq.offsets) if cq is not None else 0
         if cq is None or max_offset == 0:  # findConsumeQueue creates missing queues: empty, not absent
             return GetResult("NO_MESSAGE_IN_QUEUE", 0, 0, 0)
-        if offset < 0:
-            return GetResult("OFFSET_TOO_SMALL", 0, 0, max_offset)
+        if offset < cq.head:
+            return GetResult("OFFSET_TOO_SMALL", cq.head, cq.head, max_offset)
         if offset == max_offset:
-            return GetResult("OFFSET_OVERFLOW_ONE", offset, 0, max_offset)
+            return GetResult("OFFSET_OVERFLOW_ONE", offset, cq.head, max_offset)
         if offset > max_offset:
-            return GetResult("OFFSET_OVERFLOW_BADLY", max_offset, 0, max_offset)
-        res = GetResult("NO_MATCHED_MESSAGE", offset, 0, max_offset)
+            return GetResult("OFFSET_OVERFLOW_BADLY", max_offset, cq.head, max_offset)
+        res = GetResult("NO_MATCHED_MESSAGE", offset, cq.head, max_offset)
         end = min(max_offset, offset + max(800, max_nums))
         offsets, sizes, tags, views = cq.offsets, cq.sizes, cq.tags, self.views
         parts = res.parts

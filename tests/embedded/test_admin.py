@@ -6,6 +6,9 @@ import asyncio
 import json
 import time
 
+import pytest
+
+from rmq_async.config import Timing
 from rmq_async.embedded import EmbeddedCluster
 
 from .rawclient import RawClient, decode_messages
@@ -36,6 +39,41 @@ async def test_offsets(cluster: EmbeddedCluster, broker: RawClient, topic: str) 
     await broker.request(15, {**cq, "commitOffset": "107"}, oneway=True)
     await asyncio.sleep(0.05)
     assert (await broker.request(14, cq)).ext_fields == {"offset": "107"}
+
+
+NOT_FOUND = "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
+
+
+@pytest.mark.parametrize("flavour", [4, 5])
+async def test_query_consumer_offset_of_a_never_committed_queue(flavour: int, timing: Timing) -> None:
+    """``ConsumerManageProcessor.queryConsumerOffset``: the committed offset; else 0 while the queue's
+    min offset is 0 and its first message in memory (4.9.8: offset 0 not on disk only, an empty queue
+    included; 5.3.3: the message at offset 0 held); else QUERY_NOT_FOUND (22)."""
+    async with (
+        EmbeddedCluster(timing=timing, flavour=flavour) as cluster,
+        RawClient(cluster.brokers[0].addr, version=479 if flavour == 5 else 409) as broker,
+    ):
+        topic = f"QcoT{flavour}"
+        await cluster.create_topic(topic)
+        for i in range(3):
+            await broker.send(topic, f"o{i}".encode(), queue_id=0)
+        q = {"consumerGroup": "qg", "topic": topic}
+
+        async def query(queue_id: int) -> tuple[int, dict[str, str], str | None]:
+            r = await broker.request(14, {**q, "queueId": str(queue_id)})
+            return r.code, r.ext_fields, r.remark
+
+        assert await query(0) == (0, {"offset": "0"}, None)
+        empty = (0, {"offset": "0"}, None) if flavour == 4 else (22, {}, NOT_FOUND)
+        assert await query(1) == empty
+        cluster.truncate_head(topic, 1, queue_id=0)  # retention deleted offset 0
+        assert await query(0) == (22, {}, NOT_FOUND)
+        r = await broker.request(31, {"topic": topic, "queueId": "0"})  # GET_MIN_OFFSET
+        assert r.ext_fields == {"offset": "1"}
+        await broker.heartbeat("127.0.0.1@qco", "qg", {topic: "*"})  # a 5.x broker commits for known groups
+        r = await broker.request(15, {**q, "queueId": "0", "commitOffset": "2"})
+        assert r.code == 0
+        assert await query(0) == (0, {"offset": "2"}, None)  # a committed offset wins
 
 
 async def _member(cluster: EmbeddedCluster, group: str, cid: str) -> RawClient:

@@ -119,3 +119,22 @@ def test_times() -> None:
     assert store.offset_by_time("T", 0, 2017) == 2
     assert store.offset_by_time("T", 0, 1) == 0 and store.offset_by_time("T", 0, 9999) == 4
     assert store.min_offset("T", 0) == 0
+
+
+def test_truncate_head_moves_the_min_offset_as_retention_does() -> None:
+    store = MessageStore(HOST)
+    fill(store, 5)  # store timestamps 2000, 2010, ..., 2040
+    assert store.truncate_head("T", 0, 2) == 2
+    assert store.min_offset("T", 0) == 2 and store.max_offset("T", 0) == 5
+    res = store.get("T", 0, 1, 32, None)
+    assert (res.status, res.next_begin, res.min_offset, res.max_offset) == ("OFFSET_TOO_SMALL", 2, 2, 5)
+    res = store.get("T", 0, 2, 32, None)
+    assert (res.status, res.count, res.next_begin, res.min_offset) == ("FOUND", 3, 5, 2)
+    assert store.earliest_time("T", 0) == 2020
+    assert store.offset_by_time("T", 0, 1) == 2  # the search starts at the min offset
+    assert store.truncate_head("T", 0, 1) == 2  # never moves back
+    assert store.truncate_head("T", 0, 99) == 5  # at most every message
+    assert store.earliest_time("T", 0) == -1 and store.offset_by_time("T", 0, 2040) == 5
+    assert store.get("T", 0, 5, 32, None).status == "OFFSET_OVERFLOW_ONE"
+    assert store.get("T", 0, 4, 32, None).status == "OFFSET_TOO_SMALL"
+    assert store.min_offset("Other", 0) == 0

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from support.frame_proxy import FrameProxy, route_rewriter
 from support.integration import child_env
 
 from rmq_async import (
-    ConnectError,
     EmbeddedCluster,
     Message,
     MessageExt,
@@ -30,6 +30,7 @@ from rmq_async import (
     Timing,
 )
 from rmq_async.producer.producer import select_by_key_hash
+from rmq_async.protocol.codes import RequestCode
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -113,9 +114,9 @@ def orderly_consumer(
     cluster: EmbeddedCluster, group: str, topic: str, handler: Any, timing: Timing, **kw: Any
 ) -> PushConsumer:
     kw.setdefault("consume_from_where", "CONSUME_FROM_FIRST_OFFSET")
+    kw.setdefault("namesrv_addr", cluster.namesrv_addr)
     return PushConsumer(
         group,
-        namesrv_addr=cluster.namesrv_addr,
         handler=handler,
         subscriptions={topic: "*"},
         timing=timing,
@@ -329,13 +330,15 @@ async def test_partitioned_member_stops_at_its_lease_and_is_replaced_after_the_b
 ) -> None:
     """Member a is cut off from the broker while its handler is stuck: it cannot renew its locks, so its
     lease runs out and the stuck handler is cancelled; b gets a's queues only once the broker lock has
-    expired, and no consume intervals overlap."""
+    expired, and no consume intervals overlap. a reaches the broker through a frame proxy (its name
+    server's routes name the proxy), which the partition cuts."""
     topic, group = names
     await cluster.create_topic(topic, 4)
     await send_ordered(cluster.namesrv_addr, topic, 8, orders=8)
     intervals: list[Interval] = []
     stuck: list[tuple[int, int]] = []
     stuck_event = anyio.Event()
+    b_took_stuck = anyio.Event()
 
     def handler(member: str) -> Any:
         async def handle(msgs: list[MessageExt], ctx: OrderlyContext) -> OrderlyResult:
@@ -349,45 +352,37 @@ async def test_partitioned_member_stops_at_its_lease_and_is_replaced_after_the_b
             finally:
                 for m in msgs:
                     intervals.append((member, ctx.mq.queue_id, start, time.monotonic(), m.queue_offset))
+                    if member == "b" and stuck and (ctx.mq.queue_id, m.queue_offset) == stuck[0]:
+                        b_took_stuck.set()
             return OrderlyResult.SUCCESS
 
         return handle
 
-    def b_took(qid: int, offset: int) -> bool:
-        return any(iv[0] == "b" and iv[1] == qid and iv[4] == offset for iv in intervals)
-
-    a = orderly_consumer(cluster, group, topic, handler("a"), timing, instance_name="ord-a")
-    b = orderly_consumer(cluster, group, topic, handler("b"), timing, instance_name="ord-b")
-    broker = cluster.brokers[0].addr
-    async with running(a, b):
-        with anyio.fail_after(10):
-            while len([mq for mq in b.assignment() if mq.topic == topic]) < 2:
-                await b.wait_rebalanced()
-        await send_ordered(cluster.namesrv_addr, topic, 8, orders=8, start=8)
-        with anyio.fail_after(10):
-            await stuck_event.wait()
-        qid, offset = stuck[0]
-        a_pq = next(pq for mq, pq in a.pqs.items() if mq.topic == topic and mq.queue_id == qid)
-        # the partition: a's connection to the broker closes (the broker drops a from the group and tells
-        # b at once) and a cannot reconnect
-        pool = a.client.pool
-        real_class = type(pool)
-
-        class Partitioned(real_class):  # type: ignore[misc, valid-type]
-            __slots__ = ()
-
-            async def get(self, addr: str) -> Any:
-                if addr == broker:
-                    raise ConnectError(f"partitioned from {addr}", addr)
-                return await super().get(addr)
-
-        pool.__class__ = Partitioned
-        await pool.close_address(broker)
-        a_last_lock = a_pq.last_lock_time
-        with anyio.fail_after(15):
-            while not b_took(qid, offset):  # noqa: ASYNC110
-                await anyio.sleep(0.02)
-        pool.__class__ = real_class  # healed before a shuts down
+    async with (
+        FrameProxy(cluster.brokers[0].addr, lambda cmd: cmd) as link,
+        FrameProxy(cluster.namesrv_addr, route_rewriter(lambda _: {"0": link.addr})) as a_namesrv,
+    ):
+        a = orderly_consumer(
+            cluster, group, topic, handler("a"), timing, instance_name="ord-a", namesrv_addr=a_namesrv.addr
+        )
+        b = orderly_consumer(cluster, group, topic, handler("b"), timing, instance_name="ord-b")
+        async with running(a, b):
+            with anyio.fail_after(10):
+                while len([mq for mq in b.assignment() if mq.topic == topic]) < 2:
+                    await b.wait_rebalanced()
+            await send_ordered(cluster.namesrv_addr, topic, 8, orders=8, start=8)
+            with anyio.fail_after(10):
+                await stuck_event.wait()
+            qid, offset = stuck[0]
+            a_pq = next(pq for mq, pq in a.pqs.items() if mq.topic == topic and mq.queue_id == qid)
+            # the partition: a's connection to the broker closes (the broker drops a from the group and
+            # tells b at once), and every connection a opens again is closed at once
+            assert link.requests[RequestCode.LOCK_BATCH_MQ] > 0  # a's locks went through the link
+            link.cut()
+            a_last_lock = a_pq.last_lock_time
+            with anyio.fail_after(15):
+                await b_took_stuck.wait()
+            link.heal()  # healed before a shuts down
     assert_no_overlap(intervals)
     a_stuck = next(iv for iv in intervals if iv[0] == "a" and iv[1] == qid and iv[4] == offset)
     b_start = min(iv[2] for iv in intervals if iv[0] == "b" and iv[1] == qid and iv[4] == offset)

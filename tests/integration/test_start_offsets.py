@@ -4,9 +4,11 @@ LitePullConsumer (one rule, Java's ``RebalancePushImpl`` / ``RebalanceLitePullIm
 LAST -> the max offset, TIMESTAMP -> the offset searched by the consume timestamp, whose default (half
 an hour before) is fixed when the consumer is made.
 
-A broker answers QUERY_CONSUMER_OFFSET of a never-committed queue with 0 while the queue's first
-message is still in memory (the embedded one always): the consume_from_where cases see a broker
-that has no offset (QUERY_NOT_FOUND), as one whose first message went to disk answers."""
+A broker answers QUERY_CONSUMER_OFFSET of a never-committed queue with 0 while the queue's min offset
+is 0 and its first message in memory; the consume_from_where cases ask about queues whose head
+retention deleted (``EmbeddedCluster.truncate_head``), which it answers with QUERY_NOT_FOUND. Those
+queues belong to a second topic the consumer does not pull (its pulls would commit offsets, which win
+over consume_from_where)."""
 
 from __future__ import annotations
 
@@ -16,14 +18,14 @@ from contextlib import asynccontextmanager
 
 import anyio
 import pytest
-from support.broker_admin import commit_offset
+from support.broker_admin import commit_offset, query_offset
+from support.frame_proxy import FrameProxy, route_rewriter
 from support.integration import Collector, produce
 
 from rmq_async import EmbeddedCluster, PushConsumer, Timing
-from rmq_async.client.api import MQClientAPI
 from rmq_async.consumer.lite_pull import LitePullConsumer
 from rmq_async.consumer.rebalancer import Rebalancer
-from rmq_async.protocol.headers import QueryConsumerOffsetRequestHeader
+from rmq_async.protocol.codes import RequestCode
 from rmq_async.protocol.mq import MessageQueue
 
 pytestmark = pytest.mark.timeout(40)
@@ -33,15 +35,26 @@ KINDS = ["push", "lite"]
 
 @asynccontextmanager
 async def started(
-    kind: str, cluster: EmbeddedCluster, group: str, topic: str, timing: Timing, **kw: object
+    kind: str,
+    cluster: EmbeddedCluster,
+    group: str,
+    topic: str,
+    timing: Timing,
+    namesrv: str | None = None,
+    **kw: object,
 ) -> AsyncIterator[tuple[Rebalancer, list[MessageQueue]]]:
-    """A running consumer of ``topic`` (subscribed, rebalanced once): its rebalancer and the queues."""
+    """A running consumer (subscribed to an idle topic, rebalanced once): its rebalancer and the queues
+    of ``topic``, whose heads retention deleted (min offset 1: the broker has no offset for them)."""
+    cluster.truncate_head(topic, 1)
+    idle = f"{topic}Idle"
+    await produce(cluster.namesrv_addr, idle, 1)
+    namesrv = namesrv or cluster.namesrv_addr
     if kind == "push":
         c = PushConsumer(
             group,
-            namesrv_addr=cluster.namesrv_addr,
+            namesrv_addr=namesrv,
             handler=Collector(),
-            subscriptions={topic: "*"},
+            subscriptions={idle: "*"},
             timing=timing,
             **kw,  # type: ignore[arg-type]
         )
@@ -55,26 +68,13 @@ async def started(
             lite_kw["consume_timestamp_ms"] = lite_kw.pop("consume_timestamp")
         async with LitePullConsumer(
             group,
-            namesrv_addr=cluster.namesrv_addr,
+            namesrv_addr=namesrv,
             timing=timing,
             **lite_kw,  # type: ignore[arg-type]
         ) as lc:
-            await lc.subscribe(topic)
+            await lc.subscribe(idle)
             await lc.wait_rebalanced()
             yield lc.rebalancer, sorted(await lc.client.subscribe_queues(topic))
-
-
-def no_committed_offsets(monkeypatch: pytest.MonkeyPatch, group: str) -> None:
-    real = MQClientAPI.query_consumer_offset
-
-    async def query(
-        self: MQClientAPI, addr: str, header: QueryConsumerOffsetRequestHeader, timeout: float
-    ) -> int | None:
-        if header.consumer_group == group:
-            return None  # QUERY_NOT_FOUND
-        return await real(self, addr, header, timeout)
-
-    monkeypatch.setattr(MQClientAPI, "query_consumer_offset", query)
 
 
 async def start_offsets(rebalancer: Rebalancer, mqs: list[MessageQueue]) -> dict[int, int]:
@@ -83,31 +83,23 @@ async def start_offsets(rebalancer: Rebalancer, mqs: list[MessageQueue]) -> dict
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_first_offset_is_zero_without_asking_the_broker(
-    kind: str,
-    cluster: EmbeddedCluster,
-    names: tuple[str, str],
-    timing: Timing,
-    monkeypatch: pytest.MonkeyPatch,
+    kind: str, cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
 ) -> None:
     topic, group = names
     await produce(cluster.namesrv_addr, topic, 8)
-    asked: list[MessageQueue] = []
-    real = MQClientAPI.get_min_offset
-
-    async def spy(self: MQClientAPI, addr: str, mq: MessageQueue, timeout: float) -> int:
-        asked.append(mq)
-        return await real(self, addr, mq, timeout)
-
-    monkeypatch.setattr(MQClientAPI, "get_min_offset", spy)
-    no_committed_offsets(monkeypatch, group)
-    async with started(
-        kind, cluster, group, topic, timing, consume_from_where="CONSUME_FROM_FIRST_OFFSET"
-    ) as (
-        rb,
-        mqs,
+    broker = cluster.brokers[0].addr
+    async with (
+        FrameProxy(broker, lambda cmd: cmd) as wire,
+        FrameProxy(cluster.namesrv_addr, route_rewriter(lambda _: {"0": wire.addr})) as ns,
+        started(
+            kind, cluster, group, topic, timing, ns.addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET"
+        ) as (rb, mqs),
     ):
+        assert [await query_offset(broker, group, topic, q) for q in range(4)] == [-1] * 4  # 22
+        asked = wire.requests[RequestCode.QUERY_CONSUMER_OFFSET]
         assert await start_offsets(rb, mqs) == {q: 0 for q in range(4)}
-    assert asked == []
+        assert wire.requests[RequestCode.QUERY_CONSUMER_OFFSET] == asked + 4
+    assert wire.requests[RequestCode.GET_MIN_OFFSET] == 0
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -116,10 +108,8 @@ async def test_last_offset_is_the_max_offset(
     cluster: EmbeddedCluster,
     names: tuple[str, str],
     timing: Timing,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     topic, group = names
-    no_committed_offsets(monkeypatch, group)
     sent = await produce(cluster.namesrv_addr, topic, 10)
     per_queue: dict[int, int] = {}
     for r in sent:
@@ -139,10 +129,8 @@ async def test_timestamp_is_the_searched_offset(
     cluster: EmbeddedCluster,
     names: tuple[str, str],
     timing: Timing,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     topic, group = names
-    no_committed_offsets(monkeypatch, group)
     before = await produce(cluster.namesrv_addr, topic, 8)
     # the broker answers the offset whose store time is nearest (a 5.x broker: the first at or after):
     # the second batch is stored right after ts, the first long before

@@ -1,12 +1,15 @@
-"""A frame-level TCP proxy for tests: forwards requests to an upstream server (counting pulls) and
-passes each of the server's frames through a rewrite function, e.g. a name server's route answers
-with other broker addresses (a master that is down, a slave)."""
+"""A frame-level TCP proxy for tests: forwards requests to an upstream server (counting them by request
+code) and passes each of the server's frames through a rewrite function, e.g. a name server's route
+answers with other broker addresses (a master that is down, a slave). :meth:`FrameProxy.cut` is a
+network partition between the proxy's clients and the server: every connection closes (both ends) and
+new ones are closed as they arrive, until :meth:`FrameProxy.heal`."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+from collections import Counter
 from collections.abc import Callable
 
 from rmq_async.protocol.command import FrameDecoder, RemotingCommand
@@ -16,15 +19,17 @@ __all__ = ["FrameProxy", "route_rewriter"]
 
 class FrameProxy:
     """A TCP proxy that decodes the server's frames and passes each through ``rewrite``; counts the
-    PULL_MESSAGE (11) requests it forwards."""
+    requests it forwards by code (``requests``; ``pulls``: PULL_MESSAGE, 11)."""
 
     def __init__(self, upstream: str, rewrite: Callable[[RemotingCommand], RemotingCommand]) -> None:
         self.upstream = upstream
         self.rewrite = rewrite
         self.addr = ""
         self.pulls = 0
+        self.requests: Counter[int] = Counter()
         self._server: asyncio.base_events.Server | None = None
         self._writers: list[asyncio.StreamWriter] = []
+        self._cut = False
 
     async def __aenter__(self) -> FrameProxy:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -39,7 +44,22 @@ class FrameProxy:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._server.wait_closed(), 2.0)
 
+    def cut(self) -> None:
+        """Partition: close every connection through the proxy, at both ends (the server sees its
+        clients go, the clients their server), and close new ones at once until :meth:`heal`."""
+        self._cut = True
+        for w in self._writers:
+            w.close()
+        self._writers.clear()
+
+    def heal(self) -> None:
+        """End the partition: new connections are proxied again."""
+        self._cut = False
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._cut:
+            writer.close()
+            return
         host, _, port = self.upstream.rpartition(":")
         ureader, uwriter = await asyncio.open_connection(host, int(port))
         self._writers += [writer, uwriter]
@@ -49,8 +69,10 @@ class FrameProxy:
             try:
                 while data := await reader.read(65536):
                     for cmd in decoder.feed(data):
-                        if not cmd.is_response and cmd.code == 11:
-                            self.pulls += 1
+                        if not cmd.is_response:
+                            self.requests[cmd.code] += 1
+                            if cmd.code == 11:
+                                self.pulls += 1
                         uwriter.write(cmd.encode())
                     await uwriter.drain()
             finally:
