@@ -2,10 +2,11 @@
 
 Strategy. A :class:`Message` keeps its properties as the dict that goes on the wire, in the order the
 4.9.8 client's HashMap writes them, so :func:`~.properties.encode_properties` reproduces Java's string
-byte for byte. Everything is checked when it is set (topic charset and length, non-empty body, flag
-range, separators in properties), so encoding never fails on a message that was built. A batch body
-(``MessageDecoder.encodeMessages``) is one ``struct.pack`` per message plus its body and property
-bytes, joined once. Bodies are compressed with zlib at Java's level, byte-identical to its Deflater.
+byte for byte. What Java's ``Validators`` refuse is refused when the message is built (topic charset
+and length, empty body, flag range, a separator in a property); ``properties`` stays a plain dict, so
+encoding checks the separators again. A batch body (``MessageDecoder.encodeMessages``) is one
+``struct.pack`` per message plus its body and property bytes, joined once. Bodies are compressed with
+zlib at the Java producer's level 5, which gives its Deflater's bytes.
 
 Sans-IO: no asyncio, sockets or clocks here (unique ids come from :mod:`.msgid`).
 """

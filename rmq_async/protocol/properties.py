@@ -4,15 +4,16 @@ Strategy. The string is parsed with Java's rules (``MessageDecoder.string2messag
 items are split on ``\\x02``, each item's first ``\\x01`` separates name and value, an item with an
 empty name or value is ignored and a later duplicate name wins. :func:`parse_properties` builds the
 whole dict; :func:`lookup_property` gives one value of it without building it, for a consumer that
-reads two or three properties of each message. Names cannot hold ``\\x02``, so an item, and with it a
-name, starts at position 0 or right after a ``\\x02``: ``"\\x02" + name + "\\x01"`` found from the end
-(or ``name + "\\x01"`` at position 0) is the last item of that name, never a name that merely ends
-with it, nor text inside a value (values cannot hold ``\\x02`` either). Its value runs to the next
-``\\x02``; an empty one is skipped as the dict skips it, and the search goes on to earlier items.
+reads two or three properties of each message. Items are delimited by ``\\x02``, which no name or
+value holds, so an item starts at position 0 or right after a ``\\x02``: ``"\\x02" + name + "\\x01"``
+found from the end (or ``name + "\\x01"`` at position 0) is the last item of that name, never a name
+that merely ends with it, nor text inside a value. Its value runs to the next ``\\x02``; an empty one
+is skipped as the dict skips it, and the search goes on to earlier items.
 
-Writing checks every name and value for the two separators (:func:`check_property`), so what goes on
-the wire parses back to the same dict. Reading does not check them unless asked
-(:func:`properties_well_formed`): Java's reader ignores an item without ``\\x01``.
+Writing checks every name and value for the two separators (:func:`check_property`), so each item
+is read back as written (except one with an empty value, which Java's reader drops too). Reading does
+not check the items unless asked (:func:`properties_well_formed`): Java's reader ignores an item
+without ``\\x01``.
 """
 
 from __future__ import annotations

@@ -99,8 +99,9 @@ class MessageExt:
     ``body`` is decompressed (and then the COMPRESSED bit is cleared from ``sys_flag``, as 5.x does).
     ``born_host``/``store_host`` are ``"ip:port"`` (IPv6 in Java's uncompressed form). ``properties``
     is built from ``raw_properties`` on first use, with Java's lenient rules (items without ``\\x01``,
-    or with an empty name or value, are ignored); ``tags`` and ``msg_id`` read the raw string until
-    then. ``broker_name`` is set by the client (the broker the message was pulled from).
+    or with an empty name or value, are ignored), or when a property is set; until then ``tags``,
+    ``keys``, ``msg_id`` and :meth:`get_property` read the raw string, and give what the dict would.
+    ``broker_name`` is set by the client (the broker the message was pulled from).
     """
 
     # _t: the fixed part's fields, or None until first use, when they are unpacked from _raw (its bytes)
