@@ -147,6 +147,7 @@ class ClientInstance:
             signer=self.signer,
             ssl_context=client_ssl_context(tls) if tls is not None else None,
             server_hostname=tls.server_hostname if tls is not None else None,
+            client_cert=tls is not None and tls.cert_file is not None,
         )
         self.api = MQClientAPI(
             self.pool,

@@ -9,7 +9,8 @@ future under its opaque (responses may come out of order), writes its frame with
 the future with :class:`RequestTimeout`. ``max_timeouts`` consecutive timeouts mean a half-open peer
 and close the connection; any inbound frame resets the count. Closing, for whatever reason, is one
 synchronous step (:meth:`Connection._shutdown`): every pending future fails at once with
-:class:`ConnectionClosed` chained to the original error.
+:class:`ConnectionClosed` chained to the original error, or with :class:`TLSError` when a TLS peer
+closed before answering our first request (see :meth:`Connection.connection_lost`).
 
 Requests the server sends us (40, 220, 221, 307, 309) go to the ``handler``, run through ``spawn``
 (the owner's task group) or, by default, as a task the connection tracks and cancels at close.
@@ -29,7 +30,7 @@ from typing import cast
 
 import anyio
 
-from ..errors import ConnectError, ConnectionClosed, ProtocolError, RequestTimeout
+from ..errors import ConnectError, ConnectionClosed, ProtocolError, RemotingError, RequestTimeout, TLSError
 from ..protocol.codes import ResponseCode
 from ..protocol.command import DEFAULT_MAX_FRAME, FLAG_ONEWAY, FLAG_RESPONSE, FrameDecoder, RemotingCommand
 from .tls import handshake_error
@@ -93,6 +94,8 @@ class Connection(asyncio.BufferedProtocol):
 
     __slots__ = (
         "_addr",
+        "_cert_refused",
+        "_client_cert",
         "_close_callbacks",
         "_close_cause",
         "_close_reason",
@@ -136,6 +139,8 @@ class Connection(asyncio.BufferedProtocol):
         self._next_opaque = 0
         self._timeouts = 0
         self._tls = False
+        self._client_cert = False  # TLS with our own certificate (mutual TLS)
+        self._cert_refused = False  # closed as a TLS server closes after refusing a client certificate
         self._transport: asyncio.Transport | None = None
         self._local_addr = ""
         self._paused = False
@@ -160,6 +165,7 @@ class Connection(asyncio.BufferedProtocol):
         signer: Signer | None = None,
         ssl_context: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
+        client_cert: bool = False,
     ) -> Connection:
         """Open a TCP connection to ``addr`` (``host:port`` or ``[v6]:port``), TCP_NODELAY on.
 
@@ -168,8 +174,9 @@ class Connection(asyncio.BufferedProtocol):
         connection (0 disables that). ``signer`` completes every request and oneway right before it
         is encoded (ACL signing). With ``ssl_context`` the connection is TLS, the server's certificate
         checked against ``server_hostname`` (default: the host of ``addr``), ``connect_timeout``
-        covering the handshake too. Raises :class:`ConnectError` if it cannot connect in time, its
-        subclass :class:`~rmq_async.errors.TLSError` if the TLS handshake fails.
+        covering the handshake too; ``client_cert``: ``ssl_context`` presents a client certificate
+        (only the wording of a refusal depends on it). Raises :class:`ConnectError` if it cannot
+        connect in time, its subclass :class:`~rmq_async.errors.TLSError` if the TLS handshake fails.
         """
         host, port = parse_addr(addr)
         conn = cls(
@@ -181,6 +188,7 @@ class Connection(asyncio.BufferedProtocol):
                     await conn._loop.create_connection(lambda: conn, host, port)
                 else:
                     conn._tls = True
+                    conn._client_cert = client_cert
                     await conn._loop.create_connection(
                         lambda: conn, host, port, ssl=ssl_context, server_hostname=server_hostname or host
                     )
@@ -222,8 +230,9 @@ class Connection(asyncio.BufferedProtocol):
 
     # -- requests -------------------------------------------------------------------------------
 
-    def _closed_error(self) -> ConnectionClosed:
-        err = ConnectionClosed(f"connection {self._close_reason}", self._addr)
+    def _closed_error(self) -> RemotingError:
+        cls = TLSError if self._cert_refused else ConnectionClosed
+        err = cls(f"connection {self._close_reason}", self._addr)
         err.__cause__ = self._close_cause
         return err
 
@@ -238,7 +247,9 @@ class Connection(asyncio.BufferedProtocol):
         """Send ``cmd`` and return its response; its ``opaque`` is assigned here.
 
         Raises :class:`RequestTimeout` after ``timeout`` seconds without an answer (a late answer is
-        dropped) and :class:`ConnectionClosed` when the connection is or becomes closed.
+        dropped) and :class:`ConnectionClosed` when the connection is or becomes closed
+        (:class:`TLSError` when a TLS server closed it before answering anything: see
+        :meth:`connection_lost`).
         """
         if self._close_reason is not None:
             raise self._closed_error()
@@ -458,20 +469,36 @@ class Connection(asyncio.BufferedProtocol):
         return False  # close our side too; connection_lost follows
 
     def connection_lost(self, exc: Exception | None) -> None:
+        """The peer or the transport closed the connection: fail what is pending.
+
+        Our first request (opaque 0) still unanswered means the server closed without answering
+        anything (no per-read bookkeeping is needed for this guess). Over TLS that is how a refused
+        client certificate shows under TLS 1.3: the client's handshake completes before the server has
+        checked our certificate, so the refusal comes after it, as a clean close or a reset on asyncio
+        and uvloop (the embedded server drops the connection without its alert) or as the alert's
+        ``SSLError`` (a server that sends it, as Netty does). Then the pending requests fail with
+        :class:`TLSError`, not retriable, instead of :class:`ConnectionClosed`.
+        """
         self._lost.set()
-        hint = ""
-        # our first request (opaque 0) still unanswered: the server closed without answering anything
-        # (no per-read bookkeeping needed for this guess)
-        if 0 in self._pending and not isinstance(exc, ssl.SSLError):
-            hint = (
-                " before any answer over TLS (did it refuse our client certificate? see TLSConfig.cert_file)"
-                if self._tls
-                else " before any answer (a server that requires TLS? see ClientConfig.tls)"
+        first_pending = 0 in self._pending
+        if self._tls and first_pending:
+            self._cert_refused = True
+            what = (
+                "the server refused our client certificate? see TLSConfig.cert_file / key_file and the "
+                "CA the server trusts"
+                if self._client_cert
+                else "does the server require a client certificate? see TLSConfig.cert_file"
             )
+            how = "closed by the peer" if exc is None else f"lost ({exc})"
+            self._shutdown(f"{how} right after the TLS handshake, before any answer: {what}", exc)
+            return
+        hint = ""
+        if first_pending:
+            hint = " before any answer (a server that requires TLS? see ClientConfig.tls)"
         if exc is None:
             self._shutdown(f"closed by the peer{hint}", None)
         elif isinstance(exc, ssl.SSLError):
-            self._shutdown(f"lost on a TLS error (did the server refuse our certificate?): {exc}", exc)
+            self._shutdown(f"lost on a TLS error: {exc}", exc)
         else:
             self._shutdown(f"lost: {exc}{hint}", exc)
 

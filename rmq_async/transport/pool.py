@@ -47,7 +47,8 @@ class ConnectionPool:
 
     ``handler`` answers the server-initiated requests of every connection; ``signer`` (ACL) completes
     every request and oneway of every connection right before it is encoded. With ``ssl_context``
-    every connection is TLS (``server_hostname``: the name to check instead of each address's host);
+    every connection is TLS (``server_hostname``: the name to check instead of each address's host;
+    ``client_cert``: the context presents a client certificate);
     a failed handshake (:class:`TLSError`) puts the address straight into the longest back-off, as
     retrying soon with the same certificates gets the same answer. ``clock`` (monotonic
     seconds) is only for tests of the back-off.
@@ -55,6 +56,7 @@ class ConnectionPool:
 
     __slots__ = (
         "_backoff",
+        "_client_cert",
         "_clock",
         "_close_timeout",
         "_closing",
@@ -87,11 +89,13 @@ class ConnectionPool:
         signer: Signer | None = None,
         ssl_context: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
+        client_cert: bool = False,
     ) -> None:
         self._handler = handler
         self._signer = signer
         self._ssl = ssl_context
         self._server_hostname = server_hostname
+        self._client_cert = client_cert
         self._connect_timeout = connect_timeout
         self._max_frame = max_frame
         self._max_timeouts = max_timeouts
@@ -213,6 +217,7 @@ class ConnectionPool:
                 signer=self._signer,
                 ssl_context=self._ssl,
                 server_hostname=self._server_hostname,
+                client_cert=self._client_cert,
             )
         except ConnectError as exc:
             bo = self._backoff.setdefault(addr, _Backoff())

@@ -38,6 +38,8 @@ from rmq_async import (
 from rmq_async.consumer.lite_pull import LitePullConsumer
 from rmq_async.embedded import ServerTLS
 from rmq_async.embedded.server import Server
+from rmq_async.protocol.codes import RequestCode
+from rmq_async.protocol.command import RemotingCommand
 from rmq_async.transport import Connection, ConnectionPool
 from rmq_async.transport.tls import client_ssl_context
 
@@ -289,6 +291,45 @@ def test_mutual_tls(run: Run, certs: Certs, names: tuple[str, str], timing: Timi
                     with anyio.fail_after(10):
                         await _send(cluster, topic, refused, timing)
                 assert "certificate" in str(info.value).lower()
+
+    run(main())
+
+
+def test_refused_client_certificate_is_a_tls_error(run: Run, certs: Certs, timing: Timing) -> None:
+    """TLS 1.3: our handshake completes before the server checks our certificate, so its refusal is a
+    close right after the handshake; the first request fails with TLSError (not ConnectionClosed)
+    naming the likely cause, on both loops."""
+
+    async def main() -> None:
+        tls = certs.server_tls("enforcing", client_auth="require")
+        async with EmbeddedCluster(timing=timing, tls=tls) as cluster:
+            route = RemotingCommand(code=RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": "T"})
+            cases = (
+                (certs.client_tls(cert_file=certs.wrong_client), True, "refused our client certificate?"),
+                (certs.client_tls(), False, "require a client certificate?"),
+            )
+            for cfg, has_cert, why in cases:
+                conn = await Connection.connect(
+                    cluster.namesrv_addr, ssl_context=client_ssl_context(cfg), client_cert=has_cert
+                )
+                with pytest.raises(TLSError, match=r"right after the TLS handshake") as info:
+                    with anyio.fail_after(10):
+                        await conn.request(route, 5.0)
+                assert why in str(info.value)
+                assert not info.value.retriable
+                with pytest.raises(TLSError):  # later requests on it say the same
+                    await conn.request(route, 5.0)
+                await conn.aclose()
+            good = certs.client_tls(cert_file=certs.client_cert, key_file=certs.client_key)
+            conn = await Connection.connect(
+                cluster.namesrv_addr, ssl_context=client_ssl_context(good), client_cert=True
+            )
+            await conn.request(route, 5.0)  # answered (whatever the code): accepted
+            await conn.aclose()
+            # through a client: the route lookup's failure carries the TLSError
+            with pytest.raises(MQClientError, match="refused our client certificate"):
+                with anyio.fail_after(10):
+                    await _send(cluster, "T", certs.client_tls(cert_file=certs.wrong_client), timing)
 
     run(main())
 
