@@ -19,7 +19,7 @@ import anyio
 
 from ..config import Timing
 from .acl import AclConfig
-from .cluster import ACL_ENV, EmbeddedCluster
+from .cluster import ACL_ENV, TLS_KEY_PASSWORD_ENV, EmbeddedCluster
 from .tls import ServerTLS, TLSMode
 
 __all__ = ["add_arguments", "run"]
@@ -76,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 #: the server key's password (never on the command line, where ``ps`` shows it)
-ENV_TLS_KEY_PASSWORD = "RMQ_EMBEDDED_TLS_KEY_PASSWORD"
+ENV_TLS_KEY_PASSWORD = TLS_KEY_PASSWORD_ENV
 
 
 def server_tls(args: argparse.Namespace) -> ServerTLS | None:

@@ -40,10 +40,12 @@ from .outbound import Outbound
 from .state import load_json, save_json
 from .tls import ServerTLS
 
-__all__ = ["ACL_ENV", "EmbeddedCluster", "RemoteBroker"]
+__all__ = ["ACL_ENV", "TLS_KEY_PASSWORD_ENV", "EmbeddedCluster", "RemoteBroker"]
 
 #: the child-process cluster reads its ACL accounts (the plain_acl.yml mapping, as JSON) from here
 ACL_ENV = "RMQ_EMBEDDED_ACL_JSON"
+#: ... and the server key's password (``ServerTLS.key_password``) from here: never on its command line
+TLS_KEY_PASSWORD_ENV = "RMQ_EMBEDDED_TLS_KEY_PASSWORD"
 
 log = logging.getLogger("rmq_async.embedded")
 
@@ -351,7 +353,7 @@ class EmbeddedCluster:
             args += ["--delay-levels", self.delay_levels]
         if not self.auto_create_topic:
             args.append("--no-auto-create-topic")
-        if self.tls is not None:  # the key password, if any, is not passed on (in-process only)
+        if self.tls is not None:  # the key password, if any, goes in the environment (_child_env)
             args += ["--tls-mode", self.tls.mode, "--tls-client-auth", self.tls.client_auth]
             for flag, value in (
                 ("--tls-cert", self.tls.cert_file),
@@ -362,11 +364,15 @@ class EmbeddedCluster:
                     args += [flag, value]
         return args
 
-    def _child_env(self) -> dict[str, str] | None:
-        """The child's environment: the ACL accounts go there, not on its (world-readable) command line."""
-        if self.acl is None:
-            return None
-        return {**os.environ, ACL_ENV: json.dumps(self.acl.to_mapping())}
+    def _child_env(self) -> dict[str, str]:
+        """The child's environment: ours, plus the ACL accounts and the server key's password, which go
+        there rather than on its (world-readable) command line; never ones of ours under those names."""
+        env = {k: v for k, v in os.environ.items() if k not in (ACL_ENV, TLS_KEY_PASSWORD_ENV)}
+        if self.acl is not None:
+            env[ACL_ENV] = json.dumps(self.acl.to_mapping())
+        if self.tls is not None and self.tls.key_password:
+            env[TLS_KEY_PASSWORD_ENV] = self.tls.key_password
+        return env
 
     async def _start_process(self) -> None:
         self._proc = proc = await asyncio.create_subprocess_exec(

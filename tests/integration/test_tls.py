@@ -10,20 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
 import ssl
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from cryptography.hazmat.primitives import serialization
 from support.integration import Collector, child_env
 from support.tls import KEY_PASSWORD, Certs, make_certs
 
 from rmq_async import (
     ClientConfig,
+    ClientError,
     ConnectError,
     ConsumeResult,
     EmbeddedCluster,
@@ -382,6 +387,58 @@ def test_cli_produce_and_consume_over_tls(certs: Certs) -> None:
     finally:
         emb.terminate()
         emb.communicate(timeout=10)  # waits, and closes its pipes
+
+
+def _proc_files(pid: int) -> tuple[bytes, bytes]:
+    """The command line and the environment of process ``pid``, as ``ps`` and root see them."""
+    return Path(f"/proc/{pid}/cmdline").read_bytes(), Path(f"/proc/{pid}/environ").read_bytes()
+
+
+def test_child_process_cluster_gets_the_key_password(
+    certs: Certs, names: tuple[str, str], timing: Timing, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``EmbeddedCluster(process=True)`` with an encrypted server key: the password reaches the child in
+    its environment (``RMQ_EMBEDDED_TLS_KEY_PASSWORD``), never on its command line or in a log line."""
+    pem = Path(certs.server).read_text()  # key + chain in one file: split, with the key encrypted
+    chain = "".join(
+        m.group(0)
+        for m in re.finditer(r"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----\n?", pem, re.S)
+    )
+    key = serialization.load_pem_private_key(pem.encode(), password=None)
+    password = "srv-" + KEY_PASSWORD
+    (tmp_path / "srv.pem").write_text(chain)
+    (tmp_path / "srv.key").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(password.encode()),
+        )
+    )
+
+    def server_tls(pw: str) -> ServerTLS:
+        return ServerTLS(
+            mode="enforcing",
+            cert_file=str(tmp_path / "srv.pem"),
+            key_file=str(tmp_path / "srv.key"),
+            key_password=pw,
+        )
+
+    async def main() -> None:
+        caplog.set_level(logging.DEBUG)
+        async with EmbeddedCluster(timing=timing, tls=server_tls(password), process=True) as cluster:
+            assert cluster._proc is not None
+            cmdline, environ = _proc_files(cluster._proc.pid)
+            assert b"--tls-key" in cmdline and password.encode() not in cmdline
+            assert f"RMQ_EMBEDDED_TLS_KEY_PASSWORD={password}".encode() in environ.split(b"\0")
+            await _send(cluster, names[0], certs.client_tls(), timing)
+        # a wrong password: the child cannot load its key and does not start
+        with pytest.raises(ClientError, match="did not start") as info:
+            async with EmbeddedCluster(timing=timing, tls=server_tls("wrong-" + password), process=True):
+                pass
+        assert password not in str(info.value)
+        assert not [r for r in caplog.records if password in r.getMessage()]
+
+    asyncio.run(main())
 
 
 def test_child_process_cluster_with_tls(certs: Certs, names: tuple[str, str], timing: Timing) -> None:
