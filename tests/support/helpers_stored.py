@@ -1,7 +1,7 @@
 """Test-only encoder of the stored-message format (what a pull body holds, back to back).
 
 Follows ``MessageDecoder.encode`` (apache/rocketmq 4.9.8) and the 5.x V2 magic (2-byte topic length).
-It is written independently of ``rmq_async.protocol.message`` so round-trip tests compare two
+It is written independently of ``rmq_async.protocol.stored`` so round-trip tests compare two
 implementations, and it can produce deliberately odd input (wrong store size, V1/V2 magic, IPv6
 hosts, compressed bodies, raw property strings with a trailing separator).
 """
