@@ -67,7 +67,8 @@ async def measure(batch_size: int, reps: int) -> dict[str, Any]:
         subscriptions=Subscriptions("%RETRY%g"),
     )
     # no client: nothing on this path sends (every handler call succeeds)
-    c.attach(cast(ClientInstance, None), cast(OffsetStore, _MemoryTable()))
+    store = _MemoryTable()
+    c.attach(cast(ClientInstance, None), cast(OffsetStore, store))
     svc = ConcurrentConsumeService(c, handler)
     svc._loop_time = asyncio.get_running_loop().time
     batches = pulled_batches()
@@ -76,6 +77,7 @@ async def measure(batch_size: int, reps: int) -> dict[str, Any]:
     pc = time.perf_counter
     for _ in range(reps):
         pq = ProcessQueue(MQ)
+        pq.offset = store.cell(MQ)  # as the queue table starts a queue
         w = _Slot()
         a = b = d = 0.0
         with anyio.CancelScope() as scope:

@@ -226,8 +226,9 @@ class ConcurrentConsumeService:
         c.stats.consumed(pq.mq.topic, len(ok), 0.0, ok=True)
         if not pq.dropped:
             offset = pq.remove(ok)
-            if offset >= 0:
-                c.offset_store.update(pq.mq, offset, increase_only=True)
+            committed = pq.offset
+            if offset > committed.value:  # only forward (-1: the queue was empty)
+                committed.value = offset
         ok.clear()
 
     async def _consume(self, w: _Slot) -> None:
@@ -436,8 +437,8 @@ class ConcurrentConsumeService:
                     log.warning("broadcasting: message %s failed and is dropped (as in Java)", m.msg_id)
         done = [m for m in batch if m not in keep] if keep else batch
         offset = pq.remove(done)
-        if offset >= 0 and not pq.dropped:
-            self.c.offset_store.update(pq.mq, offset, increase_only=True)
+        if not pq.dropped:
+            pq.offset.advance(offset)
         if keep:
             self.retry_locally(pq, keep)
 

@@ -4,6 +4,10 @@ Clustering: :class:`RemoteOffsetStore`, a local map updated after each consumpti
 queue's broker every ``persist_interval`` (oneway, like the Java client), at drop and at shutdown
 (synchronously, so a graceful shutdown really leaves the offsets on the broker).
 Broadcasting: :class:`LocalFileOffsetStore`, a JSON file written atomically (temp file + rename).
+
+Each queue's committed offset lives in an :class:`OffsetCell` the store hands out (:meth:`cell`) and
+keeps in its table for persisting; the queue table puts it on the queue's ProcessQueue
+(``pq.offset``), so the consume path commits through the cell, without a lookup by MessageQueue.
 """
 
 from __future__ import annotations
@@ -24,13 +28,38 @@ from ..protocol import fastjson
 from ..protocol import headers as H
 from ..protocol.mq import MessageQueue
 
-__all__ = ["LocalFileOffsetStore", "OffsetStore", "RemoteOffsetStore"]
+__all__ = ["LocalFileOffsetStore", "OffsetCell", "OffsetStore", "RemoteOffsetStore"]
 
 log = logging.getLogger("rmq_async.consumer")
 
 
+class OffsetCell:
+    """One queue's committed offset in memory (-1: none yet). Written by the consume path through
+    ``pq.offset``, read by the store when it persists."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: int = -1) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"OffsetCell({self.value})"
+
+    def advance(self, offset: int) -> None:
+        """``updateOffset(mq, offset, increaseOnly=true)``: only forward."""
+        if offset > self.value:
+            self.value = offset
+
+    def set(self, offset: int) -> None:
+        """``updateOffset(mq, offset, increaseOnly=false)``: any offset >= 0, backwards too."""
+        if offset >= 0:
+            self.value = offset
+
+
 class OffsetStore(Protocol):
     async def load(self) -> None: ...
+
+    def cell(self, mq: MessageQueue) -> OffsetCell: ...
 
     def update(self, mq: MessageQueue, offset: int, *, increase_only: bool) -> None: ...
 
@@ -51,23 +80,32 @@ class OffsetStore(Protocol):
 
 class _MemoryTable:
     def __init__(self) -> None:
-        self.table: dict[MessageQueue, int] = {}
+        #: the queues' cells (a cell at -1: no offset yet)
+        self.table: dict[MessageQueue, OffsetCell] = {}
+
+    def cell(self, mq: MessageQueue) -> OffsetCell:
+        """The cell of ``mq`` (made on first use, kept until :meth:`remove`)."""
+        cell = self.table.get(mq)
+        if cell is None:
+            cell = self.table[mq] = OffsetCell()
+        return cell
 
     def update(self, mq: MessageQueue, offset: int, *, increase_only: bool) -> None:
         if offset < 0:
             return
-        old = self.table.get(mq)
-        if old is None or not increase_only or offset > old:
-            self.table[mq] = offset
+        cell = self.cell(mq)
+        if not increase_only or offset > cell.value:
+            cell.value = offset
 
     def read_memory(self, mq: MessageQueue) -> int:
-        return self.table.get(mq, -1)
+        cell = self.table.get(mq)
+        return cell.value if cell is not None else -1
 
     def remove(self, mq: MessageQueue) -> None:
         self.table.pop(mq, None)
 
     def snapshot(self) -> dict[MessageQueue, int]:
-        return dict(self.table)
+        return {mq: cell.value for mq, cell in self.table.items() if cell.value >= 0}
 
 
 class RemoteOffsetStore(_MemoryTable):
@@ -100,8 +138,8 @@ class RemoteOffsetStore(_MemoryTable):
         return await self.client.api.query_consumer_offset(addr, h, self.client.timing.request_timeout)
 
     async def persist(self, mq: MessageQueue, *, sync: bool = False) -> None:
-        off = self.table.get(mq)
-        if off is None:
+        off = self.read_memory(mq)
+        if off < 0:
             return
         # the master, or a slave while the master is down (``updateConsumeOffsetToBroker``)
         addr = await self.client.master_or_any_addr(mq.broker_name, mq.topic)
@@ -171,23 +209,25 @@ class LocalFileOffsetStore(_MemoryTable):
             if not text.strip():
                 continue
             try:
-                self.table.update(_parse_offsets(text))
+                for mq, off in _parse_offsets(text).items():
+                    self.cell(mq).value = off
             except (ValueError, KeyError, TypeError, ProtocolError) as exc:
                 log.error("ignoring unreadable offset file %s: %s", path, exc)
             return
 
     async def read_store(self, mq: MessageQueue) -> int | None:
-        return self.table.get(mq)
+        off = self.read_memory(mq)
+        return off if off >= 0 else None
 
     async def query_store(self, mq: MessageQueue) -> int | None:
-        return self.table.get(mq)
+        return await self.read_store(mq)
 
     async def persist(self, mq: MessageQueue, *, sync: bool = False) -> None:
         await self.persist_all([mq], sync=sync)
 
     async def persist_all(self, mqs: Iterable[MessageQueue], *, sync: bool = False) -> None:
         # Java's format, so a Java member with the same client id (ip@DEFAULT) reads it too
-        payload = fastjson.dumps({"offsetTable": dict(sorted(self.table.items()))})
+        payload = fastjson.dumps({"offsetTable": dict(sorted(self.snapshot().items()))})
         try:
             await anyio.to_thread.run_sync(self._write, payload)
         except OSError as exc:  # as Java's persistAll: logged, consumption goes on

@@ -197,14 +197,14 @@ class OrderlyConsumeService:
         if stored is None or stored < 0:
             return
         async with pq.consume_lock:
-            local = c.offset_store.read_memory(pq.mq)
+            local = pq.offset.value
             if stored <= max(local, pq.committable_offset() if pq.count else -1) or stored == pq.next_offset:
                 return
             # another member consumed past what we hold: forget the cache and start from its offset
             log.info("%s: the broker's offset %d is ahead of ours: pulling from there", pq.mq, stored)
             pq.clear()
             pq.next_offset = stored
-            c.offset_store.update(pq.mq, stored, increase_only=False)
+            pq.offset.set(stored)
 
     async def _renew_loop(self) -> None:
         while True:
@@ -466,7 +466,6 @@ class OrderlyConsumeService:
         self, pq: ProcessQueue, batch: list[MessageExt], result: OrderlyResult, ctx: OrderlyContext
     ) -> float | None:
         """``processConsumeResult``; returns the suspend delay when the queue must wait."""
-        c = self.c
         commit = -1
         delay: float | None = None
         if ctx.auto_commit:
@@ -491,8 +490,8 @@ class OrderlyConsumeService:
             if retry:
                 pq.put_back(retry)
                 delay = self._suspend_time(ctx)
-        if commit >= 0 and not pq.dropped:
-            c.offset_store.update(pq.mq, commit, increase_only=False)
+        if not pq.dropped:
+            pq.offset.set(commit)  # -1 (nothing was consuming): left alone
         return delay
 
     def _suspend_time(self, ctx: OrderlyContext) -> float:

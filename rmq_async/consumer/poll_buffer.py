@@ -32,7 +32,7 @@ class PollBuffer:
         self.max_queue_bytes = max_queue_bytes
         self.max_total = max_total
         self.auto_commit = auto_commit
-        self.store: OffsetStore | None = None  # set when the consumer starts (drops commit to it)
+        self.store: OffsetStore | None = None  # set when the consumer starts
         self._ready: deque[ProcessQueue] = deque()
         self._total = 0
         self._changed = anyio.Event()  # data arrived, room freed, resume, close
@@ -133,8 +133,8 @@ class PollBuffer:
     async def drop(self, pq: ProcessQueue, wait: float) -> bool:
         pq.drop()
         self.discard(pq)
-        if self.auto_commit and self.store is not None:
-            self.store.update(pq.mq, self.state(pq).consume_offset, increase_only=False)
+        if self.auto_commit:
+            pq.offset.set(self.state(pq).consume_offset)
         return True
 
     async def unlock_dropped(self, pq: ProcessQueue, idle: bool) -> None:

@@ -28,6 +28,7 @@ from sortedcontainers import SortedDict
 
 from ..protocol.mq import MessageQueue
 from ..protocol.stored import MessageExt, PulledMessages
+from .offset_store import OffsetCell
 from .types import OrderlyResult
 
 __all__ = ["OrderlyState", "Pending", "PollState", "ProcessQueue"]
@@ -121,6 +122,7 @@ class ProcessQueue:
         "mq",
         "msg_bytes",
         "next_offset",
+        "offset",
         "orderly",
         "poll",
         "queue_offset_max",
@@ -145,6 +147,9 @@ class ProcessQueue:
         self.msg_bytes = 0  # body bytes of the runs and the consuming batch
         self.queue_offset_max = -1
         self.next_offset = -1
+        #: the committed offset: the offset store's cell of this queue (set by the queue table when
+        #: the queue starts; a fresh cell belongs to no store)
+        self.offset = OffsetCell()
         #: the broker's max offset at the last pull (for lag)
         self.max_offset = -1
         self.dropped = False

@@ -150,7 +150,7 @@ class PullLoop:
         mq = pq.mq
         client = c.client
         timing = c.timing
-        store = c.offset_store
+        committed = pq.offset  # the committed offset's cell (set before the loop starts)
         subscriptions = c.subscriptions
         sink = self.sink
         gate = sink.before_pull if sink.gates_pulls else None
@@ -204,7 +204,7 @@ class PullLoop:
                 if addr is None:
                     await anyio.sleep(timing.pull_error_delay)
                     continue
-            commit_offset = store.read_memory(mq) if commit else -1
+            commit_offset = committed.value if commit else -1
             header.queue_offset = pq.next_offset
             # a slave must not take the commit (PullAPIWrapper clears the flag for one): 5.x slaves
             # would store it until the master's next sync
@@ -273,7 +273,7 @@ class PullLoop:
             elif res.status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
                 pq.next_offset = res.next_begin_offset
                 if s.correct_tags_offset and pq.count == 0:  # correctTagsOffset
-                    store.update(mq, res.next_begin_offset, increase_only=True)
+                    committed.advance(res.next_begin_offset)
             else:  # OFFSET_ILLEGAL
                 log.warning(
                     "pull of %s at %d: offset illegal (%s), moving to %d",

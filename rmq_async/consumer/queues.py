@@ -75,7 +75,9 @@ class QueueTable:
         return ProcessQueue(mq, max_count=max_count, max_bytes=max_mib << 20, max_span=span)
 
     def start(self, pq: ProcessQueue) -> None:
-        """Own ``pq`` (its ``next_offset`` set) and start pulling it."""
+        """Own ``pq`` (its ``next_offset`` set) and start pulling it; its committed offset is the
+        offset store's cell of the queue from now on."""
+        pq.offset = self.ctx.offset_store.cell(pq.mq)
         self.pqs[pq.mq] = pq
         if self.on_start is not None:
             self.on_start(pq)

@@ -13,12 +13,28 @@ import anyio
 from rmq_async.client.instance import ClientInstance
 from rmq_async.config import ClientConfig, ConsumerConfig, Timing
 from rmq_async.consumer.context import ConsumerContext, Subscriptions
-from rmq_async.consumer.offset_store import OffsetStore, _MemoryTable
+from rmq_async.consumer.offset_store import OffsetCell, OffsetStore, _MemoryTable
+from rmq_async.consumer.process_queue import ProcessQueue
 from rmq_async.producer.producer import Producer
 from rmq_async.protocol.message import Message
 from rmq_async.protocol.mq import MessageQueue
 
-__all__ = ["MemoryStore", "RecordingStore", "StubApi", "StubClient", "StubProducer", "make_context"]
+__all__ = [
+    "MemoryStore",
+    "RecordingStore",
+    "StubApi",
+    "StubClient",
+    "StubProducer",
+    "make_context",
+    "owned",
+]
+
+
+def owned(ctx: ConsumerContext, pq: ProcessQueue) -> ProcessQueue:
+    """``pq`` with its committed offset in the context's offset store, as the queue table starts a
+    queue (``QueueTable.start``)."""
+    pq.offset = ctx.offset_store.cell(pq.mq)
+    return pq
 
 
 class MemoryStore(_MemoryTable):
@@ -41,6 +57,25 @@ class MemoryStore(_MemoryTable):
         return None
 
 
+class RecordingCell(OffsetCell):
+    """A committed offset that tells its store about every write."""
+
+    __slots__ = ("_store", "_value")
+
+    def __init__(self, store: RecordingStore) -> None:  # no super().__init__: that would be a write
+        self._store = store
+        self._value = -1
+
+    @property
+    def value(self) -> int:
+        return self._value
+
+    @value.setter
+    def value(self, offset: int) -> None:
+        self._store.record(offset)
+        self._value = offset
+
+
 class RecordingStore(MemoryStore):
     """The in-memory offset table; records every commit with how many handler calls preceded it."""
 
@@ -50,10 +85,15 @@ class RecordingStore(MemoryStore):
         self.commits: list[tuple[int, int]] = []  # (offset, handler calls made before it)
         self.committed = anyio.Event()
 
-    def update(self, mq: MessageQueue, offset: int, *, increase_only: bool) -> None:
+    def cell(self, mq: MessageQueue) -> OffsetCell:
+        cell = self.table.get(mq)
+        if cell is None:
+            cell = self.table[mq] = RecordingCell(self)
+        return cell
+
+    def record(self, offset: int) -> None:
         self.commits.append((offset, len(self.calls_before)))
         self.committed.set()
-        super().update(mq, offset, increase_only=increase_only)
 
 
 class StubApi:

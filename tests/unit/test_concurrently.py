@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
-from support.consumer_context import StubApi, StubProducer, make_context
+from support.consumer_context import StubApi, StubProducer, make_context, owned
 
 from rmq_async.consumer.concurrently import ConcurrentConsumeService, _Slot
 from rmq_async.consumer.context import ConsumerContext
@@ -45,7 +45,7 @@ async def _run(
     if box is not None:
         box.append(svc)  # for handlers that call the service
     msgs = _msgs(count)
-    pq = pq or ProcessQueue(MQ)
+    pq = owned(c, pq or ProcessQueue(MQ))
     pq.put(msgs)
     w = _Slot()
     w.pq, w.msgs, w.i = pq, msgs, 0
@@ -195,7 +195,7 @@ async def test_a_failure_returned_just_as_its_deadline_fired_is_settled_once_and
     svc = ConcurrentConsumeService(c, handler)
     svc.set_timeout(0.1)
     msgs = _msgs(8)
-    pq = ProcessQueue(MQ)
+    pq = owned(c, ProcessQueue(MQ))
     pq.put(msgs)
     svc.submit(pq, msgs)
     svc.close()

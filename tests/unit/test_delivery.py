@@ -7,7 +7,7 @@ from __future__ import annotations
 import anyio
 import anyio.abc
 import pytest
-from support.consumer_context import StubApi, make_context
+from support.consumer_context import StubApi, make_context, owned
 
 from rmq_async.consumer.concurrently import ConcurrentConsumeService
 from rmq_async.consumer.context import ConsumerContext
@@ -30,7 +30,7 @@ def _consumer(tg: anyio.abc.TaskGroup, sent_back: list[int]) -> ConsumerContext:
 
 async def _one_delivery(c: ConsumerContext) -> tuple[DeliveryStream, ProcessQueue, Delivery]:
     stream = ConcurrentConsumeService(c, None).open_deliveries()
-    pq = ProcessQueue(MQ)
+    pq = owned(c, ProcessQueue(MQ))
     msgs = [MessageExt("T", b"x", queue_offset=7, commit_log_offset=7)]
     pq.put(msgs)
     stream.submit(pq, msgs)

@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 import pytest
+from support.consumer_context import owned
 from support.orderly_stub import OrderlyRig, stub_consumer
 
 from rmq_async import OrderlyContext, OrderlyResult
@@ -31,7 +32,7 @@ MQ = MessageQueue("T", "b", 0)
 
 async def _start_queue(c: OrderlyRig, svc: OrderlyConsumeService, count: int = 1) -> ProcessQueue:
     """Lock a new queue (as a rebalance does), then hand it pulled messages (as the pull loop does)."""
-    pq = ProcessQueue(MQ)
+    pq = owned(c.ctx, ProcessQueue(MQ))
     c.pqs[MQ] = pq
     assert await svc.lock_new(pq)
     msgs = [MessageExt("T", b"x", queue_offset=100 + k) for k in range(count)]
@@ -152,7 +153,7 @@ async def test_orderly_handler_is_not_cancelled_by_the_consume_timeout() -> None
     svc = c.service(handler)
     async with anyio.create_task_group() as tg:
         await svc.run(tg)
-        pq = ProcessQueue(MQ)
+        pq = owned(c.ctx, ProcessQueue(MQ))
         c.pqs[MQ] = pq
         assert await svc.lock_new(pq)
         msgs = [MessageExt("T", b"x", queue_offset=100)]

@@ -86,6 +86,7 @@ async def test_discard_and_drop() -> None:
     store = MemoryStore()
     buf.store = store
     a = _queue(buf, MQS[0], 5)
+    a.offset = store.cell(MQS[0])  # as the queue table starts a queue
     buf.submit(a, _batch(5, 3))
     buf.discard(a)
     assert buf.state(a).count == 0 and buf._total == 0

@@ -10,7 +10,7 @@ from typing import cast
 
 import anyio
 import pytest
-from support.consumer_context import MemoryStore, make_context
+from support.consumer_context import MemoryStore, make_context, owned
 
 from rmq_async.client.api import PullResult, PullStatus
 from rmq_async.client.instance import ClientInstance
@@ -110,7 +110,7 @@ async def _run(
     sink = _Sink()
     loop = PullLoop(ctx, table, sink, settings)
     table.attach(sink, loop.run)
-    pq = ProcessQueue(MQ)
+    pq = owned(ctx, ProcessQueue(MQ))  # as table.start() makes it, without starting a loop
     pq.next_offset = 0
     table.pqs[MQ] = pq
 
