@@ -1,29 +1,43 @@
-"""Spark source vs lite pull consumer on the same data: what Spark costs.
+"""The ``rocketmq`` Spark source next to its ceiling and to lite pull, in one Spark session (#22).
 
-Strategy: the embedded cluster runs in a child process (``EmbeddedCluster(process=True)``, default
-``Timing()``), driven through a blocking portal. One topic of ``--queues`` queues is preloaded with
-``--messages`` messages of ``--size`` bytes (batches of 32, 16 in flight). Then:
+Strategy: one topic holds N messages of ``--size`` bytes (preloaded into the embedded cluster, run in
+a child process, or already on the cluster given by ``--namesrv``). In one Spark session
+(``--master``, default ``local[2]``) and on the same rows, each round measures:
 
-* lite pull: a ``LitePullConsumer`` assigned every queue from the first offset (pull batch 32),
-  polling until all N messages are seen; rows/s from assign to the last message;
-* spark: a streaming query (``local[2]``) with ``Trigger.AvailableNow`` reading the topic from
-  ``earliest`` into the ``noop`` sink; rows/s over the query's wall time (start to termination,
-  planning included) and the session start time apart.
+* ``memory``: a trivial Python data source with the source's schema that yields Arrow record batches
+  built once in memory (same body size, the property map of a real message of the topic, same
+  number of input partitions): the ceiling of any Python data source on this machine;
+* ``rocketmq``: the source, earliest to latest;
 
-``--write`` replaces the "## Lite pull and Spark" section of benchmarks/RESULTS.md.
+each as a batch read (``spark.read ... .write.format("noop")``) and as a streaming query with
+``Trigger.AvailableNow`` into the ``noop`` sink; and ``lite pull``: a ``LitePullConsumer`` (in the
+driver process, no Spark) assigned every queue, polling until N messages are seen.
 
-    python benchmarks/bench_spark.py [--messages 1000000] [--size 1024] [--queues 8] [--write]
+Rows/s are N over the wall time of the query (planning included; session start left out); ratios are
+to the ceiling of the same mode and to lite pull. Every reader also logs (time, rows) per Arrow batch
+it yields, so ``--plot`` draws rows/s over the whole run (0.25 s bins). ``--json`` keeps the figures;
+``--before OLD.json`` adds an earlier run (e.g. of the previous commit) to the table and the plot;
+``--write`` replaces the "Spark source at Spark speed (#22)" section of benchmarks/RESULTS.md.
+``--source-opt k=v`` passes extra options to the source (e.g. ``minPartitions=8``).
+
+    python benchmarks/bench_spark.py [--messages 200000] [--size 1024] [--queues 8] [--rounds 2]
+        [--namesrv HOST:PORT --topic T [--preload]] [--master local[2]] [--json F] [--plot F] [--write]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import re
+import statistics
 import sys
+import tempfile
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import anyio
 from anyio.from_thread import start_blocking_portal
@@ -31,142 +45,496 @@ from anyio.from_thread import start_blocking_portal
 from rmq_async import EmbeddedCluster, Message, Producer, Timing
 from rmq_async.consumer.lite_pull import LitePullConsumer
 
-TOPIC = "BenchSpark"
 RESULTS = Path(__file__).with_name("RESULTS.md")
-SECTION = "## Lite pull and Spark"
+SECTION = "## Spark source at Spark speed (#22)"
+PROGRESS_ENV = "RMQ_BENCH_PROGRESS"  # file the Python workers append "time rows" lines to
+BATCH_ROWS = 4096
+
+# -- the progress log (driver and Python workers share the machine and its clock) ------------------
 
 
-async def preload(namesrv: str, n: int, size: int, batch: int = 32, inflight: int = 16) -> float:
+def _log_rows(batches: Iterator[Any]) -> Iterator[Any]:
+    path = os.environ.get(PROGRESS_ENV)
+    if not path:
+        yield from batches
+        return
+    with open(path, "a", encoding="ascii", buffering=1) as f:
+        for b in batches:
+            f.write(f"{time.time():.4f} {b.num_rows}\n")
+            yield b
+
+
+# -- the ceiling: an in-memory Python data source with the same schema -------------------------------
+
+try:
+    from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    from rmq_async.spark import SCHEMA, RocketMQDataSource
+    from rmq_async.spark.source import RocketMQBatchReader, RocketMQStreamReader
+except ImportError as exc:  # pragma: no cover
+    raise SystemExit(f"bench_spark needs the spark extra: {exc}") from None
+
+
+def _memory_batches(opts: dict[str, str], lo: int, hi: int) -> Iterator[Any]:
+    """Rows [lo, hi) as Arrow batches cut from one template built in memory."""
+    import pyarrow as pa
+
+    size = int(opts["size"])
+    props = json.loads(opts["props"])
+    n = min(BATCH_ROWS, max(hi - lo, 1))
+    ts = int(time.time() * 1_000_000)
+    cols = [
+        pa.array([opts["topic"]] * n, pa.string()),
+        pa.array(["broker-a"] * n, pa.string()),
+        pa.array([0] * n, pa.int32()),
+        pa.array(range(n), pa.int64()),
+        pa.array([f"{i:032X}" for i in range(n)], pa.string()),
+        pa.array([props.get("KEYS")] * n, pa.string()),
+        pa.array([props.get("TAGS")] * n, pa.string()),
+        pa.array([b"x" * size] * n, pa.binary()),
+        pa.array([ts] * n, pa.timestamp("us", tz="UTC")),
+        pa.array([ts] * n, pa.timestamp("us", tz="UTC")),
+        pa.array([list(props.items())] * n, pa.map_(pa.string(), pa.string())),
+        pa.array([0] * n, pa.int32()),
+    ]
+    template = pa.RecordBatch.from_arrays(cols, schema=_memory_schema())
+    pos = lo
+    while pos < hi:
+        k = min(n, hi - pos)
+        yield template if k == n else template.slice(0, k)
+        pos += k
+
+
+def _memory_schema() -> Any:
+    """The source's Arrow schema, written out here so the ceiling's workers never import rmq_async."""
+    import pyarrow as pa
+
+    ts = pa.timestamp("us", tz="UTC")
+    return pa.schema(
+        [
+            ("topic", pa.string()), ("broker_name", pa.string()), ("queue_id", pa.int32()),
+            ("queue_offset", pa.int64()), ("msg_id", pa.string()), ("keys", pa.string()),
+            ("tags", pa.string()), ("body", pa.binary()), ("born_timestamp", ts), ("store_timestamp", ts),
+            ("properties", pa.map_(pa.string(), pa.string())), ("reconsume_times", pa.int32()),
+        ]
+    )  # fmt: skip
+
+
+def _splits(lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
+    step = -(-(hi - lo) // parts) if hi > lo else 1
+    return [(s, min(s + step, hi)) for s in range(lo, hi, step)]
+
+
+class MemoryBatchReader(DataSourceReader):
+    def __init__(self, opts: dict[str, str]) -> None:
+        self.opts = opts
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [InputPartition(r) for r in _splits(0, int(self.opts["rows"]), int(self.opts["partitions"]))]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        lo, hi = partition.value
+        yield from _log_rows(_memory_batches(self.opts, lo, hi))
+
+
+class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, opts: dict[str, str]) -> None:
+        self.opts = opts
+
+    def initialOffset(self) -> dict[str, Any]:
+        return {"n": 0}
+
+    def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
+        return {"n": int(self.opts["rows"])}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        return None
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        return [InputPartition(r) for r in _splits(start["n"], end["n"], int(self.opts["partitions"]))]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        lo, hi = partition.value
+        yield from _log_rows(_memory_batches(self.opts, lo, hi))
+
+
+class MemorySource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "rmq_bench_memory"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: Any) -> MemoryBatchReader:
+        return MemoryBatchReader(dict(self.options))
+
+    def streamReader(self, schema: Any) -> MemoryStreamReader:
+        return MemoryStreamReader(dict(self.options))
+
+
+# -- the source, with its batches logged ---------------------------------------------------------------
+
+
+class TimedBatchReader(RocketMQBatchReader):
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        yield from _log_rows(super().read(partition))
+
+
+class TimedStreamReader(RocketMQStreamReader):
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        yield from _log_rows(super().read(partition))
+
+
+class TimedSource(RocketMQDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "rocketmq_timed"
+
+    def reader(self, schema: Any) -> Any:
+        r = super().reader(schema)
+        r.__class__ = TimedBatchReader
+        return r
+
+    def streamReader(self, schema: Any) -> Any:
+        r = super().streamReader(schema)
+        r.__class__ = TimedStreamReader
+        return r
+
+
+# -- the cluster side ----------------------------------------------------------------------------------
+
+
+async def preload(namesrv: str, topic: str, n: int, size: int, batch: int = 32, inflight: int = 16) -> float:
     body = b"x" * size
     async with Producer("bench_spark_producer", namesrv_addr=namesrv) as p:
-        await p.send(Message(TOPIC, body))
+        await p.send(Message(topic, body))
         left = n - 1
         it = iter([batch] * (left // batch) + ([left % batch] if left % batch else []))
         t0 = time.perf_counter()
 
         async def sender() -> None:
             for k in it:
-                await p.send_batch([Message(TOPIC, body) for _ in range(k)])
+                await p.send_batch([Message(topic, body) for _ in range(k)])
 
         async with anyio.create_task_group() as tg:
             for _ in range(inflight):
                 tg.start_soon(sender)
-        return (n - 1) / (time.perf_counter() - t0)
+        return (n - 1) / max(time.perf_counter() - t0, 1e-9)
 
 
-async def lite_pull(namesrv: str, n: int) -> float:
+async def backlog(namesrv: str, topic: str) -> tuple[int, int]:
+    """(messages between min and max offsets over all queues, number of queues)."""
+    from rmq_async.spark.bridge import Session
+    from rmq_async.spark.options import parse_options
+
+    async with Session(parse_options({"namesrv": namesrv, "topic": topic}, streaming=False)) as s:
+        keys = await s.queues()
+        bounds = await s.bounds(keys)
+    return sum(hi - lo for lo, hi in bounds.values()), len(keys)
+
+
+async def lite_pull(namesrv: str, topic: str, n: int, log: list[tuple[float, int]]) -> float:
     async with LitePullConsumer(
         f"bench_lite_{time.monotonic_ns()}", namesrv_addr=namesrv, auto_commit=False,
         consume_from_where="CONSUME_FROM_FIRST_OFFSET", pull_batch_size=32,
     ) as c:  # fmt: skip
-        mqs = await c.fetch_queues(TOPIC)
+        mqs = await c.fetch_queues(topic)
         t0 = time.perf_counter()
         await c.assign(mqs)
         seen = 0
         while seen < n:
-            seen += len(await c.poll(5.0, max_messages=4096))
+            k = len(await c.poll(5.0, max_messages=BATCH_ROWS))
+            if k == 0:
+                raise SystemExit(f"lite pull: nothing for 5 s after {seen} of {n} messages")
+            seen += k
+            log.append((time.time(), k))
         return n / (time.perf_counter() - t0)
 
 
-def spark_run(namesrv: str, n: int) -> tuple[float, float, float]:
-    """(rows/s over the query, query seconds, session start seconds)."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+# -- the Spark side ------------------------------------------------------------------------------------
 
-    from rmq_async.spark import RocketMQDataSource
 
-    t0 = time.perf_counter()
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("rmq_async bench_spark")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(RocketMQDataSource)
-    started = time.perf_counter() - t0
-    try:
-        import tempfile
+class Runner:
+    def __init__(self, spark: Any, namesrv: str, topic: str, n: int, progress: Path, extra: dict[str, str]):
+        self.spark, self.namesrv, self.topic, self.n = spark, namesrv, topic, n
+        self.progress = progress
+        self.extra = extra
+        self.memory_opts: dict[str, str] = {}
 
+    def source_reader(self, stream: bool) -> Any:
+        r = (self.spark.readStream if stream else self.spark.read).format("rocketmq_timed")
+        r = r.option("namesrv", self.namesrv).option("topic", self.topic)
+        r = r.option("startingOffsets", "earliest")
+        for k, v in self.extra.items():
+            r = r.option(k, v)
+        return r
+
+    def memory_reader(self, stream: bool) -> Any:
+        r = (self.spark.readStream if stream else self.spark.read).format("rmq_bench_memory")
+        for k, v in self.memory_opts.items():
+            r = r.option(k, v)
+        return r
+
+    def sample(self, queues: int, size: int) -> None:
+        """The ceiling's options: a real message's property map, the body size, the partition count."""
+        row = self.source_reader(False).load().limit(1).collect()[0]
+        props = dict(row.properties or {})
+        parts = self.source_reader(False).load().rdd.getNumPartitions()
+        self.memory_opts = {
+            "rows": str(self.n), "partitions": str(max(parts, 2)), "size": str(len(row.body) or size),
+            "topic": self.topic, "props": json.dumps(props),
+        }  # fmt: skip
+        self.memory_reader(False).load().limit(1).collect()  # warm the workers up, as sample() did
+        print(f"rows: {self.n}; source partitions: {parts}; sample properties: {sorted(props)}", flush=True)
+
+    def batch(self, reader: Any) -> tuple[float, float]:
+        t0 = time.time()
+        reader.load().write.format("noop").mode("overwrite").save()
+        return t0, time.time()
+
+    def available_now(self, reader: Any) -> tuple[float, float]:
         with tempfile.TemporaryDirectory() as ckpt:
-            t1 = time.perf_counter()
+            t0 = time.time()
             q = (
-                spark.readStream.format("rocketmq")
-                .option("namesrv", namesrv)
-                .option("topic", TOPIC)
-                .option("startingOffsets", "earliest")
-                .load()
+                reader.load()
                 .writeStream.format("noop")
                 .option("checkpointLocation", ckpt)
                 .trigger(availableNow=True)
                 .start()
             )
             q.awaitTermination()
-            secs = time.perf_counter() - t1
+            t1 = time.time()
+            if q.exception() is not None:
+                raise SystemExit(f"query failed: {q.exception()}")
             rows = sum(p["numInputRows"] for p in q.recentProgress)
-            if rows != n:
-                raise SystemExit(f"spark read {rows} rows, expected {n}")
-    finally:
-        spark.stop()
-    return n / secs, secs, started
+            if rows != self.n:
+                raise SystemExit(f"availableNow read {rows} rows, expected {self.n}")
+            return t0, t1
+
+    def logged_rows(self, t0: float, t1: float) -> int:
+        total = 0
+        for line in self.progress.read_text().splitlines():
+            t, k = line.split()
+            if t0 <= float(t) <= t1 + 1.0:
+                total += int(k)
+        return total
+
+
+def start_spark(master: str, progress: Path) -> tuple[Any, float]:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ[PROGRESS_ENV] = str(progress)
+    from pyspark.sql import SparkSession
+
+    t0 = time.perf_counter()
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("rmq_async bench_spark")
+        .config("spark.ui.enabled", "false")
+        .config("spark.executorEnv." + PROGRESS_ENV, str(progress))
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(TimedSource)
+    spark.dataSource.register(MemorySource)
+    return spark, time.perf_counter() - t0
+
+
+# -- figures -------------------------------------------------------------------------------------------
+
+
+def binned(events: list[tuple[float, int]], t0: float, t1: float, width: float = 0.25) -> list[list[float]]:
+    """[[time since t0 (bin centre), rows/s]] for events in [t0, t1]."""
+    nbins = max(1, int((t1 - t0) / width) + 1)
+    rows = [0] * nbins
+    for t, k in events:
+        if t0 <= t <= t1:
+            rows[min(int((t - t0) / width), nbins - 1)] += k
+    return [[round(i * width + width / 2, 3), r / width] for i, r in enumerate(rows)]
+
+
+def table(runs: dict[str, list[float]], before: dict[str, Any] | None) -> str:
+    """Markdown: median and best rows/s per reader, ratios to the ceiling and to lite pull."""
+
+    def med(name: str, src: dict[str, list[float]]) -> float:
+        return statistics.median(src[name]) if src.get(name) else 0.0
+
+    lite = med("lite pull", runs)
+    lines = [
+        "| reader | mode | rows/s (median) | best | ratio to ceiling | ratio to lite pull |"
+        + (" before (median) | before ratio to ceiling |" if before else ""),
+        "|---|---|---:|---:|---:|---:|" + ("---:|---:|" if before else ""),
+    ]
+    for mode in ("batch", "availableNow"):
+        ceiling = med(f"memory {mode}", runs)
+        for who in ("memory", "rocketmq"):
+            name = f"{who} {mode}"
+            m = med(name, runs)
+            label = "in-memory ceiling" if who == "memory" else "`rocketmq` source"
+            row = (
+                f"| {label} | {mode} | {m:,.0f} | {max(runs.get(name) or [0]):,.0f} | "
+                f"{m / ceiling if ceiling else 0:.2f} | {m / lite if lite else 0:.2f} |"
+            )
+            if before:
+                b = med(name, before["runs"])
+                bc = med(f"memory {mode}", before["runs"])
+                row += f" {b:,.0f} | {b / bc if bc else 0:.2f} |"
+            lines.append(row)
+    best = max(runs.get("lite pull") or [0])
+    row = f"| `LitePullConsumer` alone | - | {lite:,.0f} | {best:,.0f} | - | 1.00 |"
+    if before:
+        row += f" {med('lite pull', before['runs']):,.0f} | - |"
+    lines.append(row)
+    return "\n".join(lines)
+
+
+def plot(path: Path, series: list[dict[str, Any]], before: dict[str, Any] | None, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("after" if before else "this run", series)]
+    if before:
+        panels.append(("before", before["series"]))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 3.6 * len(panels)), squeeze=False)
+    colors = {"memory": "tab:gray", "rocketmq": "tab:blue", "lite": "tab:green"}
+    for ax, (label, ser) in zip(axes[:, 0], panels, strict=True):
+        seen: set[str] = set()
+        for s in ser:
+            kind = s["name"].split()[0]
+            pts = s["points"]
+            name = {"memory": "in-memory ceiling", "rocketmq": "rocketmq source", "lite": "lite pull"}[kind]
+            ax.plot([p[0] + s["offset"] for p in pts], [p[1] for p in pts], color=colors[kind],
+                    label=None if name in seen else name, linewidth=1)  # fmt: skip
+            seen.add(name)
+            ax.text(s["offset"], max((p[1] for p in pts), default=0), s["name"].split(" r")[0],
+                    fontsize=7, rotation=30)  # fmt: skip
+        ax.set_title(f"{title} ({label})", fontsize=9)
+        ax.set_xlabel("seconds into the run (each query's wall time, back to back)")
+        ax.set_ylabel("rows/s (0.25 s bins)")
+        ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}")
 
 
 def write_section(text: str) -> None:
     old = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else "# Benchmark results\n"
     pat = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    new = pat.sub(text, old) if pat.search(old) else old.rstrip("\n") + "\n\n" + text
+    new = pat.sub(lambda _: text, old) if pat.search(old) else old.rstrip("\n") + "\n\n" + text
     RESULTS.write_text(new, encoding="utf-8")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description="Spark source vs lite pull consumer")
-    ap.add_argument("--messages", type=int, default=1_000_000)
-    ap.add_argument("--size", type=int, default=1024)
-    ap.add_argument("--queues", type=int, default=8)
-    ap.add_argument("--write", action="store_true")
-    args = ap.parse_args()
-    n = args.messages
-    with start_blocking_portal() as portal:
-        cluster = EmbeddedCluster(brokers=1, queues=args.queues, timing=Timing(), process=True)
-        with portal.wrap_async_context_manager(cluster):
-            portal.call(cluster.create_topic, TOPIC, args.queues)
-            t0 = time.perf_counter()
-            produce_rate = portal.call(preload, cluster.namesrv_addr, n, args.size)
-            print(f"preload: {n} x {args.size} B at {produce_rate:,.0f} msgs/s", flush=True)
-            lite = portal.call(lite_pull, cluster.namesrv_addr, n)
-            print(f"lite pull: {lite:,.0f} rows/s", flush=True)
-            spark_rate, spark_secs, start_secs = spark_run(cluster.namesrv_addr, n)
-            print(f"spark: {spark_rate:,.0f} rows/s ({spark_secs:.1f} s; session start {start_secs:.1f} s)")
-            wall = time.perf_counter() - t0
+# -- main ----------------------------------------------------------------------------------------------
+
+
+def measure(args: argparse.Namespace, namesrv: str, portal: Any) -> dict[str, Any]:
+    topic = args.topic
+    if args.preload:
+        rate = portal.call(preload, namesrv, topic, args.messages, args.size)
+        print(f"preload: {args.messages} x {args.size} B at {rate:,.0f} msgs/s", flush=True)
+    n, queues = portal.call(backlog, namesrv, topic)
+    if n == 0:
+        raise SystemExit(f"topic {topic} is empty")
+    extra = dict(kv.split("=", 1) for kv in args.source_opt)
+    work = Path(tempfile.mkdtemp(prefix="bench_spark_"))
+    progress = work / "progress.log"
+    progress.touch()
+    spark, started = start_spark(args.master, progress)
+    where = Path(sys.modules["rmq_async"].__file__ or "").parent
+    print(f"session start {started:.1f} s; rmq_async from {where}", flush=True)
+    runs: dict[str, list[float]] = {}
+    series: list[dict[str, Any]] = []
+    offset = 0.0
+    try:
+        r = Runner(spark, namesrv, topic, n, progress, extra)
+        r.sample(queues, args.size)
+        for rnd in range(1, args.rounds + 1):
+            plan: list[tuple[str, Any]] = [
+                ("memory batch", lambda: r.batch(r.memory_reader(False))),
+                ("rocketmq batch", lambda: r.batch(r.source_reader(False))),
+                ("memory availableNow", lambda: r.available_now(r.memory_reader(True))),
+                ("rocketmq availableNow", lambda: r.available_now(r.source_reader(True))),
+            ]
+            for name, run in plan:
+                t0, t1 = run()
+                logged = r.logged_rows(t0, t1)
+                if logged != n:
+                    raise SystemExit(f"{name}: the readers yielded {logged} rows, expected {n}")
+                rate = n / (t1 - t0)
+                runs.setdefault(name, []).append(rate)
+                lines = (ln.split() for ln in progress.read_text().splitlines())
+                events = [(float(t), int(k)) for t, k in lines]
+                series.append({"name": f"{name} r{rnd}", "offset": offset, "points": binned(events, t0, t1)})
+                offset += t1 - t0 + 0.5
+                print(f"round {rnd} {name}: {rate:,.0f} rows/s ({t1 - t0:.2f} s)", flush=True)
+            log: list[tuple[float, int]] = []
+            t0 = time.time()
+            lite = portal.call(lite_pull, namesrv, topic, n, log)
+            t1 = time.time()
+            runs.setdefault("lite pull", []).append(lite)
+            series.append({"name": f"lite pull r{rnd}", "offset": offset, "points": binned(log, t0, t1)})
+            offset += t1 - t0 + 0.5
+            print(f"round {rnd} lite pull: {lite:,.0f} rows/s ({t1 - t0:.2f} s)", flush=True)
+    finally:
+        spark.stop()
     import pyspark
 
-    mib = n * args.size / 2**20
-    text = f"""{SECTION}
+    return {
+        "rows": n, "size": args.size, "queues": queues, "master": args.master, "rounds": args.rounds,
+        "source_opts": extra, "session_start_s": started, "runs": runs, "series": series,
+        "python": platform.python_version(), "pyspark": pyspark.__version__, "cpus": os.cpu_count(),
+        "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
+        "namesrv": args.namesrv or "embedded (child process)",
+    }  # fmt: skip
 
-`python benchmarks/bench_spark.py --messages {n} --write` (wall time {wall:.0f} s). Broker:
-`EmbeddedCluster(brokers=1, queues={args.queues}, process=True)`, default `Timing()`;
-{n:,} messages of {args.size} B ({mib:,.0f} MiB of bodies) over {args.queues} queues,
-preloaded at {produce_rate:,.0f} msgs/s.
-One run each; Python {platform.python_version()}, pyspark {pyspark.__version__}, {os.cpu_count()} CPUs,
-a shared machine, so expect noise.
 
-| reader | rows/s | ratio to lite pull |
-|---|---:|---:|
-| `LitePullConsumer` (assign all queues, pull batch 32, poll up to 4096) | {lite:,.0f} | 1.00 |
-| Spark streaming, `local[2]`, availableNow, `noop` sink ({spark_secs:.1f} s) \
-| {spark_rate:,.0f} | {spark_rate / lite:.2f} |
-
-The Spark figure includes planning (min/max offsets per queue) and Arrow conversion in the Python
-workers; the session start ({start_secs:.1f} s) is left out. Executors read their ranges with plain
-pulls (no long polling), one input partition per queue.
-"""
-    if n < 1_000_000:
-        text += (
-            f"\nMeasured with N = {n:,} to keep the run short here; the full run is "
-            "`python benchmarks/bench_spark.py --messages 1000000 --write`.\n"
-        )
-    print(text)
+def main() -> None:
+    ap = argparse.ArgumentParser(description="rocketmq Spark source vs in-memory ceiling vs lite pull")
+    ap.add_argument("--messages", type=int, default=200_000)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--queues", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--namesrv", help="a running cluster's name server (default: an embedded cluster)")
+    ap.add_argument("--topic", default="BenchSpark")
+    ap.add_argument("--preload", action="store_true", help="with --namesrv: produce --messages first")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--source-opt", action="append", default=[], metavar="K=V")
+    ap.add_argument("--json", type=Path, help="write the figures (and the plot's series) here")
+    ap.add_argument("--before", type=Path, help="figures of an earlier run (its --json) to compare")
+    ap.add_argument("--plot", type=Path, help="PNG of rows/s over the run")
+    ap.add_argument("--write", action="store_true", help="replace the section in benchmarks/RESULTS.md")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    with start_blocking_portal() as portal:
+        if args.namesrv:
+            res = measure(args, args.namesrv, portal)
+        else:
+            args.preload = True
+            cluster = EmbeddedCluster(brokers=1, queues=args.queues, timing=Timing(), process=True)
+            with portal.wrap_async_context_manager(cluster):
+                portal.call(cluster.create_topic, args.topic, args.queues)
+                res = measure(args, cluster.namesrv_addr, portal)
+    res["wall_s"] = time.perf_counter() - t0
+    before = json.loads(args.before.read_text()) if args.before else None
+    if args.json:
+        args.json.write_text(json.dumps(res))
+    tab = table(res["runs"], before)
+    print(tab)
+    if args.plot:
+        plot(args.plot, res["series"], before, f"{res['rows']:,} x {res['size']} B, {res['master']}")
     if args.write:
+        text = f"""{SECTION}
+
+`python {" ".join(sys.argv)}` (wall time {res["wall_s"]:.0f} s): {res["rows"]:,} messages of {res["size"]} B
+on {res["queues"]} queues ({res["namesrv"]}); Spark `{res["master"]}`, `noop` sink, {res["rounds"]} rounds
+(median and best); Python {res["python"]}, pyspark {res["pyspark"]}, {res["machine"]}, shared.
+
+{tab}
+"""
         write_section(text)
 
 
