@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cli_auth import credentials_from_args, export_credentials
-from ..config import Credentials
+from ..config import ENV_TLS, ENV_TLS_CA_FILE, Credentials, TLSConfig
 from .cluster import ChildCluster, create_topic, preload
 from .machine import machine_info
 from .report import format_table, paired_ratio, plot, profile_text, summarize
@@ -87,6 +87,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the embedded cluster enforces ACL (an admin account made for the run) and every client "
         "signs its requests: the cost of ACL (with --namesrv: use --access-key/--secret-key instead)",
+    )
+    g = parser.add_argument_group(
+        "TLS of the embedded cluster",
+        "Without --namesrv, any client TLS option (--tls, --tls-ca, --tls-insecure, ...) runs the embedded "
+        "cluster with TLS too, so every client connection is TLS: the cost of TLS (as --acl is for ACL). "
+        "Its certificate is generated for 127.0.0.1 with trustme (a test dependency: pip install trustme) "
+        "and trusted by the clients unless --tls-ca or --tls-insecure says otherwise; without trustme, "
+        "give --tls-server-cert/--tls-server-key (and --tls-ca for the clients, or --tls-insecure).",
+    )
+    g.add_argument(
+        "--tls-mode",
+        choices=("permissive", "enforcing"),
+        default="enforcing",
+        help="the embedded cluster's TLS mode (default enforcing: plain connections are closed)",
+    )
+    g.add_argument("--tls-server-cert", metavar="FILE", help="the embedded cluster's certificate chain (PEM)")
+    g.add_argument(
+        "--tls-server-key",
+        metavar="FILE",
+        help="its private key (PEM; unless in the chain file); password: $RMQ_EMBEDDED_TLS_KEY_PASSWORD",
     )
 
 
@@ -168,6 +188,43 @@ def _bench_acl(tmp: Path) -> tuple[Credentials, str]:
     return creds, str(path)
 
 
+def _tls_wanted(args: argparse.Namespace) -> bool:
+    """True when the clients will use TLS: a client TLS option was given (the options
+    ``cli_tls.add_tls_arguments`` adds) or the environment turns TLS on (``RMQ_TLS=1``)."""
+    names = ("tls", "tls_insecure", "tls_ca", "tls_cert", "tls_key", "tls_server_hostname")
+    if any(getattr(args, n, None) for n in names):
+        return True
+    try:
+        return TLSConfig.from_env() is not None
+    except ValueError:  # a bad combination: the clients will say so
+        return True
+
+
+def _bench_tls(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """The embedded cluster's TLS for ``bench --tls``: ``ChildCluster`` keyword arguments. A generated
+    certificate (trustme) is trusted by this process's and the workers' clients through ``RMQ_TLS_CA_FILE``
+    unless ``--tls-ca`` / ``--tls-insecure`` were given."""
+    cert, key = args.tls_server_cert, args.tls_server_key
+    if cert is None:
+        if key is not None:
+            raise SystemExit("rmq-async bench: --tls-server-key needs --tls-server-cert")
+        try:
+            import trustme
+        except ImportError:
+            raise SystemExit(
+                "rmq-async bench --tls: generating the embedded cluster's certificate needs trustme "
+                "(pip install trustme); or give --tls-server-cert/--tls-server-key and --tls-ca"
+            ) from None
+        ca = trustme.CA()
+        cert = str(tmp / "server.pem")
+        ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(cert)
+        if not (getattr(args, "tls_ca", None) or getattr(args, "tls_insecure", False)):
+            ca.cert_pem.write_to_path(str(tmp / "ca.pem"))
+            os.environ.update({ENV_TLS: "1", ENV_TLS_CA_FILE: str(tmp / "ca.pem")})
+    os.environ[ENV_TLS] = "1"  # the harness's own clients (topic, preload) and the workers
+    return {"tls_mode": args.tls_mode, "tls_cert": cert, "tls_key": key}
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the scenarios in ``args``; returns the exit code (1 if a run failed)."""
     scenarios = _scenarios(args.scenario)
@@ -188,13 +245,22 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit("rmq-async bench: --acl is for the embedded cluster; with --namesrv pass keys")
         creds, acl_file = _bench_acl(Path(acl_dir.name))
     export_credentials(creds)  # the workers (child processes) sign with them too
-    cluster = None if args.namesrv else ChildCluster(queues=args.queues, acl_file=acl_file)
+    tls_server = args.tls_server_cert or args.tls_server_key
+    if args.namesrv and tls_server:
+        raise SystemExit("rmq-async bench: --tls-server-cert/--tls-server-key are for the embedded cluster")
+    tls_dir = None
+    tls_env = {k: os.environ.get(k) for k in (ENV_TLS, ENV_TLS_CA_FILE)}  # restored at the end
+    if not args.namesrv and (tls_server or _tls_wanted(args)):
+        tls_dir = tempfile.TemporaryDirectory()
+    tls_kw = _bench_tls(args, Path(tls_dir.name)) if tls_dir is not None else {}
+    cluster = None if args.namesrv else ChildCluster(queues=args.queues, acl_file=acl_file, **tls_kw)
     results: dict[tuple[str, str], list[dict[str, Any]]] = {}
     summaries: list[dict[str, Any]] = []
     profile = None
     try:
         namesrv = args.namesrv or cluster.start()  # type: ignore[union-attr]
-        _log(f"cluster: {namesrv}" + (" (embedded, child process)" if cluster else ""))
+        tls_note = f", TLS {args.tls_mode}" if tls_dir is not None else ""
+        _log(f"cluster: {namesrv}" + (f" (embedded, child process{tls_note})" if cluster else ""))
         topic = f"Bench_{os.getpid()}_{int(time.time())}"
         base = {
             "namesrv": namesrv,
@@ -209,6 +275,7 @@ def run(args: argparse.Namespace) -> int:
             "stall_s": args.stall_s,
             "timeout": max(60.0, args.messages / 1000),
             "acl": creds is not None,  # never the keys: params go on the workers' command lines
+            "tls": tls_dir is not None or _tls_wanted(args),
         }
         preload_rate = None
         if _PRELOADED & set(scenarios) or args.profile:
@@ -240,6 +307,13 @@ def run(args: argparse.Namespace) -> int:
             cluster.stop()
         if acl_dir is not None:
             acl_dir.cleanup()
+        if tls_dir is not None:
+            tls_dir.cleanup()
+            for k, v in tls_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
     # scenario by scenario, then loop, whatever order the runs took
     results = {(sc, lp): results[sc, lp] for sc in scenarios for lp in loops if (sc, lp) in results}
     for (sc, lp), runs in results.items():

@@ -35,10 +35,23 @@ class ChildCluster:
     """An embedded cluster in a child process; a (sync) context manager with ``namesrv_addr``."""
 
     def __init__(
-        self, *, brokers: int = 1, queues: int = 8, timing: str = "default", acl_file: str | None = None
+        self,
+        *,
+        brokers: int = 1,
+        queues: int = 8,
+        timing: str = "default",
+        acl_file: str | None = None,
+        tls_mode: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
     ) -> None:
         self.brokers = brokers
         self.acl_file = acl_file  # a plain_acl.yml: the brokers enforce ACL
+        # TLS (``permissive`` or ``enforcing``) with this server certificate chain (and key: its password,
+        # if any, reaches the child through the inherited RMQ_EMBEDDED_TLS_KEY_PASSWORD, never argv)
+        self.tls_mode = tls_mode
+        self.tls_cert = tls_cert
+        self.tls_key = tls_key
         self.queues = queues
         self.timing = timing
         self.namesrv_addr = ""
@@ -59,6 +72,9 @@ class ChildCluster:
             self.timing,
             "--exit-on-stdin-eof",
             *(["--acl-file", self.acl_file] if self.acl_file else []),
+            *(["--tls-mode", self.tls_mode] if self.tls_mode else []),
+            *(["--tls-cert", self.tls_cert] if self.tls_cert else []),
+            *(["--tls-key", self.tls_key] if self.tls_key else []),
         ]
 
     def start(self) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -225,6 +226,37 @@ def test_tiny_run_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert doc["machine"]["cores"] >= 1 and doc["machine"]["packages"]["anyio"]
     assert doc["runs"]["push/asyncio"][0]["messages"] >= 400
     assert "push" in (tmp_path / "table.txt").read_text()
+
+
+def test_tiny_run_over_tls(tmp_path: Path) -> None:
+    """``rmq-async bench --tls`` without --namesrv: the embedded cluster enforces TLS with a generated
+    certificate the clients trust, and the runs complete."""
+    argv = ["bench", "push", "--tls", "--messages", "400", "--queues", "2", "--runs", "1",
+            "--loop", "asyncio", "--out", str(tmp_path), "--no-plots"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RMQ_TLS")}
+    cmd = [sys.executable, "-m", "rmq_async.cli", *argv]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "TLS enforcing" in out.stderr
+    doc = json.loads((tmp_path / "result.json").read_text())
+    assert doc["runs"]["push/asyncio"][0]["messages"] >= 400
+
+
+def test_bench_tls_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("RMQ_TLS", "RMQ_TLS_CA_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    args = parse("--tls-server-cert", "srv.pem", "--tls-server-key", "srv.key", "--tls-mode", "permissive")
+    assert cli._bench_tls(args, tmp_path) == {
+        "tls_mode": "permissive",
+        "tls_cert": "srv.pem",
+        "tls_key": "srv.key",
+    }
+    assert os.environ["RMQ_TLS"] == "1" and "RMQ_TLS_CA_FILE" not in os.environ  # the user's CA: --tls-ca
+    kw = cli._bench_tls(parse(), tmp_path)  # generated: the clients trust its CA
+    assert kw["tls_mode"] == "enforcing" and Path(kw["tls_cert"]).is_file()
+    assert Path(os.environ["RMQ_TLS_CA_FILE"]).is_file()
+    with pytest.raises(SystemExit, match="for the embedded cluster"):
+        cli.run(parse("--namesrv", "127.0.0.1:1", "--tls-server-cert", "srv.pem", "--out", str(tmp_path)))
 
 
 def test_worker_reports_a_failure_as_json() -> None:
