@@ -9,8 +9,9 @@ or ``RMQ_WRITE_RELIABILITY_REPORT=1``, see ``report.py``).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.reliability)
+
+
+def _uvloop_loop() -> asyncio.AbstractEventLoop:
+    import uvloop
+
+    return uvloop.new_event_loop()
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """The scenarios that also run over TLS (those taking ``transport``) run on asyncio and on uvloop
+    (pytest-asyncio parametrizes them by these loop factories: ids ``asyncio`` / ``uvloop``); the
+    others on asyncio only, as before."""
+    if "transport" in getattr(item, "fixturenames", ()):
+        return {"asyncio": asyncio.new_event_loop, "uvloop": _uvloop_loop}
+    return {"asyncio": asyncio.new_event_loop}
 
 
 @pytest.fixture
