@@ -573,6 +573,21 @@ class ProducerConfig(ConfigModel):
     retries: int = Field(2, ge=0, description="retryTimesWhenSendFailed")
     max_message_size: int = Field(4 * 1024 * 1024, gt=0, le=4 * 1024 * 1024)
     compress_threshold: int = Field(4 * 1024, ge=0, description="compressMsgBodyOverHowmuch")
-    compress_level: int = Field(5, ge=1, le=9)
+    #: ``compressLevel``: zlib 1-9, ZSTD 1-22 (LZ4 ignores it, as in Java)
+    compress_level: int = Field(5, ge=1, le=22)
+    #: ``compressType`` (5.x): ZLIB, LZ4 or ZSTD. A 4.x cluster (its name server's routes lack 5.x's
+    #: ``enableActingMaster``) gets zlib whatever is set here: 4.x consumers read only zlib reliably
+    compress_type: Literal["ZLIB", "LZ4", "ZSTD"] = "ZLIB"
     default_topic_queue_nums: int = Field(4, ge=1, description="queues of a topic the broker auto-creates")
     create_topic_key: str = Field("TBW102", min_length=1)
+
+    @field_validator("compress_type", mode="before")
+    @classmethod
+    def _compress_type_name(cls, v: Any) -> Any:
+        return v.strip().upper() if isinstance(v, str) else v  # CompressionType.of: any case
+
+    @model_validator(mode="after")
+    def _check_compress_level(self) -> Self:
+        if self.compress_type == "ZLIB" and self.compress_level > 9:
+            raise ValueError(f"compress_level {self.compress_level} is above zlib's 9")
+        return self

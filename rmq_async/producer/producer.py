@@ -1,6 +1,7 @@
 """Producer (Java ``DefaultMQProducer``): route lookup with the TBW102 fallback, queue selection that
-avoids the broker that just failed, retries within the send timeout, the 4 MiB size limit and zlib
-compression of bodies over 4 KiB.
+avoids the broker that just failed, retries within the send timeout, the 4 MiB size limit and the
+compression of bodies of 4 KiB or more (``compressType`` ZLIB, LZ4 or ZSTD as 5.x has it; zlib on a
+4.x cluster, whose consumers may read nothing else).
 
 The tests, the benchmarks, the CLI and the consumer's send-back fallback all send through it.
 """
@@ -23,9 +24,9 @@ from ..config import ClientConfig, ProducerConfig
 from ..errors import AuthError, BrokerError, ClientError, MQClientError, RemotingError, TopicNotExist
 from ..protocol import headers as H
 from ..protocol.bodies import TopicRouteData
-from ..protocol.codes import MessageSysFlag, Perm, Prop, ResponseCode
+from ..protocol.codes import Perm, Prop, ResponseCode
 from ..protocol.filter import java_string_hash
-from ..protocol.message import Message, compress_body, encode_batch_body
+from ..protocol.message import CompressionType, Message, compress_body, compression_flag, encode_batch_body
 from ..protocol.mq import MessageQueue
 from ..protocol.msgid import new_uniq_id
 from ..protocol.properties import encode_properties
@@ -254,7 +255,20 @@ class Producer:
             bname=mq.broker_name,
         )
 
-    def _prepare(self, msg: Message) -> tuple[bytes, dict[str, str], int, str]:
+    def compress_type_for(self, info: TopicPublishInfo) -> CompressionType:
+        """The compression type of a send with ``info``'s route: the configured one, but zlib when the
+        route comes from a 4.x name server (no ``enableActingMaster`` in its broker data): 4.x Java
+        sets no compression type but zlib, and consumers before 4.9.x read only zlib."""
+        wanted = self.config.compress_type
+        if wanted == "ZLIB" or not info.route.broker_datas:
+            return wanted
+        if any(bd.enable_acting_master is None for bd in info.route.broker_datas):
+            return "ZLIB"
+        return wanted
+
+    def _prepare(
+        self, msg: Message, compress_type: CompressionType = "ZLIB"
+    ) -> tuple[bytes, dict[str, str], int, str]:
         props = dict(msg.properties)
         uniq = props.get(Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         if not uniq:
@@ -262,9 +276,9 @@ class Producer:
             props[Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
         body = msg.body
         sys_flag = 0
-        if len(body) > self.config.compress_threshold:
-            body = compress_body(body, self.config.compress_level)
-            sys_flag |= MessageSysFlag.COMPRESSED_FLAG | MessageSysFlag.COMPRESSION_ZLIB_TYPE
+        if len(body) >= self.config.compress_threshold:  # tryToCompressMessage: ">="
+            body = compress_body(body, self.config.compress_level, compress_type)
+            sys_flag |= compression_flag(compress_type)
         return body, props, sys_flag, uniq
 
     async def send(
@@ -284,10 +298,10 @@ class Producer:
         """
         self._check(msg)
         timeout = timeout or self.config.send_timeout
-        body, props, sys_flag, uniq = self._prepare(msg)
         deadline = time.monotonic() + timeout
         topic = self._ns(msg.topic)
         info = await self.publish_info(topic)
+        body, props, sys_flag, uniq = self._prepare(msg, self.compress_type_for(info))
         if queue is not None or selector is not None:
             mq = queue if queue is not None else selector(list(info.queues), msg, arg)  # type: ignore[misc]
             res = await self._send_to(mq, self._header(msg, mq, props, sys_flag), body, deadline, uniq)
@@ -354,8 +368,8 @@ class Producer:
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
         """Send without waiting for an answer (no retries, as in Java)."""
         self._check(msg)
-        body, props, sys_flag, uniq = self._prepare(msg)
         info = await self.publish_info(self._ns(msg.topic))
+        body, props, sys_flag, uniq = self._prepare(msg, self.compress_type_for(info))
         mq = queue or info.select(next(self._counter), None)
         deadline = time.monotonic() + self.config.send_timeout
         await self._send_to(mq, self._header(msg, mq, props, sys_flag), body, deadline, uniq, oneway=True)

@@ -14,15 +14,30 @@ Host strings and the offset message id are computed on access. Malformed input r
 :class:`ProtocolError` naming the offset; lengths are checked before use, so nothing reads past a
 message or hangs.
 
+One bad message does not fail its batch (issue #19). Once a message's framing is checked (store
+size, magic, lengths that add up), what can still go wrong is its own: a compressed body that does not
+decompress (zlib, LZ4 frame or ZSTD frame, the three ``CompressionType`` values of the sys flag's bits
+8-10), an unknown compression type, a topic or properties string that is not UTF-8. Such a message
+becomes an :class:`Undecodable` record (its offsets, topic, queue, ids where readable and the reason)
+in :attr:`PulledMessages.undecodable`, and decoding goes on with the next one, so a consumer delivers
+the rest and can move the bad one to its DLQ by commit-log offset. Inconsistent framing still fails
+the whole body: nothing after it can be trusted. The ``try`` wraps only the decompression (and the
+UTF-8 decodes, through the outer loop), so the decode of plain messages costs what it did.
+
 Sans-IO: no asyncio, sockets or clocks here.
 """
 
 from __future__ import annotations
 
 import struct
+import threading
 import zlib
-from collections.abc import Mapping
-from typing import Any, Generic, TypeVar, overload
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar, overload
+
+import lz4.frame  # type: ignore[import-untyped]
+import zstandard
 
 from ..errors import ProtocolError
 from .codes import MessageSysFlag, Prop
@@ -35,7 +50,19 @@ from .properties import (
     properties_well_formed,
 )
 
-__all__ = ["MAGIC_CODE_V1", "MAGIC_CODE_V2", "MessageExt", "PulledMessages", "decode_messages"]
+__all__ = [
+    "MAGIC_CODE_V1",
+    "MAGIC_CODE_V2",
+    "UNDECODABLE_POLICIES",
+    "MessageExt",
+    "PulledMessages",
+    "Undecodable",
+    "UndecodableMessageError",
+    "UndecodablePolicy",
+    "decode_messages",
+    "decompress_body",
+    "undecodable_at",
+]
 
 MAGIC_CODE_V1 = -626843481  # 1-byte topic length
 MAGIC_CODE_V2 = -626843477  # 2-byte topic length (5.x, topics over 127 bytes)
@@ -49,6 +76,7 @@ _LEAD4 = struct.Struct(">ii12xq8xi44xi")
 _HEAD = struct.Struct(">iiiiiqqiq")  # up to BORNTIMESTAMP, when a host is IPv6
 _HOST4, _HOST6 = struct.Struct(">Ii"), struct.Struct(">16si")
 _I64 = struct.Struct(">q")
+_I32_AT = struct.Struct(">i")
 _TAIL = struct.Struct(">iqi")  # RECONSUMETIMES PREPAREDOFFSET BODYLEN
 _V6_FLAGS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
 _MIN_STORED = _FIXED4.size + 1 + 2  # empty body, 1-byte topic length, properties length
@@ -268,15 +296,162 @@ def _unpack_v6(buf: bytes, pos: int, end: int) -> tuple[tuple[Any, ...], int]:
     return (*head, born_ip, born_port, store_ts, store_ip, store_port, *tail), fixed
 
 
-def _decompress(body: bytes, sys_flag: int, pos: int) -> bytes:
+# -- compressed bodies -------------------------------------------------------------------------
+
+_ZSTD = threading.local()  # one ZstdDecompressor per thread (its context is not thread-safe; a new
+# one costs ~8 us, more than decompressing a 4 KiB body)
+
+
+def _unlz4(body: bytes) -> bytes:
+    """LZ4 frame format (lz4-java ``LZ4FrameInputStream``, which ``Lz4Compressor`` reads): one frame or
+    more back to back; anything after the last frame that is not a frame is an error."""
+    out: list[bytes] = []
+    view = memoryview(body)
+    while view:
+        data: bytes
+        used: int
+        data, used = lz4.frame.decompress(view, return_bytes_read=True)
+        out.append(data)
+        view = view[used:]
+    return out[0] if len(out) == 1 else b"".join(out)
+
+
+def _unzstd(body: bytes) -> bytes:
+    """ZSTD standard frames (zstd-jni ``ZstdInputStream``, which ``ZstdCompressor`` reads), with or
+    without the content size (a streaming compressor leaves it out), one or more back to back."""
+    dctx = getattr(_ZSTD, "dctx", None)
+    if dctx is None:
+        dctx = _ZSTD.dctx = zstandard.ZstdDecompressor()
+    out: list[bytes] = []
+    data = body
+    while True:
+        obj = dctx.decompressobj()
+        out.append(obj.decompress(data))
+        if not obj.eof:
+            raise ValueError("the frame is truncated")
+        data = obj.unused_data
+        if not data:
+            break
+    return out[0] if len(out) == 1 else b"".join(out)
+
+
+# CompressionType.findByValue: 0 (older clients, before the type bits) and 3 are zlib, 1 LZ4, 2 ZSTD
+_DECOMPRESSORS: dict[int, tuple[str, Callable[[bytes], bytes]]] = {
+    0: ("zlib", zlib.decompress),
+    1: ("LZ4", _unlz4),
+    2: ("ZSTD", _unzstd),
+    3: ("zlib", zlib.decompress),
+}
+
+
+def decompress_body(body: bytes, sys_flag: int) -> bytes:
+    """The body of a stored message whose sys flag has COMPRESSED set, decompressed by the type in
+    its bits 8-10 (``MessageSysFlag.getCompressionType``). Raises :class:`ProtocolError` saying why
+    for an unknown type or bytes that do not decompress."""
     kind = (sys_flag & MessageSysFlag.COMPRESSION_TYPE_COMPARATOR) >> 8
-    if kind not in (0, 3):  # CompressionType.findByValue: 0 (older clients) and 3 are zlib
-        name = {1: "LZ4", 2: "ZSTD"}.get(kind, f"unknown type {kind}")
-        raise _bad(pos, f"body is compressed with {name}, which is not supported (zlib only)")
+    entry = _DECOMPRESSORS.get(kind)
+    if entry is None:
+        raise ProtocolError(f"unknown compression type {kind} (sys flag {sys_flag:#x})")
+    name, fn = entry
     try:
-        return zlib.decompress(body)
-    except zlib.error as exc:
-        raise _bad(pos, f"compressed body does not inflate: {exc}") from None
+        return fn(body)
+    except (zlib.error, RuntimeError, ValueError, zstandard.ZstdError, MemoryError) as exc:
+        # lz4 raises RuntimeError, zstandard ZstdError (or our ValueError for a cut frame)
+        raise ProtocolError(f"{name} body does not decompress: {exc}") from None
+
+
+# -- messages that cannot be decoded ----------------------------------------------------------
+
+#: what a lite pull consumer (and the Spark source) does with an undecodable message
+UndecodablePolicy = Literal["fail", "skip"]
+UNDECODABLE_POLICIES: tuple[UndecodablePolicy, ...] = ("fail", "skip")
+
+
+@dataclass(frozen=True, slots=True)
+class Undecodable:
+    """A stored message whose framing was sound but which could not be decoded (a body that does not
+    decompress, an unknown compression type, text that is not UTF-8). ``topic`` and ``msg_id`` (the
+    UNIQ_KEY) are None when unreadable; ``offset_msg_id`` (store host + commit-log offset) always
+    names it, and ``commit_log_offset`` is what CONSUMER_SEND_MSG_BACK needs to move it."""
+
+    topic: str | None
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int
+    store_size: int
+    sys_flag: int
+    reconsume_times: int
+    offset_msg_id: str
+    msg_id: str | None
+    reason: str
+    broker_name: str = ""
+
+    def describe(self) -> str:
+        """One line for a log or an error: topic, queue, offset, ids, reason."""
+        where = f"{self.topic or '<unreadable topic>'}@{self.broker_name or '?'}:{self.queue_id}"
+        ids = f"msg id {self.msg_id}, " if self.msg_id else ""
+        return (
+            f"undecodable message at {where} offset {self.queue_offset} ({ids}offset msg id "
+            f"{self.offset_msg_id}, commit-log offset {self.commit_log_offset}): {self.reason}"
+        )
+
+
+class UndecodableMessageError(ProtocolError):
+    """A message could not be decoded and the policy is ``"fail"`` (lite pull, the Spark source):
+    the error names its queue and offset; ``record`` holds the details."""
+
+    def __init__(self, record: Undecodable) -> None:
+        super().__init__(record.describe())
+        self.record = record
+
+
+def undecodable_at(body: bytes, pos: int, reason: str, *, broker_name: str = "") -> Undecodable:
+    """The record of the stored message at byte ``pos`` of a pull body whose framing was checked
+    (for a decoder of its own, such as the Spark source's): the fixed part is read again, the topic
+    and UNIQ_KEY where they are valid UTF-8."""
+    (sys_flag,) = _I32_AT.unpack_from(body, pos + 36)
+    if sys_flag & _V6_FLAGS:
+        f, fixed = _unpack_v6(body, pos, len(body))
+    else:
+        f, fixed = _FIXED4.unpack_from(body, pos), 88
+    q = pos + fixed + f[_BODY_LEN]
+    if f[_MAGIC] == MAGIC_CODE_V1:
+        p = q + 1 + body[q]
+        topic_bytes = body[q + 1 : p]
+    else:
+        p = q + 2 + ((body[q] << 8) | body[q + 1])
+        topic_bytes = body[q + 2 : p]
+    props_len = (body[p] << 8) | body[p + 1]
+    return _record(f, topic_bytes, body[p + 2 : p + 2 + props_len], reason, broker_name)
+
+
+def _record(f: tuple[Any, ...], topic_bytes: bytes, props: bytes, reason: str, broker: str) -> Undecodable:
+    topic: str | None
+    try:
+        topic = topic_bytes.decode()
+    except UnicodeDecodeError:
+        topic = None
+    msg_id: str | None
+    try:
+        msg_id = lookup_property(props.decode(), Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+    except UnicodeDecodeError:
+        msg_id = None
+    offset_msg_id = (
+        f"{_ip_hex(f[_STORE_IP])}{f[_STORE_PORT] & 0xFFFFFFFF:08X}{f[_PHYS] & 0xFFFFFFFFFFFFFFFF:016X}"
+    )
+    return Undecodable(
+        topic=topic,
+        queue_id=f[_QID],
+        queue_offset=f[_QOFF],
+        commit_log_offset=f[_PHYS],
+        store_size=f[_SIZE],
+        sys_flag=f[_SYSFLAG],
+        reconsume_times=f[_RECONSUME],
+        offset_msg_id=offset_msg_id,
+        msg_id=msg_id or None,
+        reason=reason,
+        broker_name=broker,
+    )
 
 
 class PulledMessages(list[MessageExt]):
@@ -287,12 +462,14 @@ class PulledMessages(list[MessageExt]):
     merging path). Both describe the list as decoded: a copy or slice is a plain list, and code that
     changes the list in place must not rely on them."""
 
-    __slots__ = ("ascending", "nbytes")
+    __slots__ = ("ascending", "nbytes", "undecodable")
 
     def __init__(self) -> None:
         super().__init__()
         self.nbytes = 0
         self.ascending = True
+        #: the messages of the body that could not be decoded, in body order (not in the list)
+        self.undecodable: tuple[Undecodable, ...] = ()
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (list, (list(self),))  # unpickled as a plain list: the fields would be stale
@@ -307,16 +484,20 @@ def decode_messages(
 ) -> PulledMessages:
     """Decode a pull response body (stored messages back to back; ``MessageDecoder.decodes``).
 
-    Handles V1 and V2 magic codes, IPv4 and IPv6 hosts, and zlib bodies (``decompress=False`` keeps
-    them as stored); every message gets ``broker_name``. Raises :class:`ProtocolError` for malformed
-    or truncated input: a store size out of range or not matching the fields, a bad magic code, bad
-    lengths, invalid UTF-8, a body that does not inflate or uses LZ4/ZSTD.
+    Handles V1 and V2 magic codes, IPv4 and IPv6 hosts, and zlib, LZ4 and ZSTD bodies
+    (``decompress=False`` keeps them as stored); every message gets ``broker_name``. Raises
+    :class:`ProtocolError` for malformed or truncated framing: a store size out of range or not
+    matching the fields, a bad magic code, bad lengths. A message whose framing is sound but which
+    cannot be decoded (a body that does not decompress, an unknown compression type, a topic or
+    properties that are not UTF-8) is left out of the list and recorded in
+    :attr:`PulledMessages.undecodable`; the messages after it are decoded.
 
     A property item without ``\\x01`` is rejected only with ``check_properties=True``: the check
     costs about as much as the rest of the decoding, and Java's reader ignores such items, as
     :attr:`MessageExt.properties` does.
 
-    The result is a :class:`PulledMessages` carrying the body bytes and whether the offsets ascend.
+    The result is a :class:`PulledMessages` carrying the body bytes, whether the offsets ascend and
+    the undecodable messages.
     """
     buf = body if type(body) is bytes else bytes(body)
     n = len(buf)
@@ -328,76 +509,93 @@ def decode_messages(
     unpack = _LEAD4.unpack_from
     new = object.__new__
     topics = _TOPICS
-    pos = 0
-    try:
-        while pos < n:
-            if n - pos < _MIN_STORED:
-                raise _bad(pos, f"truncated: {n - pos} bytes left, a message needs {_MIN_STORED} or more")
-            total, magic, queue_offset, sys_flag, body_len = unpack(buf, pos)
-            end = pos + total
-            if total < _MIN_STORED or end > n:
-                raise _bad(pos, f"store size {total} is out of range ({_MIN_STORED}..{n - pos})")
-            if magic != MAGIC_CODE_V1 and magic != MAGIC_CODE_V2:
-                raise _bad(pos, f"bad magic code {magic:#x}")
-            fixed = 88
-            f: tuple[Any, ...] | None = None
-            if sys_flag & _V6_FLAGS:
-                f, fixed = _unpack_v6(buf, pos, end)
-                body_len = f[_BODY_LEN]
-            q = pos + fixed + body_len
-            if body_len < 0 or q + 3 > end:
-                raise _bad(pos, f"body length {body_len} does not fit in store size {total}")
-            msg_body = buf[pos + fixed : q]
-            nbytes += body_len
-            if queue_offset <= last:
-                ascending = False
-            last = queue_offset
-            if magic == MAGIC_CODE_V1:
-                p = q + 1 + buf[q]
-                topic_bytes = buf[q + 1 : p]
-            else:
-                p = q + 2 + ((buf[q] << 8) | buf[q + 1])
-                topic_bytes = buf[q + 2 : p]
-            if p + 2 > end:
-                raise _bad(pos, f"topic length {len(topic_bytes)} overruns store size {total}")
-            topic = topics.get(topic_bytes)
-            if topic is None:
-                topic = _decode_topic(topic_bytes, pos)
-            props_len = (buf[p] << 8) | buf[p + 1]
-            if p + 2 + props_len != end or props_len > PROPERTIES_MAX:
-                raise _bad(pos, f"store size {total} does not match the fields (properties {props_len}B)")
-            raw = buf[p + 2 : end].decode()
-            if check_properties and raw and not properties_well_formed(raw):
-                raise _bad(pos, "a property item has no name/value separator")
-            m = new(MessageExt)
-            if sys_flag & 1 and decompress:
-                msg_body = _decompress(msg_body, sys_flag, pos)
-                nbytes += len(msg_body) - body_len
-                if f is None:
-                    f = _FIXED4.unpack_from(buf, pos)
-                f = (*f[:7], sys_flag & ~MessageSysFlag.COMPRESSED_FLAG, *f[8:])
-            m._raw = buf[pos : pos + 88] if f is None else b""
-            m._t = f
-            m.queue_offset = queue_offset
-            m.topic = topic
-            m.body = msg_body
-            m.raw_properties = raw
-            m._props = None
-            m.broker_name = broker_name
-            append(m)
+    pos = end = 0
+    bad: tuple[Undecodable, ...] = ()
+    while True:  # left at the end of the body; a message isolated by an exception loops back
+        try:
+            while pos < n:
+                if n - pos < _MIN_STORED:
+                    raise _bad(pos, f"truncated: {n - pos} bytes left, a message needs {_MIN_STORED} or more")
+                total, magic, queue_offset, sys_flag, body_len = unpack(buf, pos)
+                end = pos + total
+                if total < _MIN_STORED or end > n:
+                    raise _bad(pos, f"store size {total} is out of range ({_MIN_STORED}..{n - pos})")
+                if magic != MAGIC_CODE_V1 and magic != MAGIC_CODE_V2:
+                    raise _bad(pos, f"bad magic code {magic:#x}")
+                fixed = 88
+                f: tuple[Any, ...] | None = None
+                if sys_flag & _V6_FLAGS:
+                    f, fixed = _unpack_v6(buf, pos, end)
+                    body_len = f[_BODY_LEN]
+                q = pos + fixed + body_len
+                if body_len < 0 or q + 3 > end:
+                    raise _bad(pos, f"body length {body_len} does not fit in store size {total}")
+                msg_body = buf[pos + fixed : q]
+                nbytes += body_len
+                if queue_offset <= last:
+                    ascending = False
+                last = queue_offset
+                if magic == MAGIC_CODE_V1:
+                    p = q + 1 + buf[q]
+                    topic_bytes = buf[q + 1 : p]
+                else:
+                    p = q + 2 + ((buf[q] << 8) | buf[q + 1])
+                    topic_bytes = buf[q + 2 : p]
+                if p + 2 > end:
+                    raise _bad(pos, f"topic length {len(topic_bytes)} overruns store size {total}")
+                props_len = (buf[p] << 8) | buf[p + 1]
+                if p + 2 + props_len != end or props_len > PROPERTIES_MAX:
+                    raise _bad(pos, f"store size {total} does not match the fields (properties {props_len}B)")
+                # the framing is sound from here on: a failure below is this message's alone
+                topic = topics.get(topic_bytes)
+                if topic is None:
+                    topic = _decode_topic(topic_bytes)  # UnicodeDecodeError: isolated below
+                raw = buf[p + 2 : end].decode()
+                if check_properties and raw and not properties_well_formed(raw):
+                    raise _bad(pos, "a property item has no name/value separator")
+                if sys_flag & 1 and decompress:
+                    try:
+                        msg_body = decompress_body(msg_body, sys_flag)
+                    except ProtocolError as exc:
+                        nbytes -= body_len
+                        if f is None:
+                            f = _FIXED4.unpack_from(buf, pos)
+                        bad += (_record(f, topic_bytes, buf[p + 2 : end], str(exc), broker_name),)
+                        pos = end
+                        continue
+                    nbytes += len(msg_body) - body_len
+                    if f is None:
+                        f = _FIXED4.unpack_from(buf, pos)
+                    f = (*f[:7], sys_flag & ~MessageSysFlag.COMPRESSED_FLAG, *f[8:])
+                m = new(MessageExt)
+                m._raw = buf[pos : pos + 88] if f is None else b""
+                m._t = f
+                m.queue_offset = queue_offset
+                m.topic = topic
+                m.body = msg_body
+                m.raw_properties = raw
+                m._props = None
+                m.broker_name = broker_name
+                append(m)
+                pos = end
+        except UnicodeDecodeError as exc:  # the topic's (topic is None) or the properties' text
+            what = "topic is" if topic is None else "properties are"
+            reason = f"{what} not valid UTF-8 ({exc.reason} at {exc.start})"
+            nbytes -= body_len
+            fields = _FIXED4.unpack_from(buf, pos) if f is None else f
+            bad += (_record(fields, topic_bytes, buf[p + 2 : end], reason, broker_name),)
             pos = end
-    except UnicodeDecodeError as exc:
-        raise _bad(pos, f"properties are not valid UTF-8 ({exc.reason} at {exc.start})") from None
+            continue
+        break
+    if bad:
+        out.undecodable = bad
     out.nbytes = nbytes
     out.ascending = ascending
     return out
 
 
-def _decode_topic(topic_bytes: bytes, pos: int) -> str:
-    try:
-        topic = topic_bytes.decode()
-    except UnicodeDecodeError as exc:
-        raise _bad(pos, f"topic is not valid UTF-8 ({exc.reason} at {exc.start})") from None
+def _decode_topic(topic_bytes: bytes) -> str:
+    topic = topic_bytes.decode()  # UnicodeDecodeError: the caller isolates the message
     if len(_TOPICS) >= _TOPICS_MAX:
         _TOPICS.clear()
     _TOPICS[topic_bytes] = topic
