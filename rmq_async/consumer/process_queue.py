@@ -104,6 +104,7 @@ class PollState:
 class ProcessQueue:
     __slots__ = (
         "_count",
+        "_parked",
         "_room",
         "_runs",
         "_waiting",
@@ -172,6 +173,7 @@ class ProcessQueue:
         self.consume_lock = anyio.Lock()
         self._room = anyio.Event()
         self._waiting = False
+        self._parked: anyio.Event | None = None  # made by wait_parked, set when a pull parks
 
     def __repr__(self) -> str:
         return (
@@ -223,7 +225,19 @@ class ProcessQueue:
         """Return once the queue is under every threshold (or dropped)."""
         while not self.dropped and self.over_threshold() is not None:
             self._waiting = True
+            if self._parked is not None:
+                self._parked.set()
+                self._parked = None
             await self._room.wait()
+
+    async def wait_parked(self) -> None:
+        """Return once a pull of this queue waits for room (at once if one does): flow control has
+        stopped pulling it. For tests and monitoring; nothing on the pull path pays for it."""
+        if self._waiting:
+            return
+        if self._parked is None:
+            self._parked = anyio.Event()
+        await self._parked.wait()
 
     def _wake(self) -> None:
         if self._waiting:  # events are only made when a pull waits: none on the hot path

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 
+import anyio
+
 from ..errors import ProtocolError, RocketMQError
 from ..protocol.bodies import ConsumerRunningInfo
 from ..protocol.codes import RequestCode
@@ -38,6 +40,8 @@ class SubscriptionChecker:
         self.checked: set[str] = set()
         #: client id -> differing topics, for tests and health reports
         self.mismatches: dict[str, dict[str, tuple[str | None, str | None]]] = {}
+        #: set once the first member that subscribes differently is found
+        self.mismatched = anyio.Event()
 
     def new_members(self, cids: list[str]) -> list[str]:
         own = self.c.client.client_id
@@ -69,6 +73,7 @@ class SubscriptionChecker:
             diff = differences(ours, theirs)
             if diff:
                 self.mismatches[cid] = diff
+                self.mismatched.set()
                 for topic, (a, b) in diff.items():
                     log.warning(
                         "group %s: member %s subscribes %s with %r but this member (%s) with %r; the broker "

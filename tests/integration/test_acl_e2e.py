@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 import yaml
-from support.integration import Collector, child_env, until
+from support.integration import Collector, child_env
 
 from rmq_async import (
     AuthError,
@@ -227,10 +227,13 @@ async def test_whitelisted_addresses_need_no_signature(timing: Timing) -> None:
 
 async def test_retry_and_dlq_under_acl(acl_cluster: EmbeddedCluster, timing: Timing) -> None:
     attempts: dict[str, int] = {}
+    redelivered = anyio.Event()
 
     async def fail(msgs: list[MessageExt], ctx: Any) -> ConsumeResult:
         for m in msgs:
             attempts[m.keys or ""] = attempts.get(m.keys or "", 0) + 1
+        if attempts.get("r-0", 0) >= 2:
+            redelivered.set()
         return ConsumeResult.RECONSUME_LATER
 
     async with Producer("acl_pg", client_config=cfg(acl_cluster, timing)) as p:
@@ -238,7 +241,7 @@ async def test_retry_and_dlq_under_acl(acl_cluster: EmbeddedCluster, timing: Tim
     # send-back (36) and the retry topic's pulls need the group's SUB: acl_g has it
     async with push(acl_cluster, timing, "acl_g", ["AclT"], fail, max_reconsume_times=1):
         with anyio.fail_after(20):
-            await until(lambda: attempts.get("r-0", 0) >= 2, 0.05)
+            await redelivered.wait()
     dlq = Collector()
     admin = cfg(acl_cluster, timing, "RocketMQ", "12345678")
     async with LitePullConsumer(

@@ -113,8 +113,8 @@ async def test_warns_when_members_subscribe_differently(
     caplog.set_level(logging.WARNING, logger="rmq_async.consumer")  # type: ignore[attr-defined]
     async with member("TagA") as a, member("TagB") as b:
         with anyio.fail_after(10):
-            while not (a.subcheck.mismatches and b.subcheck.mismatches):  # noqa: ASYNC110
-                await anyio.sleep(0.05)
+            await a.subcheck.mismatched.wait()
+            await b.subcheck.mismatched.wait()
     assert a.subcheck.mismatches[b.client_id] == {topic: ("TagA", "TagB")}
     assert "must subscribe alike" in caplog.text  # type: ignore[attr-defined]
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import anyio
-from support.integration import Collector, produce
+from support.integration import Collector, produce, until_rebalanced
 
 from rmq_async import EmbeddedCluster, PushConsumer, Timing
 
@@ -26,6 +26,7 @@ async def test_sigkilled_member_queues_move_to_the_others(
         sys.executable, str(CHILD), cluster.namesrv_addr, group, topic, stdout=asyncio.subprocess.PIPE
     )
     child_keys: set[str] = set()
+    child_consumed = asyncio.Event()
     assert child.stdout is not None
     ready = await asyncio.wait_for(child.stdout.readline(), 20)
     assert ready.startswith(b"READY ")
@@ -35,6 +36,7 @@ async def test_sigkilled_member_queues_move_to_the_others(
         async for line in child.stdout:
             if line.startswith(b"K "):
                 child_keys.add(line[2:].decode().strip())
+                child_consumed.set()
 
     col = Collector()
     members = [
@@ -54,19 +56,18 @@ async def test_sigkilled_member_queues_move_to_the_others(
             await m.start()
         await produce(cluster.namesrv_addr, topic, 200)
         with anyio.fail_after(20):
-            while not child_keys:  # noqa: ASYNC110 (the child reports through its stdout)
-                await anyio.sleep(0.02)
+            await child_consumed.wait()  # the child reports its keys through its stdout
         child.send_signal(signal.SIGKILL)
         await child.wait()
         killed_at = time.monotonic()
         await produce(cluster.namesrv_addr, topic, 200, start=200)
 
-        def owned() -> list[set[object]]:
-            return [{q for q in m.assignment() if q.topic == topic} for m in members]
+        def each_queue_once() -> bool:
+            owned = [{q for q in m.assignment() if q.topic == topic} for m in members]
+            return sum(len(o) for o in owned) == 8 and len(set().union(*owned)) == 8
 
         with anyio.fail_after(timing.rebalance_interval + timing.channel_idle_timeout + 5):
-            while sum(len(o) for o in owned()) != 8 or len(set().union(*owned())) != 8:  # noqa: ASYNC110
-                await anyio.sleep(0.05)
+            await until_rebalanced(members, each_queue_once)
         takeover = time.monotonic() - killed_at
         await col.wait_until(lambda: len(set(col.seen) | child_keys) >= 400, 30)
     finally:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from support.integration import Collector, consumer, produce
+from support.integration import Collector, consumer, produce, until_rebalanced
 
 from rmq_async import (
     ConsumeContext,
@@ -269,9 +269,11 @@ async def test_flow_control_bounds_the_cache(
         cluster, group, topic, handler, timing, pull_threshold_for_queue=20, pull_batch_size=8
     ) as c:
         with anyio.fail_after(10):
-            while sum(pq.count for pq in c.pqs.values()) < 4 * 20:  # noqa: ASYNC110
-                await anyio.sleep(0.02)
-        await anyio.sleep(timing.suspend_timeout)  # pulls are parked, not polling
+            while len(pqs := [pq for mq, pq in c.pqs.items() if mq.topic == topic]) < 4:
+                await c.wait_rebalanced()
+            for pq in pqs:  # every queue's pull waits for room: its cache is over the threshold
+                await pq.wait_parked()
+        await anyio.sleep(timing.suspend_timeout)  # parked pulls stay parked: nothing more comes
         for pq in c.pqs.values():
             peak["count"] = max(peak["count"], pq.count)
         gate.set()
@@ -364,13 +366,12 @@ async def test_three_consumers_share_and_take_over(
     await members[2].start()
 
     async def settled(ms: list[PushConsumer], total: int = 8) -> None:
+        def each_queue_once() -> bool:
+            owned = [{mq for mq in m.assignment() if mq.topic == topic} for m in ms]
+            return len(set().union(*owned)) == total and sum(len(o) for o in owned) == total
+
         with anyio.fail_after(15):
-            while True:
-                owned = [{mq for mq in m.assignment() if mq.topic == topic} for m in ms]
-                union = set().union(*owned)
-                if len(union) == total and sum(len(o) for o in owned) == total:
-                    return
-                await anyio.sleep(0.05)
+            await until_rebalanced(ms, each_queue_once)
 
     await settled(members)
     assert sorted(len([q for q in m.assignment() if q.topic == topic]) for m in members) == [2, 3, 3]  # 3/3/2

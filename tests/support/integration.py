@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from rmq_async import (
@@ -123,6 +124,26 @@ async def alive_until(c: PushConsumer, cond: Callable[[], Awaitable[object]], ti
         exc = sup.exception() if not sup.cancelled() else None
         pytest.fail(f"the consumer's task group died (running={c.running}): {exc!r}")
     pytest.fail(f"condition not met within {timeout}s (consumer running={c.running})")
+
+
+async def until_rebalanced(members: Sequence[PushConsumer], pred: Callable[[], bool]) -> None:
+    """Await ``pred()``, a condition on the members' assignments: checked now and again after every
+    rebalance any member completes (an assignment changes only then). Bound it with a timeout."""
+    while True:
+        async with anyio.create_task_group() as tg:
+
+            async def rebalanced(m: PushConsumer) -> None:
+                await m.wait_rebalanced()
+                tg.cancel_scope.cancel()
+
+            for m in members:
+                tg.start_soon(rebalanced, m)
+            # one turn of the loop: each waiter holds its member's current event before pred() is
+            # read, so a rebalance that completes from here on wakes us
+            await anyio.lowlevel.checkpoint()
+            if pred():
+                tg.cancel_scope.cancel()
+                return
 
 
 async def until(pred: Callable[[], bool], step: float = 0.01) -> None:

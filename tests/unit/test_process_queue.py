@@ -76,6 +76,28 @@ async def test_wait_for_room_returns_when_dropped() -> None:
         pq.drop()
 
 
+async def test_wait_parked_returns_once_a_pull_waits_for_room() -> None:
+    pq = ProcessQueue(MQ, max_count=1)
+    msgs = [Msg(0), Msg(1)]
+    pq.put(msgs)  # type: ignore[arg-type]
+    parked = anyio.Event()
+
+    async def watcher() -> None:
+        await pq.wait_parked()
+        parked.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watcher)
+        await anyio.wait_all_tasks_blocked()
+        assert not parked.is_set()  # over the threshold, but no pull waits yet
+        tg.start_soon(pq.wait_for_room)
+        with anyio.fail_after(1):
+            await parked.wait()
+        with anyio.fail_after(1):
+            await pq.wait_parked()  # at once while the pull waits
+        pq.remove(msgs[:1])  # type: ignore[arg-type]  # room: the pull goes on
+
+
 def test_orderly_take_commit_put_back() -> None:
     pq = ProcessQueue(MQ)
     pq.put([Msg(o) for o in range(5)])  # type: ignore[misc]
