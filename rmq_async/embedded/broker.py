@@ -73,6 +73,7 @@ class Broker:
         cluster: str = "DefaultCluster",
         acl: AclConfig | None = None,
         tls: ServerTLS | None = None,
+        advertised_addr: str | None = None,
     ) -> None:
         self.settings = s = BrokerSettings(
             name,
@@ -87,6 +88,9 @@ class Broker:
         )
         self.name = name
         self.requested_port = port
+        #: the address registered with the name server when clients must not reach the listening one
+        #: (a proxy or port forward in front of this broker, as Java's ``brokerIP1``); None: ``addr``
+        self.advertised_addr = advertised_addr
         self.server = Server(self, name, version=s.version, tls=tls)
         self.faults = self.server.faults
         self.state = BrokerState(
@@ -122,7 +126,13 @@ class Broker:
 
     @property
     def addr(self) -> str:
+        """The listening address."""
         return f"127.0.0.1:{self.server.port}"
+
+    @property
+    def registered_addr(self) -> str:
+        """The address the name server routes clients to: ``advertised_addr``, else ``addr``."""
+        return self.advertised_addr or self.addr
 
     @property
     def context(self) -> BrokerContext:
@@ -220,7 +230,7 @@ class Broker:
                 req = RemotingCommand.request(
                     RequestCode.UNREGISTER_BROKER,
                     {
-                        "brokerAddr": self.addr,
+                        "brokerAddr": self.registered_addr,
                         "brokerId": "0",
                         "brokerName": s.name,
                         "clusterName": s.cluster,
@@ -266,7 +276,7 @@ class Broker:
         s = self.settings
         body = json_body({"filterServerList": [], "topicConfigSerializeWrapper": self.state.wrapper_json()})
         ext = {
-            "brokerAddr": self.addr,
+            "brokerAddr": self.registered_addr,
             "brokerId": "0",
             "brokerName": s.name,
             "clusterName": s.cluster,

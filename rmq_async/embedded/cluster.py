@@ -115,6 +115,7 @@ class EmbeddedCluster:
         self._namesrv_scope: anyio.CancelScope | None = None
         self._namesrv_done: anyio.Event | None = None
         self._proc: asyncio.subprocess.Process | None = None
+        self._advertised: dict[int, str] = {}
 
     # -- context manager ----------------------------------------------------------------------
 
@@ -242,6 +243,7 @@ class EmbeddedCluster:
             port=port,
             acl=self.acl,
             tls=self.tls,
+            advertised_addr=self._advertised.get(i),
         )
         if old is not None:
             b.faults = old.faults
@@ -266,6 +268,19 @@ class EmbeddedCluster:
             return
         b.stop()
         await self._broker_done[i].wait()
+
+    def advertise(self, i: int, addr: str | None) -> None:
+        """Make broker ``i`` register ``addr`` with the name server instead of its listening address,
+        so that clients reach it through ``addr`` (a fault proxy in front of it, as Java's
+        ``brokerIP1`` behind a port forward); None: its own address again. Takes effect when the
+        broker next (re)starts (``stop_broker`` then ``start_broker``: the running one unregisters
+        the address it registered). In-process clusters only."""
+        if self.process:
+            raise ClientError("the brokers of a child-process cluster cannot advertise another address")
+        if addr is None:
+            self._advertised.pop(i, None)
+        else:
+            self._advertised[i] = addr
 
     # -- admin --------------------------------------------------------------------------------
 

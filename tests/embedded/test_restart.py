@@ -61,6 +61,27 @@ async def test_stop_start_broker_in_cluster(tmp_path: Path) -> None:
             assert [m.msg_id for m in decode_messages(r.body)] == [mid]
 
 
+async def test_broker_advertises_another_address_from_its_restart(tmp_path: Path) -> None:
+    """``EmbeddedCluster.advertise``: the restarted broker registers the given address (a proxy in
+    front of it) with the name server and listens where it did; None gives back its own address."""
+    async with EmbeddedCluster(timing=Timing.fast(), data_dir=tmp_path) as c:
+        await c.create_topic("Adv")
+        own = c.brokers[0].addr
+        c.advertise(0, "127.0.0.1:1")
+        async with RawClient(c.namesrv_addr) as ns:
+            assert own.encode() in (await ns.request(105, {"topic": "Adv"})).body  # not before a restart
+            await c.stop_broker(0)
+            await c.start_broker(0)
+            body = (await ns.request(105, {"topic": "Adv"})).body
+            assert b"127.0.0.1:1" in body and own.encode() not in body
+            assert c.brokers[0].addr == own and c.brokers[0].registered_addr == "127.0.0.1:1"
+            c.advertise(0, None)
+            await c.stop_broker(0)  # unregisters the advertised address
+            await c.start_broker(0)
+            body = (await ns.request(105, {"topic": "Adv"})).body
+            assert own.encode() in body and b"127.0.0.1:1" not in body
+
+
 def test_store_recovery_cuts_torn_tail(tmp_path: Path) -> None:
     host = host_bytes("127.0.0.1", 10911)
     s = MessageStore(host, tmp_path)

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rmq_async import Timing
-from rmq_async.embedded import broker as broker_mod
 
 from .report import save_results
 from .scenario import PROFILE, RESULTS, Ledger
@@ -64,23 +63,6 @@ def names() -> tuple[str, str]:
 @pytest.fixture
 def timing() -> Timing:
     return Timing.fast()
-
-
-#: broker port -> address it advertises to the name server (a fault proxy in front of it)
-ADVERTISED: dict[int, str] = {}
-
-
-@pytest.fixture
-def advertise(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[int, str]]:
-    """Let a test make brokers advertise a proxy address (like Java's brokerIP1 + a port forward)."""
-    original = broker_mod.Broker.addr
-
-    def addr(self: Any) -> str:
-        return ADVERTISED.get(self.server.port) or original.fget(self)  # type: ignore[attr-defined]
-
-    monkeypatch.setattr(broker_mod.Broker, "addr", property(addr))
-    yield ADVERTISED
-    ADVERTISED.clear()
 
 
 @pytest.fixture(params=["plain", "tls"])

@@ -121,7 +121,6 @@ async def test_half_open_broker_connection(
     names: tuple[str, str],
     ledger: Ledger,
     timing: Timing,
-    advertise: dict[int, str],
     transport: dict[str, Any],
 ) -> None:
     topic, group = names
@@ -129,9 +128,9 @@ async def test_half_open_broker_connection(
     async with EmbeddedCluster(brokers=1, queues=2, timing=timing, **transport) as cluster:
         port = cluster.brokers[0].port
         async with FaultProxy(f"127.0.0.1:{port}") as proxy:
-            advertise[port] = proxy.addr
+            cluster.advertise(0, proxy.addr)  # clients reach the broker through the proxy
             await cluster.stop_broker(0)
-            await cluster.start_broker(0)  # re-registers with the proxy's address
+            await cluster.start_broker(0)  # registers the proxy's address with the name server
             await produce(cluster.namesrv_addr, topic, n, ledger)
             async with consumer(cluster.namesrv_addr, group, topic, ledger.handler, timing):
                 await ledger.wait_count(n, 20)

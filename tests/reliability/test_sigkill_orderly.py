@@ -3,8 +3,9 @@
 Strategy: three ``child_consumer.py ... orderly`` processes (started by exec, ``Timing.fast()``: broker
 lock expiry 3 s) consume one topic of 6 queues; messages are sent with a queue selector by key
 (``select_by_key_hash`` on an order id), and each key carries the send index (``o<order>-<index>``).
-Every round the parent waits until the victim member has just renewed its broker locks (a hook on the
-embedded broker's lock manager, an event, no polling), starts sending a chunk, and as soon as the
+Every round the parent waits until the victim member has just renewed its broker locks (the members
+reach the broker through a frame proxy, which sets an event when a LOCK_BATCH_MQ answer gives the
+victim a queue: no polling, nothing patched), starts sending a chunk, and as soon as the
 victim consumes some of it (mid-stream, its latest offsets not yet persisted) notes which queues it
 holds and kills it with SIGKILL; then it sends one more message per order id (so every queue, the dead
 member's included, has work) and starts a replacement under a new instance name (a new client id: it
@@ -39,13 +40,15 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import anyio
-import pytest
+from support.frame_proxy import FrameProxy
 
 from rmq_async import EmbeddedCluster, Message, Producer, Timing
 from rmq_async.producer.producer import select_by_key_hash
+from rmq_async.protocol.bodies import LockBatchRequestBody, LockBatchResponseBody
+from rmq_async.protocol.codes import RequestCode
+from rmq_async.protocol.command import RemotingCommand
 
 from .scenario import SCALE, Ledger, n_msgs
 
@@ -179,29 +182,24 @@ async def stop_member(m: Member, *, kill: bool) -> None:
         await m.reader
 
 
-def hook_lock_renewals(
-    cluster: EmbeddedCluster, monkeypatch: pytest.MonkeyPatch
-) -> tuple[Any, dict[str, anyio.Event]]:
-    """Waiters by instance name, woken when that client's LOCK_BATCH_MQ got a queue of a topic (a
-    retry topic's queue alone does not count)."""
-    locks = cluster.brokers[0].locks
-    waiters: dict[str, anyio.Event] = {}
-    original: Callable[..., list[Any]] = locks.try_lock_batch
+def lock_renewals(waiters: dict[str, anyio.Event]) -> Callable[[RemotingCommand, RemotingCommand], None]:
+    """A frame proxy's ``on_answer``: wakes the waiter of an instance name (popped from ``waiters``)
+    when a LOCK_BATCH_MQ of that client was answered with a queue of a topic (a retry topic's queue
+    alone does not count)."""
 
-    def try_lock_batch(group: str, mqs: Any, client_id: str) -> list[Any]:
-        got = original(group, mqs, client_id)
-        topical = any(not mq[0].startswith("%RETRY%") for mq in got)
-        if topical and (ev := waiters.pop(client_id.rsplit("@", 1)[-1], None)) is not None:
-            ev.set()
-        return got
+    def on_answer(req: RemotingCommand, resp: RemotingCommand) -> None:
+        if req.code != RequestCode.LOCK_BATCH_MQ or resp.code != 0 or not resp.body:
+            return
+        got = LockBatchResponseBody.decode(resp.body).lock_ok_mq_set
+        if any(not mq.topic.startswith("%RETRY%") for mq in got):
+            client_id = LockBatchRequestBody.decode(req.body).client_id
+            if (ev := waiters.pop(client_id.rsplit("@", 1)[-1], None)) is not None:
+                ev.set()
 
-    monkeypatch.setattr(locks, "try_lock_batch", try_lock_batch)
-    return locks, waiters
+    return on_answer
 
 
-async def test_orderly_consumers_killed_and_restarted(
-    names: tuple[str, str], ledger: Ledger, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_orderly_consumers_killed_and_restarted(names: tuple[str, str], ledger: Ledger) -> None:
     topic, group = names
     timing = Timing.fast()
     expiry = timing.broker_lock_expiry
@@ -211,10 +209,17 @@ async def test_orderly_consumers_killed_and_restarted(
     handovers: list[float] = []
     replayed = 0
     sent = itertools.count()
-    async with EmbeddedCluster(brokers=1, queues=QUEUES, timing=timing) as cluster:
+    waiters: dict[str, anyio.Event] = {}
+    async with (
+        EmbeddedCluster(brokers=1, queues=QUEUES, timing=timing) as cluster,
+        FrameProxy(cluster.brokers[0].addr, lambda cmd: cmd, on_answer=lock_renewals(waiters)) as wire,
+    ):
+        cluster.advertise(0, wire.addr)  # every client reaches the broker through the proxy
+        await cluster.stop_broker(0)
+        await cluster.start_broker(0)
         await cluster.create_topic(topic, QUEUES)
         ns = cluster.namesrv_addr
-        locks, waiters = hook_lock_renewals(cluster, monkeypatch)
+        locks = cluster.brokers[0].locks  # read (the lock table at the kill), never patched
         async with Producer("rel_orderly_producer", namesrv_addr=ns) as producer:
 
             async def send(n: int) -> None:

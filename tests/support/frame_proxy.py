@@ -2,7 +2,8 @@
 code) and passes each of the server's frames through a rewrite function, e.g. a name server's route
 answers with other broker addresses (a master that is down, a slave). :meth:`FrameProxy.cut` is a
 network partition between the proxy's clients and the server: every connection closes (both ends) and
-new ones are closed as they arrive, until :meth:`FrameProxy.heal`."""
+new ones are closed as they arrive, until :meth:`FrameProxy.heal`. ``on_answer`` sees each request
+with the server's answer to it, as the answer is passed on (e.g. which queues a LOCK_BATCH_MQ got)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,20 @@ __all__ = ["FrameProxy", "route_rewriter"]
 
 class FrameProxy:
     """A TCP proxy that decodes the server's frames and passes each through ``rewrite``; counts the
-    requests it forwards by code (``requests``; ``pulls``: PULL_MESSAGE, 11)."""
+    requests it forwards by code (``requests``; ``pulls``: PULL_MESSAGE, 11); calls
+    ``on_answer(request, response)`` for every answered request (not oneways), right after passing
+    the answer on to the client."""
 
-    def __init__(self, upstream: str, rewrite: Callable[[RemotingCommand], RemotingCommand]) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        rewrite: Callable[[RemotingCommand], RemotingCommand],
+        *,
+        on_answer: Callable[[RemotingCommand, RemotingCommand], None] | None = None,
+    ) -> None:
         self.upstream = upstream
         self.rewrite = rewrite
+        self.on_answer = on_answer
         self.addr = ""
         self.pulls = 0
         self.requests: Counter[int] = Counter()
@@ -63,6 +73,7 @@ class FrameProxy:
         host, _, port = self.upstream.rpartition(":")
         ureader, uwriter = await asyncio.open_connection(host, int(port))
         self._writers += [writer, uwriter]
+        asked: dict[int, RemotingCommand] = {}  # this connection's requests awaiting an answer, by opaque
 
         async def up() -> None:
             decoder = FrameDecoder()
@@ -73,6 +84,8 @@ class FrameProxy:
                             self.requests[cmd.code] += 1
                             if cmd.code == 11:
                                 self.pulls += 1
+                            if self.on_answer is not None and not cmd.is_oneway:
+                                asked[cmd.opaque] = cmd
                         uwriter.write(cmd.encode())
                     await uwriter.drain()
             finally:
@@ -83,7 +96,11 @@ class FrameProxy:
             try:
                 while data := await ureader.read(65536):
                     for cmd in decoder.feed(data):
-                        writer.write(self.rewrite(cmd).encode())
+                        cmd = self.rewrite(cmd)
+                        writer.write(cmd.encode())
+                        if cmd.is_response and (req := asked.pop(cmd.opaque, None)) is not None:
+                            assert self.on_answer is not None
+                            self.on_answer(req, cmd)
                     await writer.drain()
             finally:
                 writer.close()
