@@ -41,6 +41,8 @@ from .producer.producer import Producer as Producer
 from .protocol.message import Message as Message
 from .protocol.mq import MessageQueue as MessageQueue
 from .protocol.stored import MessageExt as MessageExt
+from .protocol.stored import Undecodable as Undecodable
+from .protocol.stored import UndecodableMessageError as UndecodableMessageError
 
 if TYPE_CHECKING:
     from .embedded.cluster import EmbeddedCluster as EmbeddedCluster
@@ -83,6 +85,8 @@ __all__ = [
     "TLSError",
     "Timing",
     "TopicNotExist",
+    "Undecodable",
+    "UndecodableMessageError",
 ]
 
 

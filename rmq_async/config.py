@@ -547,6 +547,10 @@ class LitePullConfig(ConfigModel):
     pull_threshold_for_queue: int = Field(1000, ge=1)
     pull_threshold_size_for_queue: int = Field(100 << 20, ge=1, description="bytes")
     pull_threshold_for_all: int = Field(10000, ge=1)
+    #: a message that cannot be decoded (#19): "fail" (poll raises UndecodableMessageError naming its
+    #: offset once the messages before it were polled; the queue stays there until a seek) or "skip"
+    #: (an ERROR log record, and the queue goes on)
+    on_undecodable: Literal["fail", "skip"] = "fail"
 
     @field_validator("allocate_strategy")
     @classmethod

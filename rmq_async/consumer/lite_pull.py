@@ -33,7 +33,7 @@ from ..errors import AuthError, ClientError, ConfigError
 from ..protocol.bodies import ConsumerData
 from ..protocol.command import RemotingCommand
 from ..protocol.mq import MessageQueue
-from ..protocol.stored import MessageExt
+from ..protocol.stored import MessageExt, UndecodableMessageError
 from .allocate import strategy_by_name
 from .context import ConsumerContext, Subscriptions
 from .offset_store import RemoteOffsetStore
@@ -43,6 +43,7 @@ from .pulling import PullLoop, PullSettings
 from .queues import QueueTable
 from .rebalance import StabilityWindow
 from .rebalancer import Rebalancer, RebalanceSettings, StartOffsets
+from .stats import ConsumerStats
 
 __all__ = ["LitePullConsumer"]
 
@@ -57,6 +58,12 @@ class LitePullConsumer:
 
     ``auto_commit`` (default True) commits what earlier polls returned at most every
     ``auto_commit_interval`` seconds, at the start of a poll; otherwise call :meth:`commit`.
+
+    ``on_undecodable``: a message that cannot be decoded (a corrupt or unknown compressed body) makes
+    ``poll`` raise :class:`~rmq_async.UndecodableMessageError` naming its queue and offset once the
+    messages before it were returned (``"fail"``, the default; the queue stays at that offset until
+    a seek past it), or is logged at ERROR and passed over (``"skip"``). ``stats.undecodable`` counts
+    them.
     """
 
     def __init__(
@@ -76,6 +83,7 @@ class LitePullConsumer:
         pull_threshold_for_queue: int = 1000,
         pull_threshold_size_for_queue: int = 100 << 20,
         pull_threshold_for_all: int = 10000,
+        on_undecodable: Literal["fail", "skip"] = "fail",
     ) -> None:
         options = LitePullConfig(  # checked as a PushConsumer's options are (ConfigError)
             group=group,
@@ -88,7 +96,9 @@ class LitePullConsumer:
             pull_threshold_for_queue=pull_threshold_for_queue,
             pull_threshold_size_for_queue=pull_threshold_size_for_queue,
             pull_threshold_for_all=pull_threshold_for_all,
+            on_undecodable=on_undecodable,
         )
+        self.on_undecodable = options.on_undecodable
         if client_config is None:
             client_config = ClientConfig(namesrv_addr=namesrv_addr, timing=timing or Timing())
         elif timing is not None:
@@ -123,9 +133,9 @@ class LitePullConsumer:
         self.table = table = QueueTable(ctx)
         table.make_queue = _lite_queue
         table.on_start = self.buffer.started
-        settings = PullSettings.for_lite_pull(pull_batch_size, self.timing)
+        settings = PullSettings.for_lite_pull(pull_batch_size, self.timing, options.on_undecodable)
         self.suspend_timeout = settings.suspend_timeout
-        self.puller = PullLoop(ctx, table, self.buffer, settings)
+        self.puller = PullLoop(ctx, table, self.buffer, settings, on_undecodable_fail=self.buffer.fail)
         table.attach(self.buffer, self.puller.run)
         self.rebalancer = Rebalancer(
             ctx,
@@ -211,6 +221,11 @@ class LitePullConsumer:
         if not isinstance(store, RemoteOffsetStore):
             raise ClientError("lite pull consumer is not started")
         return store
+
+    @property
+    def stats(self) -> ConsumerStats:
+        """Pull statistics and the count of undecodable messages (``undecodable``)."""
+        return self.ctx.stats
 
     @property
     def queues(self) -> dict[MessageQueue, PollState]:
@@ -301,6 +316,8 @@ class LitePullConsumer:
                 self.client  # noqa: B018 - raises once closed
                 self.buffer.take(out, limit)
                 if not out:
+                    if (undecodable := self.buffer.failure()) is not None:
+                        raise UndecodableMessageError(undecodable)
                     if (refused := self._refusal()) is not None:
                         raise refused
                     await self.buffer.wait_changed()

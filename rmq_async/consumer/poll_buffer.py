@@ -5,7 +5,9 @@ the process queue); across queues, a FIFO of the queues that have data, served r
 waits (``before_pull``) while its queue is paused or the buffer is over a threshold (per queue: count
 and bytes; in total: count), on an event every change sets, never on a timer. It is the pull loop's
 sink and the queue table's owner of the queues: dropping a queue discards its batches and, with auto
-commit, commits its consume offset first.
+commit, commits its consume offset first. A queue stopped at a message it cannot decode
+(``on_undecodable="fail"``) is not pulled until ``poll`` has raised the failure, once the batches
+before it were taken (then it is pulled from that offset again, and fails again, until a seek).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections import deque
 
 import anyio
 
-from ..protocol.stored import MessageExt
+from ..protocol.stored import MessageExt, Undecodable
 from .offset_store import OffsetStore
 from .process_queue import PollState, ProcessQueue
 
@@ -36,6 +38,7 @@ class PollBuffer:
         self._ready: deque[ProcessQueue] = deque()
         self._total = 0
         self._changed = anyio.Event()  # data arrived, room freed, resume, close
+        self._failed: dict[ProcessQueue, Undecodable] = {}  # queues stopped at an undecodable message
 
     @staticmethod
     def state(pq: ProcessQueue) -> PollState:
@@ -66,7 +69,7 @@ class PollBuffer:
 
     async def before_pull(self, pq: ProcessQueue) -> bool:
         st = self.state(pq)
-        while not pq.dropped and (st.paused or not self._has_room(st)):
+        while not pq.dropped and (st.paused or not self._has_room(st) or pq in self._failed):
             await self._changed.wait()
         return not pq.dropped
 
@@ -81,7 +84,24 @@ class PollBuffer:
             self._ready.append(pq)
         self.wake()
 
+    def fail(self, pq: ProcessQueue, record: Undecodable) -> None:
+        """``pq`` stopped at an undecodable message: :meth:`failure` hands it to ``poll``."""
+        self._failed[pq] = record
+        self.wake()
+
     # -- the poll side --------------------------------------------------------------------------------
+
+    def failure(self) -> Undecodable | None:
+        """The undecodable message of a queue whose batches before it were all taken (forgotten
+        here: the queue is pulled from its offset again), or None."""
+        for pq, record in list(self._failed.items()):
+            if pq.dropped:
+                del self._failed[pq]
+            elif not self.state(pq).batches:
+                del self._failed[pq]
+                self.wake()
+                return record
+        return None
 
     def take(self, out: list[MessageExt], limit: int) -> None:
         """Move whole batches into ``out`` until it holds ``limit`` messages or nothing is ready."""
@@ -123,6 +143,7 @@ class PollBuffer:
     def discard(self, pq: ProcessQueue) -> None:
         """Forget ``pq``'s buffered batches (a seek, a drop)."""
         st = self.state(pq)
+        self._failed.pop(pq, None)
         self._total -= st.count
         st.batches.clear()
         st.count = st.nbytes = 0

@@ -8,6 +8,12 @@ room; a sink may hold pulls back further (``gates_pulls``: an orderly lock lease
 lite consumer's total buffer). A long-poll pull (suspend flag) is sent with a request timeout above
 the suspend time plus the broker's hold check; a push consumer's local committed offset rides along
 (commit-offset flag).
+
+A message the decoder isolates (#19) goes to :mod:`.poison` as the settings' ``undecodable`` mode
+says; the rest of its batch goes on at once. A body refused as a whole (broken framing) closes the
+connection and is pulled again with a doubling back-off; the third failure at one offset hands the
+message the decoder pointed at to the same path (after narrowing the pull to the good messages before
+it, if any).
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import anyio
@@ -24,12 +30,13 @@ import anyio
 from ..client.api import PullStatus
 from ..client.instance import MASTER_ID
 from ..config import ConsumerConfig, Timing
-from ..errors import AuthError, BrokerError, RocketMQError
+from ..errors import AuthError, BrokerError, ProtocolError, RocketMQError
 from ..protocol import headers as H
 from ..protocol.bodies import SubscriptionData
 from ..protocol.codes import PullSysFlag, ResponseCode
-from ..protocol.stored import MessageExt
+from ..protocol.stored import BrokenBodyError, MessageExt, PulledMessages, Undecodable
 from .context import ConsumerContext
+from .poison import UndecodableMode, for_queue, hold, log_undecodable, move_until_done
 from .process_queue import ProcessQueue
 from .queues import QueueTable
 
@@ -39,6 +46,9 @@ log = logging.getLogger("rmq_async.consumer")
 
 #: seconds: the longest wait between two pulls of a queue refused by ACL
 AUTH_MAX_BACKOFF = 30.0
+#: a body refused as a whole this many times at one offset: its failing message is handled as an
+#: undecodable one
+BROKEN_BODY_LIMIT = 3
 
 
 class PullSink(Protocol):
@@ -76,6 +86,9 @@ class PullSettings:
     #: pulled messages are held in the process queue until consumed (push); a lite pull consumer's
     #: sink buffers them itself
     cache: bool = True
+    #: what an undecodable message does (:data:`.poison.UndecodableMode`); ``dlq`` is done in order
+    #: by an orderly consumer
+    undecodable: UndecodableMode = "dlq"
 
     @classmethod
     def for_push(cls, config: ConsumerConfig, timing: Timing) -> PullSettings:
@@ -89,11 +102,19 @@ class PullSettings:
         )
 
     @classmethod
-    def for_lite_pull(cls, batch_size: int, timing: Timing) -> PullSettings:
+    def for_lite_pull(
+        cls, batch_size: int, timing: Timing, undecodable: UndecodableMode = "fail"
+    ) -> PullSettings:
         # the Java lite consumer long-polls 20 s; never more than the pull timeout allows
         t = timing
         suspend = max(0.05, min(20.0, t.pull_timeout - t.held_pull_check_interval - t.pull_timeout_margin))
-        return cls(batch_size=batch_size, suspend_timeout=suspend, lite_pull=True, cache=False)
+        return cls(
+            batch_size=batch_size,
+            suspend_timeout=suspend,
+            lite_pull=True,
+            cache=False,
+            undecodable=undecodable,
+        )
 
 
 def filter_tags(sub: SubscriptionData, msgs: Sequence[MessageExt]) -> list[MessageExt]:
@@ -114,12 +135,16 @@ class PullLoop:
         settings: PullSettings,
         *,
         on_illegal_offset: Callable[[], None] | None = None,
+        on_undecodable_fail: Callable[[ProcessQueue, Undecodable], None] | None = None,
     ) -> None:
         self.ctx = ctx
         self.table = table
         self.sink = sink
         self.settings = settings
         self._on_illegal_offset = on_illegal_offset  # push: rebalance now (the queue starts again)
+        self._on_fail = on_undecodable_fail  # lite pull, "fail": poll() raises the record
+        mode = settings.undecodable
+        self._undecodable_mode: UndecodableMode = "dlq_in_order" if mode == "dlq" and ctx.orderly else mode
         self._sub_heartbeat_at = -math.inf  # the last heartbeat sent because a pull was refused 24/25
 
     async def _subscription_heartbeat(self, pulled_at: float) -> bool:
@@ -183,6 +208,8 @@ class PullLoop:
         )
         denied = 0  # consecutive pulls refused by ACL
         denied_resource: str | None = None
+        broken = 0  # consecutive bodies refused as a whole at offset broken_at
+        broken_at = -1
         while not pq.dropped:
             if pq.over_threshold() is not None:
                 await pq.wait_for_room()
@@ -243,10 +270,36 @@ class PullLoop:
                     log.warning("pull of %s failed: %s", mq, exc)
                 await anyio.sleep(timing.pull_error_delay)
                 continue
+            except ProtocolError as exc:
+                # a body (or frame) refused as a whole: the connection is suspect (closed, so the
+                # next pull gets a fresh one), the pull is retried with a doubling back-off
+                at = header.queue_offset
+                broken = broken + 1 if at == broken_at else 1
+                broken_at = at
+                stats.broken_bodies += 1
+                log.warning(
+                    "pull of %s at %d: the answer is refused (%s): closing the connection, pulling again "
+                    "(%d/%d)",
+                    mq,
+                    at,
+                    exc,
+                    broken,
+                    BROKEN_BODY_LIMIT,
+                )
+                await client.api.pool.close_address(addr)
+                if broken >= BROKEN_BODY_LIMIT:
+                    broken = 0
+                    record = exc.record if isinstance(exc, BrokenBodyError) else None
+                    if await self._broken_body(pq, header, record, at):
+                        continue
+                await anyio.sleep(min(AUTH_MAX_BACKOFF, timing.pull_error_delay * 2 ** min(broken, 8)))
+                continue
             except RocketMQError as exc:
                 log.warning("pull of %s failed: %s", mq, exc)
                 await anyio.sleep(timing.pull_error_delay)
                 continue
+            if header.max_msg_nums != s.batch_size:
+                header.max_msg_nums = s.batch_size  # a narrowed pull (before a broken message) answered
             pq.last_pull_time = now = monotonic()
             if denied:  # allowed again
                 denied = 0
@@ -260,16 +313,19 @@ class PullLoop:
                 stats.pulled(mq.topic, len(res.messages), now - t0)
                 # the tags are filtered with the subscription the pull was made with, as Java's
                 # processPullResult does with its request's SubscriptionData
-                msgs = filter_tags(sub, res.messages) if sub is not None and sub.tags_set else res.messages
+                found = res.messages
+                msgs = filter_tags(sub, found) if sub is not None and sub.tags_set else found
                 pq.next_offset = res.next_begin_offset
-                if msgs:
+                if type(found) is PulledMessages and found.undecodable:
+                    await self._undecodable(pq, msgs, found.undecodable)
+                elif msgs:
                     if cache:
                         pq.put(msgs)
                     sink.submit(pq, msgs)
                 # drop this loop's references now: the batch is freed by whoever finishes with it
                 # last, right after its consumption while it is still in the caches, not when the
                 # next pull answers (a batch gone cold in the caches costs more to free)
-                res = msgs = None  # type: ignore[assignment]
+                res = msgs = found = None  # type: ignore[assignment]
             elif res.status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
                 pq.next_offset = res.next_begin_offset
                 if s.correct_tags_offset and pq.count == 0:  # correctTagsOffset
@@ -292,3 +348,94 @@ class PullLoop:
                 if self._on_illegal_offset is not None:
                     self._on_illegal_offset()
                 return
+
+    # -- messages that cannot be decoded (#19) -----------------------------------------------------
+
+    def _hand_over(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        if msgs:
+            if self.settings.cache:
+                pq.put(msgs)
+            self.sink.submit(pq, msgs)
+
+    async def _undecodable(
+        self, pq: ProcessQueue, msgs: list[MessageExt], records: Sequence[Undecodable]
+    ) -> None:
+        """Hand over a batch with undecodable messages in it, as the mode says (see :mod:`.poison`)."""
+        c = self.ctx
+        mode = self._undecodable_mode
+        recs = [for_queue(r, pq.mq) for r in records]
+        if mode == "skip":
+            for r in recs:
+                log_undecodable(c, r, "skipped (on_undecodable='skip')")
+            self._hand_over(pq, msgs)
+        elif mode == "fail":
+            first = recs[0]
+            log_undecodable(c, first, "the queue stops there; poll() raises it (on_undecodable='fail')")
+            self._hand_over(pq, [m for m in msgs if m.queue_offset < first.queue_offset])
+            pq.next_offset = first.queue_offset
+            if self._on_fail is not None:
+                self._on_fail(pq, first)
+        elif mode == "dlq":
+            # held in the process queue while it moves: the committed offset waits, the rest goes on
+            held: list[MessageExt] = []
+            for r in recs:
+                log_undecodable(c, r, "moving it to the DLQ")
+                held.append(hold(c, pq, r))
+            if self.settings.cache:
+                pq.put(sorted([*msgs, *held], key=_queue_offset))
+            if msgs:
+                self.sink.submit(pq, msgs)
+        else:  # dlq_in_order: nothing after it is handed over before the broker has it
+            rest = msgs
+            for r in recs:
+                log_undecodable(c, r, "moving it to the DLQ before the queue goes on")
+                self._hand_over(pq, [m for m in rest if m.queue_offset < r.queue_offset])
+                rest = [m for m in rest if m.queue_offset > r.queue_offset]
+                if not await move_until_done(c, pq, r):
+                    pq.next_offset = r.queue_offset  # dropped or stopping: pulled again from it
+                    return
+                if pq.count == 0 and not pq.consuming:
+                    pq.offset.advance(r.queue_offset + 1)
+            self._hand_over(pq, rest)
+
+    async def _broken_body(
+        self, pq: ProcessQueue, header: H.PullMessageRequestHeader, record: Undecodable | None, at: int
+    ) -> bool:
+        """The body at ``at`` was refused :data:`BROKEN_BODY_LIMIT` times. True: pull again at once
+        (narrowed to the good messages before the broken one, or past a handled one); False: back off
+        and try again (the broken message could not be identified)."""
+        mq = pq.mq
+        if record is not None and at < record.queue_offset < at + header.max_msg_nums:
+            # the messages before it decode: pull just those, then the broken one comes first
+            header.max_msg_nums = record.queue_offset - at
+            return True
+        if record is None or record.queue_offset != at:
+            reason = "its fixed part does not read" if record is None else "it names another offset"
+            record = Undecodable(
+                topic=mq.topic,
+                queue_id=mq.queue_id,
+                queue_offset=at,
+                commit_log_offset=-1,  # none we can trust
+                store_size=-1,
+                sys_flag=0,
+                reconsume_times=0,
+                offset_msg_id="",
+                msg_id=None,
+                reason=f"the pull body is refused at this offset ({reason})",
+                broker_name=mq.broker_name,
+            )
+        else:
+            record = for_queue(record, mq)
+        mode = self._undecodable_mode
+        if mode in ("dlq", "dlq_in_order") and record.commit_log_offset < 0:
+            log_undecodable(
+                self.ctx, record, "it cannot be moved to the DLQ (no commit-log offset): retrying"
+            )
+            return False
+        pq.next_offset = at + 1
+        await self._undecodable(pq, [], [replace(record, reason=f"broken framing: {record.reason}")])
+        return True
+
+
+def _queue_offset(m: MessageExt) -> int:
+    return m.queue_offset

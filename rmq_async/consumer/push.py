@@ -315,6 +315,13 @@ class PushConsumer:
             "lag": sum(q["lag"] or 0 for q in queues),
             # ACL refusals by resource (pulls, heartbeats, offset commits), logged once per interval
             "auth_errors": ctx.client.auth_errors.snapshot() if ctx.started else [],
+            # messages that could not be decoded (#19): each logged at ERROR and moved to the DLQ
+            "undecodable": {
+                "total": ctx.stats.undecodable,
+                "moved_to_dlq": ctx.stats.undecodable_to_dlq,
+                "send_back_retries": ctx.stats.undecodable_retries,
+                "broken_bodies": ctx.stats.broken_bodies,
+            },
         }
 
     # -- lifecycle --------------------------------------------------------------------------------

@@ -43,6 +43,13 @@ class ConsumerStats:
         self.topics: dict[str, TopicStats] = {}
         self.sent_back = 0
         self.local_retries = 0
+        #: messages that could not be decoded (#19): each logged at ERROR; push consumers move them to
+        #: the DLQ (``undecodable_to_dlq`` done, ``undecodable_retries`` failed send-backs retried)
+        self.undecodable = 0
+        self.undecodable_to_dlq = 0
+        self.undecodable_retries = 0
+        #: pull bodies refused as a whole (broken framing): the connection is closed, the pull retried
+        self.broken_bodies = 0
         self.started = time.monotonic()
 
     def _t(self, topic: str) -> TopicStats:

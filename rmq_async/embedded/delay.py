@@ -8,8 +8,11 @@ until the earliest head of any level is due, or until the context's ``delayed`` 
 delayed message arrived (no fixed-rate polling). Delivery copies the message to its real topic with
 the properties the Java broker writes (``messageTimeup``: the properties string still carries DELAY,
 REAL_TOPIC and REAL_QID). Send-back (36) writes a copy to ``%RETRY%<group>`` with delay
-``3 + reconsumeTimes`` when the client leaves it to the broker, or to ``%DLQ%<group>`` once the
-reconsume count reaches the maximum.
+``3 + reconsumeTimes`` when the client leaves it to the broker, or straight to ``%DLQ%<group>`` when
+the reconsume count reaches the request's ``maxReconsumeTimes`` or its ``delayLevel`` is negative
+(4.9.8 ``asyncConsumerSendMsgBack``, 5.x ``consumerSendMsgBack``: the rule a client uses for a
+message it cannot decode). The copy keeps the stored body and sys flag as they are: nothing is
+decompressed.
 """
 
 from __future__ import annotations
@@ -150,9 +153,11 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
         offset = req_int(cmd, "offset")
         group = req_str(cmd, "group")
         level = opt_int(cmd, "delayLevel", 0) or 0
-        max_times = 16
+        max_times = 16  # the group's retryMaxTimes
         if cmd.version >= MQ_VERSION_V3_4_9:
-            max_times = opt_int(cmd, "maxReconsumeTimes", 16) or 16
+            times = opt_int(cmd, "maxReconsumeTimes")
+            if times is not None:  # 0 included: every send-back of that request goes to the DLQ
+                max_times = times
         opt_str(cmd, "originMsgId")
         ctx.find_group(group)
         topic = RETRY_PREFIX + group

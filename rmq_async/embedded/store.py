@@ -402,6 +402,52 @@ class MessageStore:
         cq.head = max(cq.head, min(offset, len(cq.offsets)))
         return cq.head
 
+    def corrupt(self, topic: str, queue_id: int, offset: int, how: str = "body") -> int:
+        """Fault injection (tests): spoil the stored message at ``offset`` of a queue so that no
+        client can decode it, its framing left sound (the store size, the lengths, the commit-log
+        offset and the body CRC are kept consistent, so recovery and send-back still read it, as a
+        real broker reads a message a producer compressed wrongly). ``how``: ``"body"`` marks the
+        body COMPRESSED (zlib) and overwrites its first bytes with a header no decompressor takes;
+        ``"type"`` sets the compression type bits to 7, which no ``CompressionType`` has;
+        ``"framing"`` (the one that breaks the framing) makes its store size one byte too large, so a
+        pull body holding it is refused as a whole (the consume queue keeps the true size, so pulls
+        still serve it; a restarted persistent store cuts its commit log there). The change is
+        mirrored to the commit-log file. Returns the message's commit-log offset."""
+        if how not in ("body", "type", "framing"):
+            raise ValueError(f"how must be 'body', 'type' or 'framing', not {how!r}")
+        cq = self.cqs.get((topic, queue_id))
+        if cq is None or not cq.head <= offset < len(cq.offsets):
+            raise ValueError(f"no message at offset {offset} of {topic}:{queue_id}")
+        phys = cq.offsets[offset]
+        seg_index, pos = divmod(phys, SEGMENT_SIZE)
+        seg = self.segments[seg_index]
+        (sys_flag,) = _I32.unpack_from(seg, pos + 36)
+        if how == "framing":
+            (total,) = _I32.unpack_from(seg, pos)
+            _I32.pack_into(seg, pos, total + 1)
+        else:
+            sys_flag |= MessageSysFlag.COMPRESSED_FLAG
+        if how == "type":
+            sys_flag |= MessageSysFlag.COMPRESSION_TYPE_COMPARATOR
+        elif how == "body":
+            sys_flag = (
+                sys_flag & ~MessageSysFlag.COMPRESSION_TYPE_COMPARATOR
+            ) | MessageSysFlag.COMPRESSION_ZLIB_TYPE
+            blen = 20 if sys_flag & MessageSysFlag.BORNHOST_V6_FLAG else 8
+            slen = 20 if sys_flag & MessageSysFlag.STOREHOSTADDRESS_V6_FLAG else 8
+            p = pos + _HEAD.size + blen + 8 + slen + _TAIL.size
+            (body_len,) = _I32.unpack_from(seg, p)
+            p += 4
+            junk = b"\xff\xfe\xfd\xfc"[:body_len]  # no zlib header starts with 0xff
+            seg[p : p + len(junk)] = junk
+            _I32.pack_into(seg, pos + 8, zlib.crc32(seg[p : p + body_len]) & 0x7FFFFFFF)
+        _I32.pack_into(seg, pos + 36, sys_flag)
+        if self._fd is not None:
+            size = cq.sizes[offset]
+            os.pwrite(self._fd, bytes(seg[pos : pos + size]), phys)
+            self._dirty = True
+        return phys
+
     def slice(self, phys: int, size: int) -> memoryview:
         seg, pos = divmod(phys, SEGMENT_SIZE)
         return self.views[seg][pos : pos + size]

@@ -29,6 +29,7 @@ Sans-IO: no asyncio, sockets or clocks here.
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import threading
 import zlib
@@ -54,6 +55,7 @@ __all__ = [
     "MAGIC_CODE_V1",
     "MAGIC_CODE_V2",
     "UNDECODABLE_POLICIES",
+    "BrokenBodyError",
     "MessageExt",
     "PulledMessages",
     "Undecodable",
@@ -273,8 +275,35 @@ class MessageExt:
 # -- decoding a pull body ---------------------------------------------------------------------
 
 
-def _bad(pos: int, what: str) -> ProtocolError:
-    return ProtocolError(f"stored message at offset {pos}: {what}")
+def _bad(pos: int, what: str, buf: bytes | None = None) -> ProtocolError:
+    message = f"stored message at offset {pos}: {what}"
+    if buf is None:
+        return ProtocolError(message)
+    return BrokenBodyError(message, _salvage(buf, pos, what))
+
+
+class BrokenBodyError(ProtocolError):
+    """A pull body whose framing is broken (a store size, magic code or length that does not add
+    up): nothing from the failing message on can be trusted, so the whole body is refused. ``record``
+    names the failing message when its fixed part still reads as one (magic code valid), else None:
+    what a consumer needs to move it to the DLQ after the same failure repeats."""
+
+    def __init__(self, message: str, record: Undecodable | None) -> None:
+        super().__init__(message)
+        self.record = record
+
+
+def _salvage(buf: bytes, pos: int, reason: str) -> Undecodable | None:
+    """The record of a message with broken framing, from whatever of it reads."""
+    if len(buf) - pos < _FIXED4.size:
+        return None
+    f = _FIXED4.unpack_from(buf, pos)
+    if f[_MAGIC] not in (MAGIC_CODE_V1, MAGIC_CODE_V2) or f[_SYSFLAG] & _V6_FLAGS:
+        return None
+    try:
+        return undecodable_at(buf, pos, reason)
+    except (IndexError, struct.error, ProtocolError):
+        return _record(f, None, None, reason, "")  # the topic and properties do not read
 
 
 def _unpack_v6(buf: bytes, pos: int, end: int) -> tuple[tuple[Any, ...], int]:
@@ -425,17 +454,17 @@ def undecodable_at(body: bytes, pos: int, reason: str, *, broker_name: str = "")
     return _record(f, topic_bytes, body[p + 2 : p + 2 + props_len], reason, broker_name)
 
 
-def _record(f: tuple[Any, ...], topic_bytes: bytes, props: bytes, reason: str, broker: str) -> Undecodable:
-    topic: str | None
-    try:
-        topic = topic_bytes.decode()
-    except UnicodeDecodeError:
-        topic = None
-    msg_id: str | None
-    try:
-        msg_id = lookup_property(props.decode(), Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-    except UnicodeDecodeError:
-        msg_id = None
+def _record(
+    f: tuple[Any, ...], topic_bytes: bytes | None, props: bytes | None, reason: str, broker: str
+) -> Undecodable:
+    topic: str | None = None
+    if topic_bytes is not None:
+        with contextlib.suppress(UnicodeDecodeError):
+            topic = topic_bytes.decode()
+    msg_id: str | None = None
+    if props is not None:
+        with contextlib.suppress(UnicodeDecodeError):
+            msg_id = lookup_property(props.decode(), Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
     offset_msg_id = (
         f"{_ip_hex(f[_STORE_IP])}{f[_STORE_PORT] & 0xFFFFFFFF:08X}{f[_PHYS] & 0xFFFFFFFFFFFFFFFF:016X}"
     )
@@ -515,13 +544,15 @@ def decode_messages(
         try:
             while pos < n:
                 if n - pos < _MIN_STORED:
-                    raise _bad(pos, f"truncated: {n - pos} bytes left, a message needs {_MIN_STORED} or more")
+                    raise _bad(
+                        pos, f"truncated: {n - pos} bytes left, a message needs {_MIN_STORED} or more", buf
+                    )
                 total, magic, queue_offset, sys_flag, body_len = unpack(buf, pos)
                 end = pos + total
                 if total < _MIN_STORED or end > n:
-                    raise _bad(pos, f"store size {total} is out of range ({_MIN_STORED}..{n - pos})")
+                    raise _bad(pos, f"store size {total} is out of range ({_MIN_STORED}..{n - pos})", buf)
                 if magic != MAGIC_CODE_V1 and magic != MAGIC_CODE_V2:
-                    raise _bad(pos, f"bad magic code {magic:#x}")
+                    raise _bad(pos, f"bad magic code {magic:#x}", buf)
                 fixed = 88
                 f: tuple[Any, ...] | None = None
                 if sys_flag & _V6_FLAGS:
@@ -529,7 +560,7 @@ def decode_messages(
                     body_len = f[_BODY_LEN]
                 q = pos + fixed + body_len
                 if body_len < 0 or q + 3 > end:
-                    raise _bad(pos, f"body length {body_len} does not fit in store size {total}")
+                    raise _bad(pos, f"body length {body_len} does not fit in store size {total}", buf)
                 msg_body = buf[pos + fixed : q]
                 nbytes += body_len
                 if queue_offset <= last:
@@ -542,10 +573,12 @@ def decode_messages(
                     p = q + 2 + ((buf[q] << 8) | buf[q + 1])
                     topic_bytes = buf[q + 2 : p]
                 if p + 2 > end:
-                    raise _bad(pos, f"topic length {len(topic_bytes)} overruns store size {total}")
+                    raise _bad(pos, f"topic length {len(topic_bytes)} overruns store size {total}", buf)
                 props_len = (buf[p] << 8) | buf[p + 1]
                 if p + 2 + props_len != end or props_len > PROPERTIES_MAX:
-                    raise _bad(pos, f"store size {total} does not match the fields (properties {props_len}B)")
+                    raise _bad(
+                        pos, f"store size {total} does not match the fields (properties {props_len}B)", buf
+                    )
                 # the framing is sound from here on: a failure below is this message's alone
                 topic = topics.get(topic_bytes)
                 if topic is None:

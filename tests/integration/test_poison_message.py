@@ -1,0 +1,295 @@
+"""A stored message no client can decode never stalls its queue (#19), on the embedded cluster with
+its fault injection (``MessageStore.corrupt``, ``broker.faults``): the rest is consumed, the bad one
+goes to ``%DLQ%group`` through the broker, the committed offset waits for it, nothing is lost."""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+import pytest
+from support.integration import alive_until
+
+from rmq_async import (
+    ConsumeContext,
+    ConsumeResult,
+    EmbeddedCluster,
+    Message,
+    MessageExt,
+    OrderlyContext,
+    OrderlyResult,
+    Producer,
+    PushConsumer,
+    SendResult,
+    Timing,
+    UndecodableMessageError,
+)
+from rmq_async.consumer.lite_pull import LitePullConsumer
+from rmq_async.protocol.codes import RequestCode, ResponseCode
+from rmq_async.protocol.mq import MessageQueue
+from rmq_async.protocol.stored import Undecodable
+
+pytestmark = pytest.mark.timeout(90)
+
+
+async def produce_one_queue(
+    cluster: EmbeddedCluster, topic: str, n: int
+) -> tuple[MessageQueue, list[SendResult]]:
+    async with Producer("poison_pg", namesrv_addr=cluster.namesrv_addr) as p:
+        mq = (await p.queues(topic))[0]
+        sent = [await p.send(Message(topic, f"body-{i}".encode(), keys=f"k-{i}"), queue=mq) for i in range(n)]
+    assert [r.queue_offset for r in sent] == list(range(n))
+    return mq, sent
+
+
+async def read_back_dlq(cluster: EmbeddedCluster, group: str, offset: int, timing: Timing) -> Undecodable:
+    """The message at ``offset`` of ``%DLQ%group`` queue 0, read back by a lite pull consumer of
+    another group: it is still undecodable, so ``poll`` raises its record."""
+    dlq = MessageQueue(f"%DLQ%{group}", cluster.brokers[0].name, 0)
+    async with LitePullConsumer(group + "_dlq_reader", namesrv_addr=cluster.namesrv_addr, timing=timing) as r:
+        await r.assign([dlq])
+        await r.seek(dlq, offset)
+        with anyio.fail_after(15), pytest.raises(UndecodableMessageError) as err:
+            while True:
+                assert not await r.poll(1.0)
+    return err.value.record
+
+
+def dlq_count(cluster: EmbeddedCluster, group: str) -> int:
+    return int(cluster.brokers[0].store.max_offset(f"%DLQ%{group}", 0))
+
+
+class Seen:
+    """Concurrent handler: keys seen, and the pull count when each arrived."""
+
+    def __init__(self, c: list[PushConsumer], topic: str) -> None:
+        self.keys: dict[str, int] = {}
+        self.pulls_at: dict[str, int] = {}
+        self._c, self._topic = c, topic
+        self.changed = anyio.Event()
+
+    async def __call__(self, msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
+        stats = self._c[0].stats.topics.get(self._topic)
+        for m in msgs:
+            k = m.keys or ""
+            self.keys[k] = self.keys.get(k, 0) + 1
+            self.pulls_at.setdefault(k, stats.pulls if stats else -1)
+        self.changed.set()
+        self.changed = anyio.Event()
+        return ConsumeResult.SUCCESS
+
+    async def wait(self, n: int) -> None:
+        while len(self.keys) < n:
+            await self.changed.wait()
+
+
+def committed(c: PushConsumer, topic: str) -> int:
+    """The consumer's committed offset of ``topic`` queue 0 (the one the tests produce to)."""
+    for q in c.health()["queues"]:
+        if q["queue"].startswith(f"MessageQueue [topic={topic}, ") and q["queue"].endswith("queueId=0]"):
+            return int(q["committed"])
+    return -1  # not assigned yet
+
+
+async def wait_committed(c: PushConsumer, topic: str, offset: int) -> None:
+    while committed(c, topic) != offset:  # noqa: ASYNC110 (the offset store has no event)
+        await anyio.sleep(0.02)
+
+
+@pytest.mark.parametrize("how", ["body", "type"])
+async def test_corrupt_message_in_the_middle_of_1000(
+    cluster: EmbeddedCluster,
+    names: tuple[str, str],
+    timing: Timing,
+    how: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    topic, group = names
+    mq, sent = await produce_one_queue(cluster, topic, 1000)
+    phys = cluster.brokers[0].store.corrupt(topic, mq.queue_id, 500, how)
+    holder: list[PushConsumer] = []
+    seen = Seen(holder, topic)
+    c = PushConsumer(
+        group, namesrv_addr=cluster.namesrv_addr, handler=seen, subscriptions={topic: "*"}, timing=timing,
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+    )  # fmt: skip
+    holder.append(c)
+    with caplog.at_level(logging.ERROR, logger="rmq_async.consumer"):
+        async with c:
+            await alive_until(c, lambda: seen.wait(999), 30)
+            await alive_until(c, lambda: wait_committed(c, topic, 1000), 10)
+            health = c.health()["undecodable"]
+    assert set(seen.keys) == {f"k-{i}" for i in range(1000)} - {"k-500"}
+    # the messages after it came with the pull that brought it: the queue did not wait
+    assert seen.pulls_at["k-501"] - seen.pulls_at["k-499"] <= 1
+    assert health["total"] == 1 and health["moved_to_dlq"] == 1
+    [line] = [r.getMessage() for r in caplog.records if "undecodable message at" in r.getMessage()]
+    for part in (f"{topic}@{mq.broker_name}:{mq.queue_id}", "offset 500", sent[500].msg_id, str(phys)):
+        assert part in line
+    # the bad message is in %DLQ%group, read back by offset: the stored bytes, still undecodable
+    assert dlq_count(cluster, group) == 1
+    rec = await read_back_dlq(cluster, group, 0, timing)
+    assert (rec.topic, rec.queue_offset, rec.msg_id) == (f"%DLQ%{group}", 0, sent[500].msg_id)
+    assert rec.reconsume_times == 1
+
+
+async def test_send_back_refused_the_others_go_on_and_the_offset_holds(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, group = names
+    mq, _ = await produce_one_queue(cluster, topic, 300)
+    cluster.brokers[0].store.corrupt(topic, mq.queue_id, 100)
+    faults = cluster.brokers[0].faults
+    faults.refuse(RequestCode.CONSUMER_SEND_MSG_BACK, ResponseCode.SYSTEM_ERROR, "refused by the test")
+    holder: list[PushConsumer] = []
+    seen = Seen(holder, topic)
+    c = PushConsumer(
+        group, namesrv_addr=cluster.namesrv_addr, handler=seen, subscriptions={topic: "*"}, timing=timing,
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+    )  # fmt: skip
+    holder.append(c)
+    async with c:
+        await alive_until(c, lambda: seen.wait(299), 30)
+        await alive_until(c, lambda: wait_committed(c, topic, 100), 10)
+
+        async def retried() -> None:
+            while c.health()["undecodable"]["send_back_retries"] < 2:  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+
+        await alive_until(c, retried, 20)
+        assert committed(c, topic) == 100  # held at the bad message while the broker refuses it
+        assert dlq_count(cluster, group) == 0
+        faults.clear()
+        await alive_until(c, lambda: wait_committed(c, topic, 300), 20)
+    assert set(seen.keys) == {f"k-{i}" for i in range(300)} - {"k-100"}
+    assert dlq_count(cluster, group) == 1
+
+
+async def test_nothing_lost_across_a_restart_while_the_bad_message_waits(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, group = names
+    mq, _ = await produce_one_queue(cluster, topic, 1000)
+    cluster.brokers[0].store.corrupt(topic, mq.queue_id, 500)
+    faults = cluster.brokers[0].faults
+    faults.refuse(RequestCode.CONSUMER_SEND_MSG_BACK, ResponseCode.SYSTEM_ERROR, "refused by the test")
+    holder: list[PushConsumer] = []
+    first = Seen(holder, topic)
+
+    def make(handler: Seen) -> PushConsumer:
+        return PushConsumer(
+            group, namesrv_addr=cluster.namesrv_addr, handler=handler, subscriptions={topic: "*"},
+            timing=timing, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+        )  # fmt: skip
+
+    c1 = make(first)
+    holder.append(c1)
+    async with c1:
+        await alive_until(c1, lambda: first.wait(600), 30)  # stopped in the middle, the bad one held
+    assert dlq_count(cluster, group) == 0
+    faults.clear()
+    holder.clear()
+    second = Seen(holder, topic)
+    c2 = make(second)
+    holder.append(c2)
+    async with c2:
+        await alive_until(c2, lambda: wait_committed(c2, topic, 1000), 30)
+    # at least once: the second run starts at the held offset (500), so it sees what came after again
+    assert set(first.keys) | set(second.keys) == {f"k-{i}" for i in range(1000)} - {"k-500"}
+    assert "k-501" in second.keys and "k-499" not in second.keys
+    assert dlq_count(cluster, group) == 1
+
+
+async def test_orderly_waits_for_the_move_then_goes_on_in_order(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, group = names
+    mq, _ = await produce_one_queue(cluster, topic, 200)
+    cluster.brokers[0].store.corrupt(topic, mq.queue_id, 80, "type")
+    got: list[int] = []
+    dlq_when_next: list[int] = []
+    done = anyio.Event()
+
+    async def handler(msgs: list[MessageExt], ctx: OrderlyContext) -> OrderlyResult:
+        for m in msgs:
+            if m.queue_offset == 81:
+                dlq_when_next.append(dlq_count(cluster, group))
+            got.append(m.queue_offset)
+        if len(got) >= 199:
+            done.set()
+        return OrderlyResult.SUCCESS
+
+    async with PushConsumer(
+        group, namesrv_addr=cluster.namesrv_addr, handler=handler, subscriptions={topic: "*"}, timing=timing,
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET", orderly=True,
+    ) as c:  # fmt: skip
+        await alive_until(c, done.wait, 30)
+        await alive_until(c, lambda: wait_committed(c, topic, 200), 10)
+    assert got == [i for i in range(200) if i != 80]
+    assert dlq_when_next == [1]  # the message after it came only once the broker had the bad one
+
+
+async def test_lite_pull_fails_naming_the_offset_or_skips(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, group = names
+    mq, _ = await produce_one_queue(cluster, topic, 50)
+    cluster.brokers[0].store.corrupt(topic, mq.queue_id, 20)
+    async with LitePullConsumer(
+        group, namesrv_addr=cluster.namesrv_addr, timing=timing,
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+    ) as c:  # fmt: skip
+        await c.assign([mq])
+        got: list[int] = []
+        with anyio.fail_after(15), pytest.raises(UndecodableMessageError) as err:
+            while True:
+                got.extend(m.queue_offset for m in await c.poll(1.0, max_messages=100))
+        assert got == list(range(20))  # everything before it first
+        assert err.value.record.queue_offset == 20 and "offset 20" in str(err.value)
+        assert c.position(mq) == 20
+        with pytest.raises(UndecodableMessageError):  # it stays there: fails again
+            with anyio.fail_after(15):
+                while True:
+                    assert not await c.poll(1.0)
+        await c.seek(mq, 21)  # the caller moves past it
+        rest: list[int] = []
+        with anyio.fail_after(15):
+            while len(rest) < 29:
+                rest.extend(m.queue_offset for m in await c.poll(1.0, max_messages=100))
+        assert rest == list(range(21, 50))
+
+    async with LitePullConsumer(
+        group + "_skip", namesrv_addr=cluster.namesrv_addr, timing=timing,
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET", on_undecodable="skip",
+    ) as s:  # fmt: skip
+        await s.assign([mq])
+        polled: list[int] = []
+        with anyio.fail_after(15):
+            while len(polled) < 49:
+                polled.extend(m.queue_offset for m in await s.poll(1.0, max_messages=100))
+        assert polled == [i for i in range(50) if i != 20] and s.stats.undecodable == 1
+
+
+async def test_a_body_refused_as_a_whole_three_times_is_handled_at_its_offset(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    """Broken framing (a store size that does not add up) fails the whole pull body: the connection
+    is closed and the pull retried; the third failure at one offset narrows the pull to the good
+    messages before it, then the broken one goes to the DLQ by the commit-log offset it names."""
+    topic, group = names
+    mq, _ = await produce_one_queue(cluster, topic, 60)
+    cluster.brokers[0].store.corrupt(topic, mq.queue_id, 30, "framing")
+    holder: list[PushConsumer] = []
+    seen = Seen(holder, topic)
+    c = PushConsumer(
+        group, namesrv_addr=cluster.namesrv_addr, handler=seen, subscriptions={topic: "*"}, timing=timing,
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+    )  # fmt: skip
+    holder.append(c)
+    async with c:
+        await alive_until(c, lambda: seen.wait(59), 60)
+        await alive_until(c, lambda: wait_committed(c, topic, 60), 20)
+        health = c.health()["undecodable"]
+    assert set(seen.keys) == {f"k-{i}" for i in range(60)} - {"k-30"}
+    assert health["broken_bodies"] >= 3 and health["moved_to_dlq"] == 1
+    assert dlq_count(cluster, group) == 1
