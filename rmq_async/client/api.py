@@ -55,6 +55,8 @@ class PullResult:
     suggest_which_broker_id: int
     messages: list[MessageExt] = field(default_factory=list)
     remark: str | None = None
+    #: the response body as received, when ``pull(decode=False)`` (``messages`` stays empty)
+    body: bytes = b""
 
 
 class SendStatus(Enum):
@@ -197,8 +199,16 @@ class MQClientAPI:
     # -- pulling ---------------------------------------------------------------------------------
 
     async def pull(
-        self, addr: str, header: H.PullMessageRequestHeader, timeout: float, *, broker_name: str
+        self,
+        addr: str,
+        header: H.PullMessageRequestHeader,
+        timeout: float,
+        *,
+        broker_name: str,
+        decode: bool = True,
     ) -> PullResult:
+        """``decode=False`` leaves the stored messages undecoded in ``body`` (the Spark source builds
+        Arrow columns from it)."""
         cmd = self._cmd(RequestCode.PULL_MESSAGE, header.to_ext_fields())
         resp = await self._call(addr, cmd, timeout)
         status = _PULL_STATUS.get(resp.code)  # type: ignore[call-overload]
@@ -206,7 +216,7 @@ class MQClientAPI:
             raise self._fail(resp, cmd, addr)
         rh = H.PullMessageResponseHeader.from_ext_fields(resp.ext_fields)
         msgs: list[MessageExt] = []
-        if status is PullStatus.FOUND and resp.body:
+        if status is PullStatus.FOUND and resp.body and decode:
             msgs = decode_messages(resp.body, broker_name=broker_name)
         return PullResult(
             status=status,
@@ -216,6 +226,7 @@ class MQClientAPI:
             suggest_which_broker_id=rh.suggest_which_broker_id,
             messages=msgs,
             remark=resp.remark,
+            body=b"" if decode else resp.body,
         )
 
     # -- offsets ---------------------------------------------------------------------------------

@@ -1,23 +1,39 @@
-"""The Spark source's way into the async client: one blocking portal per process, and range reads.
+"""The Spark source's way into the async client: blocking portals, and pipelined range reads.
 
-Strategy (STYLE 13): Spark calls are synchronous, so :class:`Bridge` runs an event loop thread
-(``anyio.from_thread.start_blocking_portal``) and a :class:`Session` (a stream ``ClientInstance``)
-inside it; the driver's metadata calls (queues, min/max offsets, timestamp search, group commits)
-go through ``portal.call``. :func:`read_range` is what an executor runs for one input partition: a
-portal of its own, plain pulls without suspend from the range's start, messages at or past the end
-trimmed, rows handed to Spark as Arrow record batches. Only the name server address is needed.
+Strategy (STYLE 13): Spark calls are synchronous, so the driver's :class:`Bridge` runs an event loop
+thread (``anyio.from_thread.start_blocking_portal``) and a :class:`Session` (a stream
+``ClientInstance``) inside it; the driver's metadata calls (queues, min/max offsets, timestamp search,
+group commits) go through ``portal.call``.
+
+Executors: :func:`read_range` reads one input partition. Each Python worker process keeps one event
+loop thread (uvloop when installed; a daemon, so a worker never waits for it at exit) and one
+:class:`Session` per connection settings, reused by every partition the worker reads and closed at
+exit (``atexit``; a
+worker killed outright just drops its sockets). A partition's offsets are dense and known in
+advance, so :meth:`Session.pipeline` cuts the range into slots and keeps ``pullsInFlight`` of them
+pulling at once (plain pulls without suspend), handing the undecoded bodies over in order; the
+Spark thread builds Arrow record batches from them (``columns.build_batch``) while the loop pulls on.
 """
 
 from __future__ import annotations
 
+import atexit
+import concurrent.futures
 import contextlib
 import logging
+import os
+import pickle
+import queue
+import struct
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import anyio
+from anyio.abc import ObjectSendStream
 from anyio.from_thread import BlockingPortal, start_blocking_portal
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from ..client.api import PullStatus
 from ..client.instance import ClientInstance, pid_instance_name
@@ -30,6 +46,7 @@ from ..protocol.command import RemotingCommand
 from ..protocol.filter import parse_tag_expression
 from ..protocol.mq import MessageQueue
 from ..protocol.stored import MessageExt
+from .columns import Chunk, arrow_schema, build_batch, to_arrow
 from .offsets import Range, resolve_start
 from .options import QueueKey, SourceOptions
 
@@ -37,8 +54,12 @@ __all__ = ["ARROW_BATCH_ROWS", "Bridge", "Session", "arrow_schema", "read_range"
 
 log = logging.getLogger("rmq_async.spark")
 
-#: rows per Arrow record batch handed to Spark
+#: rows per Arrow record batch handed to Spark (about: whole pulls are grouped)
 ARROW_BATCH_ROWS = 4096
+#: offsets per pipeline slot: one task and one hand-over per slot, so slots are larger than a pull
+#: (a broker answers at most 32 messages: maxTransferCountOnMessageInMemory)
+SLOT_OFFSETS = 512
+_QUEUE_OFFSET = struct.Struct(">q")  # QUEUEOFFSET, 20 bytes into a stored message
 
 
 class _GroupHandle:
@@ -225,6 +246,83 @@ class Session:
                 offset = new
         return out, min(offset, r.end)
 
+    async def fetch(self, r: Range, lo: int, hi: int) -> list[Chunk]:
+        """The undecoded pull bodies holding the messages of ``r`` in [lo, hi) (several pulls when a
+        broker answers fewer messages than asked); the same offset rules as :meth:`read_chunk`."""
+        o = self.opts
+        key = (r.broker_name, r.queue_id)
+        addr = await self._addr(key)
+        out: list[Chunk] = []
+        offset = lo
+        while offset < hi:
+            header = H.PullMessageRequestHeader(
+                consumer_group=o.group, topic=o.topic, queue_id=r.queue_id, queue_offset=offset,
+                max_msg_nums=min(o.pull_batch_size, hi - offset),
+                sys_flag=PullSysFlag.build(commit_offset=False, suspend=False, subscription=True),
+                commit_offset=0, suspend_timeout_millis=0, sub_version=0, subscription=self.sub_string,
+                expression_type="TAG", bname=r.broker_name,
+            )  # fmt: skip
+            res = await self.client.api.pull(
+                addr, header, o.request_timeout, broker_name=r.broker_name, decode=False
+            )
+            if res.status is PullStatus.FOUND:
+                body = res.body
+                if len(body) >= 28 and self.sub_string == "*":
+                    (first,) = _QUEUE_OFFSET.unpack_from(body, 20)
+                    if first > offset:  # the first messages of the range were deleted since the plan
+                        offset, warning = resolve_start(
+                            key, offset, first, res.max_offset, fail_on_data_loss=o.fail_on_data_loss
+                        )
+                        if warning:
+                            log.warning(warning)
+                if body and offset < hi:
+                    out.append(Chunk(body, offset, hi))
+                offset = max(offset + 1, min(res.next_begin_offset, hi))
+            elif res.status is PullStatus.NO_MATCHED_MSG:
+                offset = min(max(res.next_begin_offset, offset + 1), hi)
+            else:
+                new, warning = resolve_start(
+                    key, offset, res.min_offset, res.max_offset, fail_on_data_loss=o.fail_on_data_loss
+                )
+                if warning:
+                    log.warning(warning)
+                if new <= offset:  # nothing more to read where the plan said there was
+                    if res.max_offset <= offset:
+                        return out
+                    raise RocketMQError(
+                        f"pull of {key} at {offset} answered {res.status.value}: {res.remark}"
+                    )
+                offset = new
+        return out
+
+    async def pipeline(self, r: Range, depth: int, send: ObjectSendStream[list[Chunk]]) -> None:
+        """Fetch ``r`` in slots of :data:`SLOT_OFFSETS` offsets (each slot by pulls of
+        ``pullBatchSize`` one after the other), ``depth`` slots at a time, and send each slot's bodies
+        in offset order (``send`` is closed at the end, or on failure)."""
+        step = max(SLOT_OFFSETS, self.opts.pull_batch_size)
+        slots = [(s, min(s + step, r.end)) for s in range(r.start, r.end, step)]
+        results: list[list[Chunk]] = [[] for _ in slots]
+        done = [anyio.Event() for _ in slots]
+        room = anyio.Semaphore(depth)
+
+        async def one(i: int) -> None:
+            results[i] = await self.fetch(r, *slots[i])
+            done[i].set()
+
+        async def launch() -> None:
+            for i in range(len(slots)):
+                await room.acquire()
+                tg.start_soon(one, i)
+
+        async with send, anyio.create_task_group() as tg:
+            tg.start_soon(launch)
+            for i in range(len(slots)):
+                await done[i].wait()
+                room.release()
+                chunks, results[i] = results[i], []
+                if chunks:
+                    await send.send(chunks)
+
 
 class Bridge:
     """Synchronous facade over a :class:`Session` running in a blocking portal."""
@@ -256,57 +354,159 @@ class Bridge:
         self.portal.call(self.session.commit, offsets)
 
 
-def arrow_schema() -> Any:
-    import pyarrow as pa
+class _Worker:
+    """The executor side of one Python worker process: an event loop thread (a daemon) with a
+    blocking portal, and the :class:`Session` of each connection setting seen, reused by every
+    partition this process reads."""
 
-    ts = pa.timestamp("us", tz="UTC")
-    return pa.schema(
-        [
-            ("topic", pa.string()),
-            ("broker_name", pa.string()),
-            ("queue_id", pa.int32()),
-            ("queue_offset", pa.int64()),
-            ("msg_id", pa.string()),
-            ("keys", pa.string()),
-            ("tags", pa.string()),
-            ("body", pa.binary()),
-            ("born_timestamp", ts),
-            ("store_timestamp", ts),
-            ("properties", pa.map_(pa.string(), pa.string())),
-            ("reconsume_times", pa.int32()),
-        ]
-    )
+    MAX_SESSIONS = 4
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        ready: queue.SimpleQueue[BlockingPortal | BaseException] = queue.SimpleQueue()
+
+        async def serve() -> None:
+            async with BlockingPortal() as portal:
+                ready.put(portal)
+                await portal.sleep_until_stopped()
+
+        def run() -> None:
+            try:
+                anyio.run(serve, backend_options={"use_uvloop": _has_uvloop()})
+            except BaseException as exc:  # handed to the thread that waits
+                ready.put(exc)
+
+        self.thread = threading.Thread(target=run, name="rmq_async-spark-loop", daemon=True)
+        self.thread.start()
+        got = ready.get()
+        if isinstance(got, BaseException):
+            raise RocketMQError(f"the Spark source's event loop did not start: {got}") from got
+        self.portal: BlockingPortal = got
+        self.sessions: dict[bytes, tuple[contextlib.AbstractContextManager[Session], Session]] = {}
+
+    def session(self, opts: SourceOptions) -> Session:
+        key = pickle.dumps(opts)
+        hit = self.sessions.get(key)
+        if hit is not None:
+            return hit[1]
+        while len(self.sessions) >= self.MAX_SESSIONS:
+            self._close(next(iter(self.sessions)))
+        cm = self.portal.wrap_async_context_manager(Session(opts))
+        session = cm.__enter__()
+        self.sessions[key] = (cm, session)
+        return session
+
+    def _close(self, key: bytes) -> None:
+        cm, _ = self.sessions.pop(key)
+        try:
+            cm.__exit__(None, None, None)
+        except Exception as exc:  # closing only
+            log.debug("closing a Spark source session: %s", exc)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Close every session and stop the loop (bounded: a hung close does not hold the exit)."""
+
+        def stop() -> None:
+            for key in list(self.sessions):
+                self._close(key)
+            self.portal.call(self.portal.stop, True)
+
+        runner = threading.Thread(target=stop, daemon=True)
+        runner.start()
+        runner.join(timeout)
 
 
-def to_arrow(msgs: list[MessageExt], topic: str, broker_name: str) -> Any:
-    """One Arrow record batch of ``msgs`` in the source's schema."""
-    import pyarrow as pa
+def _has_uvloop() -> bool:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
-    n = len(msgs)
-    cols = [
-        pa.array([topic] * n, pa.string()),
-        pa.array([broker_name] * n, pa.string()),
-        pa.array([m.queue_id for m in msgs], pa.int32()),
-        pa.array([m.queue_offset for m in msgs], pa.int64()),
-        pa.array([m.msg_id for m in msgs], pa.string()),
-        pa.array([m.keys for m in msgs], pa.string()),
-        pa.array([m.tags for m in msgs], pa.string()),
-        pa.array([m.body for m in msgs], pa.binary()),
-        pa.array([m.born_timestamp * 1000 for m in msgs], pa.timestamp("us", tz="UTC")),
-        pa.array([m.store_timestamp * 1000 for m in msgs], pa.timestamp("us", tz="UTC")),
-        pa.array([list(m.properties.items()) for m in msgs], pa.map_(pa.string(), pa.string())),
-        pa.array([m.reconsume_times for m in msgs], pa.int32()),
-    ]
-    return pa.RecordBatch.from_arrays(cols, schema=arrow_schema())
+
+_worker: _Worker | None = None
+_worker_lock = threading.Lock()
+
+
+def _this_worker() -> _Worker:
+    global _worker
+    with _worker_lock:
+        if _worker is None or _worker.pid != os.getpid():  # none yet, or inherited through a fork
+            _worker = _Worker()
+            atexit.register(_worker.close)
+        return _worker
+
+
+def _close_worker() -> None:
+    """Close this process's executor client now (tests; Spark's workers close it at exit)."""
+    global _worker
+    with _worker_lock:
+        w, _worker = _worker, None
+    if w is not None and w.pid == os.getpid():
+        atexit.unregister(w.close)
+        w.close()
 
 
 def read_range(opts: SourceOptions, r: Range) -> Iterator[Any]:
-    """Executor side: the messages of ``r`` as Arrow record batches, read with plain pulls."""
+    """Executor side: the messages of ``r`` as Arrow record batches, with ``pullsInFlight`` pulls
+    in flight, through this process's shared client."""
     if r.end <= r.start:
         return
-    with start_blocking_portal() as portal, portal.wrap_async_context_manager(Session(opts)) as session:
-        offset = r.start
-        while offset < r.end:
-            msgs, offset = portal.call(session.read_chunk, r, offset, ARROW_BATCH_ROWS)
-            if msgs:
-                yield to_arrow(msgs, opts.topic, r.broker_name)
+    worker = _this_worker()
+    portal = worker.portal
+    session = worker.session(opts)
+    send, receive = anyio.create_memory_object_stream[list[Chunk]](opts.pulls_in_flight)
+    fut = portal.start_task_soon(session.pipeline, r, opts.pulls_in_flight, send)
+
+    def build(chunks: list[Chunk]) -> Any:
+        return build_batch(
+            chunks, opts.topic, r.broker_name, tags=session.tags, properties=opts.include_properties
+        )
+
+    try:
+        pending: list[Chunk] = []
+        rows = 0
+        while True:
+            chunks = portal.call(_drain, receive)
+            if not chunks:
+                break
+            pending.extend(chunks)
+            rows += sum(c.hi - c.lo for c in chunks)  # at most: a pull may answer fewer
+            if rows >= ARROW_BATCH_ROWS:
+                batch = build(pending)
+                pending, rows = [], 0
+                if batch.num_rows:
+                    yield batch
+        _result(fut)
+        if pending:
+            batch = build(pending)
+            if batch.num_rows:
+                yield batch
+    finally:
+        if not fut.done():
+            fut.cancel()
+        with contextlib.suppress(Exception):
+            portal.call(receive.aclose)
+
+
+async def _drain(receive: MemoryObjectReceiveStream[list[Chunk]]) -> list[Chunk]:
+    """The next slot's bodies and those of every slot already waiting (one thread hop for them all);
+    [] at the end of the range."""
+    try:
+        out = list(await receive.receive())
+    except anyio.EndOfStream:
+        return []
+    with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
+        while True:
+            out.extend(receive.receive_nowait())
+    return out
+
+
+def _result(fut: concurrent.futures.Future[None]) -> None:
+    """``fut.result()``, with a task group's lone error raised as itself."""
+    try:
+        fut.result()
+    except BaseExceptionGroup as eg:
+        if len(eg.exceptions) == 1:
+            raise eg.exceptions[0] from None
+        raise

@@ -5,7 +5,11 @@
   ``failOnDataLoss`` semantics (fail, or skip ahead / reset and log, like the Kafka source);
 * :func:`limit_offsets`: the end offsets of one micro-batch under ``maxRecordsPerTrigger``, shared out
   fairly among the queues that have data;
-* :func:`split_range`: one queue's range cut into pieces of at most ``max_records``.
+* :func:`split_range`: one queue's range cut into pieces of at most ``max_records``;
+* :func:`split_for_min_partitions`: ranges cut so that there are about ``minPartitions`` of them, each
+  queue's share in proportion to its size (Kafka's ``KafkaOffsetRangeCalculator``);
+* :func:`trigger_ready`: whether a micro-batch may start under ``minOffsetsPerTrigger`` and
+  ``maxTriggerDelay``.
 """
 
 from __future__ import annotations
@@ -17,7 +21,10 @@ from typing import Any
 from ..errors import ClientError
 from .options import QueueKey
 
-__all__ = ["DataLossError", "Range", "from_json", "limit_offsets", "resolve_start", "split_range", "to_json"]
+__all__ = [
+    "DataLossError", "Range", "from_json", "limit_offsets", "resolve_start", "split_for_min_partitions",
+    "split_range", "to_json", "trigger_ready",
+]  # fmt: skip
 
 
 class DataLossError(ClientError):
@@ -111,3 +118,34 @@ def split_range(r: Range, max_records: int | None) -> list[Range]:
         Range(r.broker_name, r.queue_id, s, min(s + max_records, r.end))
         for s in range(r.start, r.end, max_records)
     ]
+
+
+def split_for_min_partitions(ranges: list[Range], min_partitions: int | None) -> list[Range]:
+    """Non-empty ``ranges``, cut so that there are about ``min_partitions`` (when there are fewer):
+    each range gets ``round(size / total * min_partitions)`` (at least one) near-equal pieces, the
+    last piece taking what integer division leaves (``KafkaOffsetRangeCalculator.getRanges``)."""
+    ranges = [r for r in ranges if r.end > r.start]
+    if min_partitions is None or len(ranges) >= min_partitions:
+        return ranges
+    total = sum(r.end - r.start for r in ranges)
+    out: list[Range] = []
+    for r in ranges:
+        size = r.end - r.start
+        parts = max(round(size / total * min_partitions), 1)
+        remaining, start = size, r.start
+        for part in range(parts):
+            this = remaining // (parts - part)
+            remaining -= this
+            end = min(start + this, r.end)
+            if end > start:
+                out.append(Range(r.broker_name, r.queue_id, start, end))
+            start = end
+    return out
+
+
+def trigger_ready(available: int, min_offsets: int | None, since_last: float, max_delay: float) -> bool:
+    """A micro-batch may start: ``available`` new messages reach ``min_offsets`` (None: any), or the
+    last one started ``max_delay`` seconds ago or more (then whatever is there is read, maybe none)."""
+    if min_offsets is None:
+        return True
+    return available >= min_offsets or since_last >= max_delay

@@ -28,7 +28,8 @@ LATEST = -1
 _KNOWN = {
     "namesrv", "topic", "startingoffsets", "endingoffsets", "startingoffsetsbytimestamp",
     "startingtimestamp", "maxrecordspertrigger", "maxrecordsperpartition", "failondataloss", "tags",
-    "group", "commitoffsets", "pullbatchsize", "requesttimeout", "path",
+    "group", "commitoffsets", "pullbatchsize", "requesttimeout", "path", "pullsinflight", "includeproperties",
+    "minpartitions", "minoffsetspertrigger", "maxtriggerdelay",
     "accesskey", "secretkey", "securitytoken",
     "tls", "tlscafile", "tlsinsecure", "tlscertfile", "tlskeyfile", "tlskeypassword", "tlsserverhostname",
 }  # fmt: skip
@@ -52,6 +53,16 @@ class SourceOptions:
     commit_offsets: bool
     pull_batch_size: int
     request_timeout: float
+    #: pulls in flight per input partition (option pullsInFlight)
+    pulls_in_flight: int = 4
+    #: fill the properties column (option includeProperties; false leaves it null)
+    include_properties: bool = True
+    #: at least this many input partitions, large ranges split (option minPartitions, as Kafka's)
+    min_partitions: int | None = None
+    #: streaming: wait for this many new messages before a micro-batch (option minOffsetsPerTrigger)...
+    min_offsets_per_trigger: int | None = None
+    #: ... but no longer than this many seconds (option maxTriggerDelay, default 15m, as Kafka's)
+    max_trigger_delay: float = 900.0
     #: ACL keys (options accessKey, secretKey, securityToken): pickled to the executors with the rest;
     #: the secret shows as ``**********`` in every repr. None: the executors' RMQ_* variables, if any.
     credentials: Credentials | None = None
@@ -209,6 +220,18 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         raise _fail("requestTimeout", timeout_s, "expected seconds") from None
     if timeout <= 0:
         raise _fail("requestTimeout", timeout_s, "expected seconds > 0")
+    min_trigger = _positive_int(opts, "minOffsetsPerTrigger")
+    if min_trigger is not None and not streaming:
+        raise _fail("minOffsetsPerTrigger", min_trigger, "is for streaming reads only")
+    delay_s = opts.get("maxtriggerdelay", "15m")
+    delay = _duration(delay_s)
+    if delay is None:
+        raise _fail("maxTriggerDelay", delay_s, "expected a duration such as 30s, 5m, 1h or 500ms")
+    if "maxtriggerdelay" in opts and min_trigger is None:
+        raise _fail("maxTriggerDelay", delay_s, "needs minOffsetsPerTrigger")
+    inflight = _positive_int(opts, "pullsInFlight") or 4
+    if inflight > 64:
+        raise _fail("pullsInFlight", inflight, "must be at most 64")
     return SourceOptions(
         namesrv=namesrv,
         topic=topic,
@@ -226,4 +249,26 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         request_timeout=timeout,
         credentials=_credentials(opts),
         tls=_tls(opts),
+        pulls_in_flight=inflight,
+        include_properties=_bool(opts, "includeProperties", True),
+        min_partitions=_positive_int(opts, "minPartitions"),
+        min_offsets_per_trigger=min_trigger,
+        max_trigger_delay=delay,
     )
+
+
+_UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _duration(text: str) -> float | None:
+    """``"15m"``, ``"30s"``, ``"500ms"``, ``"1h"`` or plain seconds, as seconds; None if invalid."""
+    t = text.strip().lower()
+    num = t.rstrip("abcdefghijklmnopqrstuvwxyz").strip()
+    unit = t[len(num) :].strip() or "s"
+    try:
+        value = float(num)
+    except ValueError:
+        return None
+    if unit not in _UNITS or value < 0:
+        return None
+    return value * _UNITS[unit]

@@ -14,6 +14,7 @@ Register with ``spark.dataSource.register(RocketMQDataSource)``, then
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -26,7 +27,16 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from .bridge import Bridge, read_range
-from .offsets import Range, from_json, limit_offsets, resolve_start, split_range, to_json
+from .offsets import (
+    Range,
+    from_json,
+    limit_offsets,
+    resolve_start,
+    split_for_min_partitions,
+    split_range,
+    to_json,
+    trigger_ready,
+)
 from .options import EARLIEST, LATEST, QueueKey, SourceOptions, parse_options
 
 __all__ = ["SCHEMA", "RocketMQBatchReader", "RocketMQDataSource", "RocketMQPartition", "RocketMQStreamReader"]
@@ -79,9 +89,8 @@ def _checked(opts: SourceOptions, key: QueueKey, start: int, lo: int, hi: int) -
 
 def _partitions(opts: SourceOptions, ranges: list[Range]) -> list[RocketMQPartition]:
     out: list[RocketMQPartition] = []
-    for r in ranges:
-        if r.end > r.start:
-            out.extend(RocketMQPartition(piece) for piece in split_range(r, opts.max_records_per_partition))
+    for r in split_for_min_partitions(ranges, opts.min_partitions):
+        out.extend(RocketMQPartition(piece) for piece in split_range(r, opts.max_records_per_partition))
     return out
 
 
@@ -146,9 +155,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._bridge: Bridge | None = None
         self._latest: dict[QueueKey, int] | None = None
         self._target: dict[QueueKey, int] | None = None
+        self._last_trigger = 0.0  # wall clock of the last micro-batch planned (0: none yet, as Kafka)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"opts": self.opts, "_bridge": None, "_latest": None, "_target": None}
+        return {"opts": self.opts, "_bridge": None, "_latest": None, "_target": None, "_last_trigger": 0.0}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -185,6 +195,14 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = dict(self._latest)
         if self._target is not None:  # availableNow: nothing past what existed at the start
             latest = {k: min(v, self._target.get(k, begin[k])) for k, v in latest.items()}
+        if self._target is None:  # minOffsetsPerTrigger / maxTriggerDelay (not under availableNow)
+            available = sum(max(v - begin.get(k, v), 0) for k, v in latest.items())
+            now, o = time.time(), self.opts
+            since = now - self._last_trigger
+            if not trigger_ready(available, o.min_offsets_per_trigger, since, o.max_trigger_delay):
+                return start
+            if available:
+                self._last_trigger = now
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         ends = limit_offsets(begin, latest, max_rows)
         for key, off in old.items():  # queues that vanished from the route keep their offset

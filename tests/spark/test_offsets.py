@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -13,8 +15,10 @@ from rmq_async.spark.offsets import (
     from_json,
     limit_offsets,
     resolve_start,
+    split_for_min_partitions,
     split_range,
     to_json,
+    trigger_ready,
 )
 from rmq_async.spark.options import parse_options
 
@@ -62,6 +66,43 @@ def test_split_range() -> None:
     assert [(p.start, p.end) for p in parts] == [(10, 20), (20, 30), (30, 35)]
 
 
+def test_split_for_min_partitions_as_kafka() -> None:
+    a, b = Range("broker-a", 0, 0, 100), Range("broker-a", 1, 50, 60)
+    assert split_for_min_partitions([a, b, Range("broker-a", 2, 7, 7)], None) == [a, b]
+    assert split_for_min_partitions([a, b], 2) == [a, b]
+    parts = split_for_min_partitions([a, b], 8)  # 100/110*8 -> 7 pieces, 10/110*8 -> 1
+    assert [(p.queue_id, p.start, p.end) for p in parts] == [
+        (0, 0, 14), (0, 14, 28), (0, 28, 42), (0, 42, 56), (0, 56, 70), (0, 70, 85), (0, 85, 100),
+        (1, 50, 60),
+    ]  # fmt: skip
+
+
+ranges = st.lists(
+    st.tuples(st.integers(0, 7), st.integers(0, 1000), st.integers(0, 400)), min_size=1, max_size=8
+)
+
+
+@given(ranges, st.integers(1, 40))
+def test_split_for_min_partitions_covers_each_range_once(rs: list[tuple[int, int, int]], k: int) -> None:
+    given_ranges = [Range("b", i, s, s + n) for i, (_, s, n) in enumerate(rs)]  # one range per queue
+    parts = split_for_min_partitions(given_ranges, k)
+    for r in given_ranges:
+        mine = sorted((p.start, p.end) for p in parts if p.queue_id == r.queue_id)
+        want = [r.start, r.end] if r.end > r.start else []
+        assert [b for piece in mine for b in piece][:1] + [b for piece in mine for b in piece][-1:] == want
+        assert all(x[1] == y[0] for x, y in itertools.pairwise(mine))
+    assert all(p.end > p.start for p in parts)
+    nonempty = sum(r.end > r.start for r in given_ranges)
+    assert len(parts) >= min(k, nonempty) or len(parts) >= nonempty
+
+
+def test_trigger_ready() -> None:
+    assert trigger_ready(0, None, 0.0, 900.0)
+    assert not trigger_ready(5, 10, 1.0, 900.0)
+    assert trigger_ready(10, 10, 1.0, 900.0)
+    assert trigger_ready(0, 10, 900.0, 900.0)  # the delay passed: whatever there is
+
+
 @pytest.mark.parametrize(
     ("opts", "needle"),
     [
@@ -74,6 +115,11 @@ def test_split_range() -> None:
         ({"namesrv": "h:1", "topic": "T", "endingOffsets": "latest"}, "batch reads only"),
         ({"namesrv": "h:1", "topic": "T", "startingTimestamp": "now"}, "'startingTimestamp'"),
         ({"namesrv": "h:1", "topic": "T", "colour": "red"}, "unknown option"),
+        ({"namesrv": "h:1", "topic": "T", "maxTriggerDelay": "5m"}, "needs minOffsetsPerTrigger"),
+        ({"namesrv": "h:1", "topic": "T", "minOffsetsPerTrigger": "9", "maxTriggerDelay": "x"}, "duration"),
+        ({"namesrv": "h:1", "topic": "T", "pullsInFlight": "65"}, "at most 64"),
+        ({"namesrv": "h:1", "topic": "T", "minPartitions": "0"}, "'minPartitions'"),
+        ({"namesrv": "h:1", "topic": "T", "includeProperties": "no"}, "'includeProperties'"),
     ],
 )
 def test_bad_options(opts: dict[str, str], needle: str) -> None:
@@ -90,3 +136,15 @@ def test_good_options() -> None:
     assert o.starting == {("broker-a", 0): 5, ("broker-a", 1): -2}
     assert not o.fail_on_data_loss and o.max_records_per_trigger == 100 and o.tags == "A || B"
     assert parse_options({"namesrv": "h:1", "topic": "T"}, streaming=False).starting == "earliest"
+    o = parse_options(
+        {"namesrv": "h:1", "topic": "T", "minOffsetsPerTrigger": "500", "maxTriggerDelay": "90s",
+         "minPartitions": "16", "pullsInFlight": "8", "includeProperties": "false"},
+        streaming=True,
+    )  # fmt: skip
+    assert (o.min_offsets_per_trigger, o.max_trigger_delay, o.min_partitions) == (500, 90.0, 16)
+    assert o.pulls_in_flight == 8 and not o.include_properties
+    d = parse_options({"namesrv": "h:1", "topic": "T"}, streaming=True)
+    assert (d.max_trigger_delay, d.pulls_in_flight, d.include_properties) == (900.0, 4, True)
+    assert d.min_partitions is None
+    with pytest.raises(ConfigError, match="streaming reads only"):
+        parse_options({"namesrv": "h:1", "topic": "T", "minOffsetsPerTrigger": "5"}, streaming=False)

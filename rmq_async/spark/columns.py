@@ -1,0 +1,327 @@
+"""Arrow record batches built straight from pull bodies (sans-IO; numpy and pyarrow, no asyncio).
+
+Strategy. A pull body is stored messages back to back (see ``protocol/stored.py``). One Python loop
+only finds where each message starts (one ``unpack_from`` of its size and magic code); every fixed
+field is then gathered for all messages at once with numpy (big-endian views of the bytes at
+``start + field offset``), the bodies and the raw property strings are copied once each into one
+contiguous buffer (``b"".join`` of memoryview slices) under an Arrow offsets array, and the property
+strings are split once with Arrow kernels (on ``\\x02``, then each item on its first ``\\x01``; items
+without a name or value dropped; a name repeated in one message keeps its first place and its last
+value, as a dict filled item by item): ``keys``, ``tags`` and ``msg_id`` are picked from those items
+by name, and the ``properties`` map is made of them unless the query leaves it out. These are
+:func:`~rmq_async.protocol.properties.parse_properties`' rules, Java's.
+
+What this path does not take (a message with a V2 magic code, an IPv6 host, a compressed body,
+anything malformed) makes :func:`build_batch` go the careful way for that batch:
+:func:`~rmq_async.protocol.stored.decode_messages` and :func:`to_arrow`, which also raise
+:class:`~rmq_async.errors.ProtocolError` for malformed input, and
+:class:`~rmq_async.protocol.stored.UndecodableMessageError` for a message of the range that cannot be
+decoded (a body that does not decompress, text that is not UTF-8). The two give the same rows
+(``tests/spark/test_columns.py``).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..protocol.codes import MessageSysFlag, Prop
+from ..protocol.msgid import _ip_hex
+from ..protocol.stored import MAGIC_CODE_V1, MessageExt, UndecodableMessageError, decode_messages
+
+__all__ = ["Chunk", "arrow_schema", "build_batch", "to_arrow"]
+
+_SIZE = struct.Struct(">i")
+_FIXED = 88  # the fixed part of a stored message with IPv4 hosts, up to the body
+_MIN_STORED = _FIXED + 1 + 2  # empty body and topic, properties length
+_SLOW_FLAGS = (
+    MessageSysFlag.COMPRESSED_FLAG | MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+)
+# field offsets in the fixed part (IPv4 hosts): see _FIXED4 in protocol/stored.py
+_QID, _QOFF, _PHYS, _SYSFLAG, _BORN_TS, _STORE_IP, _STORE_PORT, _STORE_TS, _RECONSUME, _BODY_LEN = (
+    12, 20, 28, 36, 40, 64, 68, 56, 72, 84,
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One pull body, and the queue offsets [lo, hi) of it that belong to the batch."""
+
+    body: bytes
+    lo: int
+    hi: int
+
+
+def arrow_schema() -> Any:
+    import pyarrow as pa
+
+    ts = pa.timestamp("us", tz="UTC")
+    return pa.schema(
+        [
+            ("topic", pa.string()),
+            ("broker_name", pa.string()),
+            ("queue_id", pa.int32()),
+            ("queue_offset", pa.int64()),
+            ("msg_id", pa.string()),
+            ("keys", pa.string()),
+            ("tags", pa.string()),
+            ("body", pa.binary()),
+            ("born_timestamp", ts),
+            ("store_timestamp", ts),
+            ("properties", pa.map_(pa.string(), pa.string())),
+            ("reconsume_times", pa.int32()),
+        ]
+    )
+
+
+def to_arrow(msgs: Sequence[MessageExt], topic: str, broker_name: str, *, properties: bool = True) -> Any:
+    """One Arrow record batch of decoded ``msgs`` in the source's schema (the careful path)."""
+    import pyarrow as pa
+
+    n = len(msgs)
+    ts = pa.timestamp("us", tz="UTC")
+    map_type = pa.map_(pa.string(), pa.string())
+    props = [list(m.properties.items()) for m in msgs] if properties else None
+    cols = [
+        pa.array([topic] * n, pa.string()),
+        pa.array([broker_name] * n, pa.string()),
+        pa.array([m.queue_id for m in msgs], pa.int32()),
+        pa.array([m.queue_offset for m in msgs], pa.int64()),
+        pa.array([m.msg_id for m in msgs], pa.string()),
+        pa.array([m.keys for m in msgs], pa.string()),
+        pa.array([m.tags for m in msgs], pa.string()),
+        pa.array([m.body for m in msgs], pa.binary()),
+        pa.array([m.born_timestamp * 1000 for m in msgs], ts),
+        pa.array([m.store_timestamp * 1000 for m in msgs], ts),
+        pa.array(props, map_type) if props is not None else pa.nulls(n, map_type),
+        pa.array([m.reconsume_times for m in msgs], pa.int32()),
+    ]
+    return pa.RecordBatch.from_arrays(cols, schema=arrow_schema())
+
+
+def _starts(buf: bytes) -> list[int] | None:
+    """Where each message of ``buf`` starts, or None if the sizes do not add up (the magic codes are
+    checked later, all at once)."""
+    out: list[int] = []
+    append = out.append
+    unpack = _SIZE.unpack_from
+    pos, last = 0, len(buf) - _MIN_STORED
+    while pos <= last:
+        (total,) = unpack(buf, pos)
+        if total < _MIN_STORED:
+            return None
+        append(pos)
+        pos += total
+    return out if pos == len(buf) else None
+
+
+def _gather(data: Any, starts: Any, off: int, width: int) -> Any:
+    """The big-endian signed integers of ``width`` bytes at ``starts + off``, as native int64."""
+    import numpy as np
+
+    idx = starts[:, None] + np.arange(off, off + width)
+    return data[idx].view(">i8" if width == 8 else ">i4").ravel().astype(np.int64)
+
+
+def _binary(pa: Any, buf: bytes, begin: Any, end: Any, kind: Any) -> Any:
+    """A binary/string array of ``buf[begin[i]:end[i]]`` (one copy into a contiguous buffer)."""
+    import numpy as np
+
+    view = memoryview(buf)
+    data = b"".join([view[b:e] for b, e in zip(begin.tolist(), end.tolist(), strict=True)])
+    offsets = np.zeros(len(begin) + 1, dtype=np.int32)
+    np.cumsum(end - begin, out=offsets[1:])
+    return pa.Array.from_buffers(kind, len(begin), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+class _Props:
+    """The items of the raw property strings, split once: (row, name, value) of every item with a
+    non-empty name and value, one per name and row (a repeated name: the first place, the last value,
+    as a dict built item by item)."""
+
+    __slots__ = ("n", "names", "parents", "values")
+
+    def __init__(self, n: int, parents: Any, names: Any, values: Any) -> None:
+        self.n, self.parents, self.names, self.values = n, parents, names, values
+
+    @classmethod
+    def split(cls, pa: Any, pc: Any, np: Any, props: Any) -> _Props:
+        n = len(props)
+        items = pc.split_pattern(props, "\x02")
+        parents = pc.list_parent_indices(items).to_numpy()
+        kv = pc.split_pattern(pc.list_flatten(items), "\x01", max_splits=1)
+        two = pc.equal(pc.list_value_length(kv), 2)
+        kv = kv.filter(two)
+        names, values = pc.list_element(kv, 0), pc.list_element(kv, 1)
+        ok = pc.and_(pc.greater(pc.binary_length(names), 0), pc.greater(pc.binary_length(values), 0))
+        ok = pc.and_(two.filter(two), ok)
+        names, values = names.filter(ok), values.filter(ok)
+        parents = parents[np.asarray(two)][np.asarray(ok)]
+        codes = pc.dictionary_encode(names)
+        idx = codes.indices.to_numpy().astype(np.int64)
+        distinct = len(codes.dictionary)
+        if len(idx) and _repeats(np, parents, idx, distinct):
+            # a name again in one message (producers' batches repeat WAIT): the dict keeps the first
+            # item's place and the last item's value
+            key = parents * distinct + idx
+            order = np.argsort(key, kind="stable")
+            ks = key[order]
+            change = ks[1:] != ks[:-1]
+            first, last = order[np.r_[True, change]], order[np.r_[change, True]]
+            keep = np.argsort(first, kind="stable")
+            first, last = first[keep], last[keep]
+            parents = parents[first]
+            codes = codes.take(pa.array(first))
+            values = values.take(pa.array(last))
+        return cls(n, parents, codes, values)
+
+    def column(self, pa: Any, np: Any, name: str) -> Any:
+        """The value of ``name`` per row (null where absent)."""
+        dictionary = self.names.dictionary
+        where = dictionary.index(name).as_py() if len(dictionary) else -1
+        if where < 0:
+            return pa.nulls(self.n, pa.string())
+        hit = np.flatnonzero(self.names.indices.to_numpy() == where)
+        pick = np.full(self.n, -1, dtype=np.int64)
+        pick[self.parents[hit]] = hit
+        return self.values.take(pa.array(pick, mask=pick < 0))
+
+    def map(self, pa: Any, np: Any) -> Any:
+        offsets = np.zeros(self.n + 1, dtype=np.int32)
+        np.cumsum(np.bincount(self.parents, minlength=self.n), out=offsets[1:])
+        return pa.MapArray.from_arrays(pa.array(offsets), self.names.dictionary_decode(), self.values)
+
+
+def _repeats(np: Any, parents: Any, idx: Any, distinct: int) -> bool:
+    """Whether some row has two items of one name (``parents`` ascend, ``idx`` are name codes)."""
+    if distinct <= 62:
+        bits = np.left_shift(np.int64(1), idx)
+        cuts = np.flatnonzero(np.r_[True, parents[1:] != parents[:-1]])
+        return bool((np.add.reduceat(bits, cuts) != np.bitwise_or.reduceat(bits, cuts)).any())
+    codes = np.sort(parents * distinct + idx)
+    return bool((codes[1:] == codes[:-1]).any())
+
+
+def build_batch(
+    chunks: Iterable[Chunk],
+    topic: str,
+    broker_name: str,
+    *,
+    tags: frozenset[str] = frozenset(),
+    properties: bool = True,
+) -> Any:
+    """One Arrow record batch of the messages of ``chunks`` whose queue offsets fall in their chunk's
+    [lo, hi) and, if ``tags`` is not empty, whose tag is one of them (the client-side re-filter)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    chunks = list(chunks)
+    buf = chunks[0].body if len(chunks) == 1 else b"".join(c.body for c in chunks)
+    starts_list: list[int] = []
+    bounds: list[tuple[int, int, int]] = []  # (count, lo, hi) per chunk
+    base = 0
+    fast = True
+    for c in chunks:
+        s = _starts(c.body)
+        if s is None:
+            fast = False
+            break
+        starts_list.extend(p + base for p in s) if base else starts_list.extend(s)
+        bounds.append((len(s), c.lo, c.hi))
+        base += len(c.body)
+    batch = _fast(pa, pc, np, buf, starts_list, topic, broker_name, properties) if fast else None
+    if batch is None:
+        return _careful(chunks, topic, broker_name, tags=tags, properties=properties)
+    counts = [b[0] for b in bounds]
+    lo = np.repeat(np.array([b[1] for b in bounds], dtype=np.int64), counts)
+    hi = np.repeat(np.array([b[2] for b in bounds], dtype=np.int64), counts)
+    qoff = batch.column(3).to_numpy()
+    keep = (qoff >= lo) & (qoff < hi)
+    if tags:
+        keep &= pc.fill_null(pc.is_in(batch.column(6), value_set=pa.array(sorted(tags))), False).to_numpy(
+            zero_copy_only=False
+        )
+    return batch if keep.all() else batch.filter(pa.array(keep))
+
+
+def _fast(
+    pa: Any, pc: Any, np: Any, buf: bytes, starts_list: list[int], topic: str, broker: str, properties: bool
+) -> Any | None:
+    n = len(starts_list)
+    if n == 0:
+        return pa.RecordBatch.from_pylist([], schema=arrow_schema())
+    data = np.frombuffer(buf, dtype=np.uint8)
+    starts = np.array(starts_list, dtype=np.int64)
+    sys_flag = _gather(data, starts, _SYSFLAG, 4)
+    if (sys_flag & _SLOW_FLAGS).any() or (_gather(data, starts, 4, 4) != MAGIC_CODE_V1).any():
+        return None
+    total = _gather(data, starts, 0, 4)
+    end = starts + total
+    body_len = _gather(data, starts, _BODY_LEN, 4)
+    body_begin = starts + _FIXED
+    q = body_begin + body_len  # topic length byte
+    if (body_len < 0).any() or (q + 3 > end).any():
+        return None
+    p = q + 1 + data[q]  # properties length (2 bytes)
+    if (p + 2 > end).any():
+        return None
+    props_begin = p + 2
+    if ((data[p].astype(np.int64) << 8 | data[p + 1]) != end - props_begin).any():
+        return None
+    try:
+        props = _binary(pa, buf, props_begin, end, pa.string())
+        props.validate(full=True)  # UTF-8
+    except pa.ArrowInvalid:
+        return None
+    items = _Props.split(pa, pc, np, props)
+    map_col = items.map(pa, np) if properties else pa.nulls(n, pa.map_(pa.string(), pa.string()))
+    msg_id = items.column(pa, np, Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+    if msg_id.null_count:
+        msg_id = _with_offset_ids(pa, data, starts, msg_id)
+    ts = pa.timestamp("us", tz="UTC")
+    cols = [
+        pa.array([topic] * n, pa.string()),
+        pa.array([broker] * n, pa.string()),
+        pa.array(_gather(data, starts, _QID, 4).astype(np.int32)),
+        pa.array(_gather(data, starts, _QOFF, 8)),
+        msg_id,
+        items.column(pa, np, Prop.KEYS),
+        items.column(pa, np, Prop.TAGS),
+        _binary(pa, buf, body_begin, q, pa.binary()),
+        pa.array(_gather(data, starts, _BORN_TS, 8) * 1000).cast(ts),
+        pa.array(_gather(data, starts, _STORE_TS, 8) * 1000).cast(ts),
+        map_col,
+        pa.array(_gather(data, starts, _RECONSUME, 4).astype(np.int32)),
+    ]
+    return pa.RecordBatch.from_arrays(cols, schema=arrow_schema())
+
+
+def _with_offset_ids(pa: Any, data: Any, starts: Any, msg_id: Any) -> Any:
+    """Fill the rows without ``UNIQ_KEY`` with the offset message id (store host + commit log offset),
+    as :attr:`MessageExt.msg_id` does."""
+    ids = msg_id.to_pylist()
+    ips = (_gather(data, starts, _STORE_IP, 4) & 0xFFFFFFFF).tolist()
+    ports = (_gather(data, starts, _STORE_PORT, 4) & 0xFFFFFFFF).tolist()
+    phys = _gather(data, starts, _PHYS, 8).tolist()
+    for i, v in enumerate(ids):
+        if v is None:
+            ids[i] = f"{_ip_hex(ips[i])}{ports[i]:08X}{phys[i] & 0xFFFFFFFFFFFFFFFF:016X}"
+    return pa.array(ids, pa.string())
+
+
+def _careful(
+    chunks: Sequence[Chunk], topic: str, broker_name: str, *, tags: frozenset[str], properties: bool
+) -> Any:
+    msgs: list[MessageExt] = []
+    for c in chunks:
+        pulled = decode_messages(c.body, broker_name=broker_name)
+        for u in pulled.undecodable:  # the query fails on it, naming it (as failOnDataLoss would)
+            if c.lo <= u.queue_offset < c.hi:
+                raise UndecodableMessageError(u)
+        for m in pulled:
+            if c.lo <= m.queue_offset < c.hi and (not tags or m.tags in tags):
+                msgs.append(m)
+    return to_arrow(msgs, topic, broker_name, properties=properties)

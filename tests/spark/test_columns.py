@@ -1,0 +1,158 @@
+"""Arrow batches built straight from pull bodies (``spark/columns.py``) against the careful path
+(``decode_messages`` + ``to_arrow``): the same rows for every kind of stored message, the fallbacks
+taken where the fast path cannot go, malformed input refused. No Spark needed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.helpers_stored import encode_stored
+
+from rmq_async.errors import ProtocolError
+from rmq_async.protocol.stored import UndecodableMessageError
+from rmq_async.spark import columns
+from rmq_async.spark.columns import Chunk, build_batch
+
+pa = pytest.importorskip("pyarrow")
+pytest.importorskip("numpy")
+
+
+def careful(chunks: list[Chunk], tags: frozenset[str] = frozenset(), properties: bool = True) -> Any:
+    return columns._careful(chunks, "T", "broker-a", tags=tags, properties=properties)
+
+
+DEFAULT_PROPS = {"UNIQ_KEY": "ID{i:030d}", "KEYS": "k-{i} x", "TAGS": "TagA", "WAIT": "true"}
+
+
+def msg(i: int, **kw: Any) -> bytes:
+    props = kw.pop("properties", {k: v.format(i=i) for k, v in DEFAULT_PROPS.items()})
+    kw.setdefault("queue_offset", i)
+    kw.setdefault("commit_log_offset", 1000 + i)
+    body = kw.pop("body", b"b%d." % i * 7)
+    return encode_stored(topic=kw.pop("topic", "T"), body=body, properties=props, **kw)
+
+
+def same(
+    chunks: list[Chunk], *, fast: bool, tags: frozenset[str] = frozenset(), properties: bool = True
+) -> Any:
+    calls: list[bool] = []
+    real = columns._careful
+
+    def spy(*a: Any, **k: Any) -> Any:
+        calls.append(True)
+        return real(*a, **k)
+
+    columns._careful = spy
+    try:
+        got = build_batch(chunks, "T", "broker-a", tags=tags, properties=properties)
+    finally:
+        columns._careful = real
+    want = careful(chunks, tags, properties)
+    assert got.schema == want.schema
+    assert got.to_pylist() == want.to_pylist()
+    assert (not calls) == fast, "fast path taken" if calls == [] else "fell back"
+    return got
+
+
+def test_plain_messages_take_the_fast_path_and_match() -> None:
+    body = b"".join(msg(i, queue_id=3, reconsume_times=i % 3) for i in range(50))
+    got = same([Chunk(body, 0, 50)], fast=True)
+    assert got.num_rows == 50
+    row = got.to_pylist()[7]
+    assert row["keys"] == "k-7 x" and row["tags"] == "TagA" and row["queue_id"] == 3
+    assert row["msg_id"] == f"ID{7:030d}" and dict(row["properties"])["WAIT"] == "true"
+
+
+def test_offsets_outside_the_chunk_are_trimmed_and_chunks_join() -> None:
+    a = b"".join(msg(i) for i in range(0, 32))
+    b = b"".join(msg(i) for i in range(32, 64))
+    got = same([Chunk(a, 5, 40), Chunk(b, 40, 60)], fast=True)
+    assert got.column("queue_offset").to_pylist() == list(range(5, 32)) + list(range(40, 60))
+
+
+def test_tag_refilter() -> None:
+    body = b"".join(msg(i, properties={"TAGS": "A" if i % 2 else "B", "KEYS": str(i)}) for i in range(20))
+    got = same([Chunk(body, 0, 20)], fast=True, tags=frozenset({"A"}))
+    assert got.column("keys").to_pylist() == [str(i) for i in range(1, 20, 2)]
+    untagged = msg(0, properties={"KEYS": "k"})
+    assert same([Chunk(untagged, 0, 1)], fast=True, tags=frozenset({"A"})).num_rows == 0
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "KEYS\x01a\x02KEYS\x01\x02TAGS\x01x\x01y\x02noval\x02\x01z\x02",  # empty value, \x01 in a value
+        "",  # no properties: the offset message id
+        "TAGS\x01t\x02",  # 5.x trailing separator
+        "WAIT\x01true\x02UNIQ_KEY\x01\x02MIN_OFFSET\x010",  # an empty UNIQ_KEY
+        "\x02\x02KEYS\x01k",
+        "UNIQ_KEY\x01u1\x02KEYS\x01a\x02UNIQ_KEY\x01u2",  # a repeated name: first place, last value
+        "WAIT\x01true\x02UNIQ_KEY\x01u\x02CLUSTER\x01c\x02WAIT\x01true",  # a producer's batch
+    ],
+)
+def test_odd_property_strings(raw: str) -> None:
+    same([Chunk(msg(3, properties=raw), 0, 10)], fast=True)
+
+
+def test_without_the_properties_column() -> None:
+    body = b"".join(msg(i) for i in range(10))
+    got = same([Chunk(body, 0, 10)], fast=True, properties=False)
+    assert got.column("properties").null_count == 10 and got.column("keys").null_count == 0
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"compress": True},
+        {"v2": True},
+        {"born_host": ("::1", 5)},
+        {"store_host": ("fe80::1", 10911)},
+    ],
+)
+def test_what_the_fast_path_leaves_to_decode_messages(kw: dict[str, Any]) -> None:
+    body = msg(0) + msg(1, **kw) + msg(2)
+    same([Chunk(body, 0, 3)], fast=False)
+
+
+def test_retry_topic_messages() -> None:
+    props = {"RETRY_TOPIC": "Orders", "ORIGIN_MESSAGE_ID": "AB", "UNIQ_KEY": "U1", "REAL_TOPIC": "%RETRY%g"}
+    body = b"".join(msg(i, topic="%RETRY%g", properties=props, reconsume_times=2) for i in range(4))
+    got = same([Chunk(body, 0, 4)], fast=True)
+    assert set(got.column("reconsume_times").to_pylist()) == {2}
+
+
+def test_malformed_bodies_raise_protocol_errors() -> None:
+    good = msg(0)
+    bad_magic = good[:4] + b"\x00\x00\x00\x00" + good[8:]
+    for bad in (good[:-3], bad_magic, msg(0, store_size=len(good) + 2) + b"xx"):
+        with pytest.raises(ProtocolError):
+            build_batch([Chunk(bad, 0, 10)], "T", "broker-a")
+
+
+def test_an_undecodable_message_of_the_range_fails_naming_it() -> None:
+    bad_utf8 = msg(7, properties="K\x01v").replace(b"K\x01v", b"K\x01\xff")
+    body = msg(6) + bad_utf8 + msg(8)
+    with pytest.raises(UndecodableMessageError, match="7") as info:
+        build_batch([Chunk(body, 0, 10)], "T", "broker-a")
+    assert info.value.record.queue_offset == 7
+    # outside the chunk's range it is not this batch's to read
+    assert build_batch([Chunk(body, 8, 10)], "T", "broker-a").column("queue_offset").to_pylist() == [8]
+
+
+names = st.sampled_from(["KEYS", "TAGS", "UNIQ_KEY", "WAIT", "a", "KEYSX", "XKEYS", ""])
+values = st.text(alphabet=st.sampled_from("ab\x01 é"), max_size=4)
+items = st.lists(st.tuples(names, st.booleans(), values), max_size=6)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(items, min_size=1, max_size=6), st.booleans())
+def test_any_property_strings(rows: list[list[tuple[str, bool, str]]], trailing: bool) -> None:
+    body = b""
+    for i, its in enumerate(rows):
+        raw = "\x02".join(f"{n}\x01{v}" if sep else n + v.replace("\x01", "") for n, sep, v in its)
+        body += msg(i, properties=raw + ("\x02" if trailing and raw else ""))
+    got = build_batch([Chunk(body, 0, len(rows))], "T", "broker-a")
+    assert got.to_pylist() == careful([Chunk(body, 0, len(rows))]).to_pylist()
