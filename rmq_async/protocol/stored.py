@@ -334,15 +334,18 @@ _ZSTD = threading.local()  # one ZstdDecompressor per thread (its context is not
 def _unlz4(body: bytes) -> bytes:
     """LZ4 frame format (lz4-java ``LZ4FrameInputStream``, which ``Lz4Compressor`` reads): one frame or
     more back to back; anything after the last frame that is not a frame is an error."""
-    out: list[bytes] = []
-    view = memoryview(body)
+    data: bytes
+    used: int
+    data, used = lz4.frame.decompress(body, return_bytes_read=True)
+    if used == len(body):
+        return data  # one frame: the producer's case
+    out = [data]
+    view = memoryview(body)[used:]
     while view:
-        data: bytes
-        used: int
         data, used = lz4.frame.decompress(view, return_bytes_read=True)
         out.append(data)
         view = view[used:]
-    return out[0] if len(out) == 1 else b"".join(out)
+    return b"".join(out)
 
 
 def _unzstd(body: bytes) -> bytes:
