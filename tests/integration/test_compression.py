@@ -5,6 +5,7 @@ them back in order. (The Spark source is left to the Spark rewrite, issue #22.)"
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 import pytest
@@ -157,3 +158,38 @@ async def test_a_4x_cluster_gets_zlib(cluster: EmbeddedCluster, names: tuple[str
     view = store.message_at(cq.offsets[0])
     assert view is not None
     assert StoredMessage(bytes(view)).sys_flag == compression_flag("ZLIB")
+
+
+async def test_spark_source_read_path(cluster5: EmbeddedCluster, names: tuple[str, str]) -> None:
+    """The Spark source's executor path (``Session.pipeline`` then ``build_batch``, without a JVM):
+    the interleaved bodies in order; a corrupt one fails the range naming its offset (the source's
+    failOnDataLoss-like default)."""
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("numpy")
+    from rmq_async import UndecodableMessageError
+    from rmq_async.spark.bridge import Session
+    from rmq_async.spark.columns import Chunk, build_batch
+    from rmq_async.spark.offsets import Range
+    from rmq_async.spark.options import parse_options
+
+    topic, _ = names
+    mq = await produce_interleaved(cluster5.namesrv_addr, topic)
+    opts = parse_options({"namesrv": cluster5.namesrv_addr, "topic": topic}, streaming=False)
+
+    async def read(r: Range) -> Any:
+        chunks: list[Chunk] = []
+        async with Session(opts) as s:
+            send, receive = anyio.create_memory_object_stream[list[Chunk]](2)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(s.pipeline, r, 2, send)
+                async with receive:
+                    async for got in receive:
+                        chunks.extend(got)
+            return build_batch(chunks, opts.topic, r.broker_name, tags=s.tags)
+
+    batch = await read(Range(mq.broker_name, mq.queue_id, 0, N))
+    assert batch.column("queue_offset").to_pylist() == list(range(N))
+    assert batch.column("body").to_pylist() == [body_of(i) for i in range(N)]
+    cluster5.brokers[0].store.corrupt(topic, mq.queue_id, 17)
+    with pytest.raises(UndecodableMessageError, match="offset 17"):
+        await read(Range(mq.broker_name, mq.queue_id, 0, N))
