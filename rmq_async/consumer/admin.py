@@ -128,6 +128,10 @@ class ConsumerAdmin:
             msgs = decode_messages(cmd.body)
         except ProtocolError as exc:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"bad message: {exc}")
+        if msgs.undecodable and not msgs:  # say why, not "no message" (#19)
+            return cmd.make_response(
+                ResponseCode.SYSTEM_ERROR, f"bad message: {msgs.undecodable[0].describe()}"
+            )
         if not msgs or (self.handler is None and self.orderly_handler is None):
             return cmd.make_response(ResponseCode.SYSTEM_ERROR, "no message or no handler to consume it")
         m = msgs[0]

@@ -24,8 +24,11 @@ from rmq_async import (
     Timing,
     UndecodableMessageError,
 )
+from rmq_async.client.instance import ClientInstance
+from rmq_async.config import ClientConfig
 from rmq_async.consumer.lite_pull import LitePullConsumer
 from rmq_async.protocol.codes import RequestCode, ResponseCode
+from rmq_async.protocol.command import RemotingCommand
 from rmq_async.protocol.mq import MessageQueue
 from rmq_async.protocol.stored import Undecodable
 
@@ -293,3 +296,28 @@ async def test_a_body_refused_as_a_whole_three_times_is_handled_at_its_offset(
     assert set(seen.keys) == {f"k-{i}" for i in range(60)} - {"k-30"}
     assert health["broken_bodies"] >= 3 and health["moved_to_dlq"] == 1
     assert dlq_count(cluster, group) == 1
+
+
+async def test_consume_directly_of_an_undecodable_message_says_why(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    """CONSUME_MESSAGE_DIRECTLY (mqadmin consumeMessage) of a message the consumer cannot decode is
+    refused with the reason, not as 'no message'."""
+    topic, group = names
+    mq, sent = await produce_one_queue(cluster, topic, 3)
+    cluster.brokers[0].store.corrupt(topic, mq.queue_id, 1, "type")
+    holder: list[PushConsumer] = []
+    seen = Seen(holder, topic)
+    c = PushConsumer(
+        group, namesrv_addr=cluster.namesrv_addr, handler=seen, subscriptions={topic: "*"}, timing=timing,
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+    )  # fmt: skip
+    holder.append(c)
+    async with c:
+        await alive_until(c, lambda: seen.wait(2), 20)
+        async with ClientInstance(ClientConfig(namesrv_addr=cluster.namesrv_addr, timing=timing)) as ci:
+            ext = {"consumerGroup": group, "clientId": c.client_id, "msgId": sent[1].offset_msg_id}
+            cmd = RemotingCommand.request(RequestCode.CONSUME_MESSAGE_DIRECTLY, ext)
+            resp = await ci.pool.request(cluster.brokers[0].addr, cmd, 5.0)
+    assert resp.code != 0 and resp.remark is not None
+    assert "undecodable message at" in resp.remark and "unknown compression type 7" in resp.remark
