@@ -9,7 +9,9 @@ its commit-log offset and ``delayLevel`` -1: both 4.9.8 (``asyncConsumerSendMsgB
 side. Until the broker has it, the queue's committed offset must not pass it, the rule of a failed
 message: concurrently, a stand-in (:class:`HeldMessage`, no body) sits in the process queue at its
 offset while a task retries the send-back with a doubling back-off and the other messages go on;
-orderly, the pull loop awaits the move before it hands over anything after it. A lite pull
+orderly, the pull loop awaits the move before it hands over anything after it. A broadcasting
+member logs it and passes it over (every member would dead-letter its own copy, and Java drops what
+a broadcasting member fails to consume). A lite pull
 consumer either fails (``poll`` raises :class:`~rmq_async.protocol.stored.UndecodableMessageError`
 naming the offset, the queue is not pulled past it until a seek) or skips with a logged record.
 """

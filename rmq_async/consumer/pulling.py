@@ -144,6 +144,10 @@ class PullLoop:
         self._on_illegal_offset = on_illegal_offset  # push: rebalance now (the queue starts again)
         self._on_fail = on_undecodable_fail  # lite pull, "fail": poll() raises the record
         mode = settings.undecodable
+        if mode == "dlq" and not ctx.clustering:
+            # broadcasting: every member would dead-letter its own copy, and Java drops what a
+            # broadcasting member fails to consume: logged at ERROR and passed over
+            mode = "skip"
         self._undecodable_mode: UndecodableMode = "dlq_in_order" if mode == "dlq" and ctx.orderly else mode
         self._sub_heartbeat_at = -math.inf  # the last heartbeat sent because a pull was refused 24/25
 
@@ -366,7 +370,7 @@ class PullLoop:
         recs = [for_queue(r, pq.mq) for r in records]
         if mode == "skip":
             for r in recs:
-                log_undecodable(c, r, "skipped (on_undecodable='skip')")
+                log_undecodable(c, r, "passed over (lite pull on_undecodable='skip', or broadcasting)")
             self._hand_over(pq, msgs)
         elif mode == "fail":
             first = recs[0]

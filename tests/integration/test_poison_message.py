@@ -5,6 +5,7 @@ goes to ``%DLQ%group`` through the broker, the committed offset waits for it, no
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import anyio
 import pytest
@@ -321,3 +322,27 @@ async def test_consume_directly_of_an_undecodable_message_says_why(
             resp = await ci.pool.request(cluster.brokers[0].addr, cmd, 5.0)
     assert resp.code != 0 and resp.remark is not None
     assert "undecodable message at" in resp.remark and "unknown compression type 7" in resp.remark
+
+
+async def test_broadcasting_passes_it_over_with_an_error_record(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing, tmp_path: Path
+) -> None:
+    """Broadcasting: each member has its own offsets and Java drops what a member fails to consume, so
+    an undecodable message is logged at ERROR and passed over, not dead-lettered by every member."""
+    topic, group = names
+    mq, _ = await produce_one_queue(cluster, topic, 40)
+    cluster.brokers[0].store.corrupt(topic, mq.queue_id, 5)
+    holder: list[PushConsumer] = []
+    seen = Seen(holder, topic)
+    c = PushConsumer(
+        group, namesrv_addr=cluster.namesrv_addr, handler=seen, subscriptions={topic: "*"}, timing=timing,
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET", message_model="BROADCASTING",
+        offset_store_dir=str(tmp_path),
+    )  # fmt: skip
+    holder.append(c)
+    async with c:
+        await alive_until(c, lambda: seen.wait(39), 20)
+        await alive_until(c, lambda: wait_committed(c, topic, 40), 10)
+        assert c.health()["undecodable"]["total"] == 1
+    assert set(seen.keys) == {f"k-{i}" for i in range(40)} - {"k-5"}
+    assert dlq_count(cluster, group) == 0
