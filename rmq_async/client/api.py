@@ -24,7 +24,7 @@ from ..protocol.bodies import (
 from ..protocol.codes import RequestCode, ResponseCode, SerializeType
 from ..protocol.command import RemotingCommand
 from ..protocol.mq import MessageQueue
-from ..protocol.stored import MessageExt, decode_messages
+from ..protocol.stored import MessageExt, UndecodableMessageError, decode_messages
 from ..transport.pool import ConnectionPool
 from .auth import broker_error
 
@@ -285,6 +285,8 @@ class MQClientAPI:
         )
         msgs = decode_messages(resp.body)
         if not msgs:
+            if msgs.undecodable:  # it is there but cannot be decoded (#19): say why
+                raise UndecodableMessageError(msgs.undecodable[0])
             raise ProtocolError(f"VIEW_MESSAGE_BY_ID answer from {addr} has no message")
         return msgs[0]
 

@@ -124,3 +124,21 @@ async def test_a_corrupt_body_survives_a_restart(tmp_path: Path) -> None:
             r = await b.pull("g", "RestartT", 0, 0, sys_flag=4, subscription="*")
         msgs = client_decode(r.body)
         assert [m.keys for m in msgs] == ["k-0", "k-2"] and len(msgs.undecodable) == 1
+
+
+async def test_view_message_of_a_corrupt_one_says_why(
+    cluster: EmbeddedCluster, broker: RawClient, topic: str
+) -> None:
+    """VIEW_MESSAGE_BY_ID (``MQClientAPI.view_message``) raises UndecodableMessageError for a message
+    that is there but cannot be decoded, not 'has no message'."""
+    from rmq_async import UndecodableMessageError
+    from rmq_async.client.instance import ClientInstance
+    from rmq_async.config import ClientConfig
+
+    await cluster.create_topic(topic)
+    await broker.send(topic, b"m0", keys="k-0")
+    phys = cluster.brokers[0].store.corrupt(topic, 0, 0, "type")
+    async with ClientInstance(ClientConfig(namesrv_addr=cluster.namesrv_addr, timing=Timing.fast())) as ci:
+        with pytest.raises(UndecodableMessageError, match="unknown compression type 7") as err:
+            await ci.api.view_message(cluster.brokers[0].addr, phys, 3.0)
+    assert err.value.record.commit_log_offset == phys
