@@ -172,8 +172,9 @@ def _short(r: dict[str, Any]) -> str:
     return ", ".join(f"{k}={r[k]:,.1f}" for k in keys if isinstance(r.get(k), (int, float)))
 
 
-def _bench_acl(tmp: Path) -> tuple[Credentials, str]:
-    """An ACL file for the embedded cluster with one admin account made for this run, and its keys."""
+def _bench_acl(tmp: Path, global_white: tuple[str, ...] = ()) -> tuple[Credentials, str]:
+    """An ACL file for the embedded cluster with one admin account made for this run, and its keys
+    (``global_white``: the file's ``globalWhiteRemoteAddresses``, which pass unsigned requests)."""
     creds = Credentials(access_key="benchAdmin", secret_key=secrets.token_urlsafe(24))
     path = tmp / "plain_acl.yml"
     account = {
@@ -183,7 +184,8 @@ def _bench_acl(tmp: Path) -> tuple[Credentials, str]:
         "defaultTopicPerm": "PUB|SUB",
         "defaultGroupPerm": "PUB|SUB",
     }
-    path.write_text(json.dumps({"globalWhiteRemoteAddresses": [], "accounts": [account]}))  # JSON is YAML
+    acl = {"globalWhiteRemoteAddresses": list(global_white), "accounts": [account]}
+    path.write_text(json.dumps(acl))  # JSON is YAML
     path.chmod(0o600)
     return creds, str(path)
 
