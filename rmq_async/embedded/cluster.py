@@ -325,6 +325,18 @@ class EmbeddedCluster:
             for q in held if queue_id is None else [queue_id]:
                 b.truncate_head(topic, q, offset)
 
+    def corrupt_message(
+        self, topic: str, queue_id: int, offset: int, how: str = "body", *, broker: int = 0
+    ) -> int:
+        """Fault injection: spoil the stored message at ``offset`` of ``topic``:``queue_id`` on broker
+        ``broker`` so that no client can decode it (``how``: ``"body"``, ``"type"`` or ``"framing"``,
+        see :meth:`~.store.MessageStore.corrupt`); returns its commit-log offset (in-process clusters
+        only)."""
+        b = self.brokers[broker]
+        if not isinstance(b, Broker):
+            raise ClientError("the brokers of a child-process cluster cannot corrupt messages")
+        return b.store.corrupt(topic, queue_id, offset, how)
+
     def update_acl(self, acl: AclConfig | Mapping[str, Any] | str | Path) -> None:
         """Replace the ACL accounts of every broker (in-process clusters started with ``acl`` only), as
         editing the real broker's ``plain_acl.yml`` does; restarted brokers keep the new ones."""

@@ -1,5 +1,5 @@
 """A stored message no client can decode never stalls its queue (#19), on the embedded cluster with
-its fault injection (``MessageStore.corrupt``, ``broker.faults``): the rest is consumed, the bad one
+its fault injection (``EmbeddedCluster.corrupt_message`` / ``MessageStore.corrupt``, ``broker.faults``): the rest is consumed, the bad one
 goes to ``%DLQ%group`` through the broker, the committed offset waits for it, nothing is lost."""
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ async def test_corrupt_message_in_the_middle_of_1000(
 ) -> None:
     topic, group = names
     mq, sent = await produce_one_queue(cluster, topic, 1000)
-    phys = cluster.brokers[0].store.corrupt(topic, mq.queue_id, 500, how)
+    phys = cluster.corrupt_message(topic, mq.queue_id, 500, how)
     holder: list[PushConsumer] = []
     seen = Seen(holder, topic)
     c = PushConsumer(
