@@ -500,7 +500,10 @@ def test_invalid_utf8() -> None:
     good = _one(topic="TopicX", properties="a\x01bc")
     bad_topic = good.replace(b"TopicX", b"Topic\xff")
     bad_props = good.replace(b"a\x01bc", b"a\x01\xc3\x28")
-    for bad, reason in ((bad_topic, "topic is not valid UTF-8"), (bad_props, "properties are not valid UTF-8")):
+    for bad, reason in (
+        (bad_topic, "topic is not valid UTF-8"),
+        (bad_props, "properties are not valid UTF-8"),
+    ):
         msgs = decode_messages(_one(queue_offset=1) + bad + _one(queue_offset=3))
         assert [m.queue_offset for m in msgs] == [1, 3]
         [rec] = msgs.undecodable
@@ -526,7 +529,9 @@ def test_bad_compression() -> None:
         (MessageSysFlag.COMPRESSION_LZ4_TYPE, "LZ4"),
         (MessageSysFlag.COMPRESSION_ZSTD_TYPE, "ZSTD"),
     ):
-        cases.append((_one(sys_flag=MessageSysFlag.COMPRESSED_FLAG | kind), f"{name} body does not decompress"))
+        cases.append(
+            (_one(sys_flag=MessageSysFlag.COMPRESSED_FLAG | kind), f"{name} body does not decompress")
+        )
     cases.append((_one(sys_flag=MessageSysFlag.COMPRESSED_FLAG | (5 << 8)), "unknown compression type 5"))
     for bad, reason in cases:
         msgs = decode_messages(bad)
