@@ -1,0 +1,104 @@
+"""The executor's read path without Spark: ``Session.pipeline`` (several pulls in flight, bodies
+undecoded) then ``build_batch``, against an in-process embedded cluster whose retention can delete a
+queue's head: a planned range that now crosses the min offset, tag filtering, compressed bodies, and
+the per-process client that every partition of a worker shares."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from support.integration import produce
+
+from rmq_async import EmbeddedCluster, Message, Producer, Timing
+from rmq_async.spark import bridge
+from rmq_async.spark.bridge import Session, read_range
+from rmq_async.spark.columns import Chunk, build_batch
+from rmq_async.spark.offsets import DataLossError, Range
+from rmq_async.spark.options import parse_options
+
+pytest.importorskip("pyarrow")
+pytest.importorskip("numpy")
+pytestmark = pytest.mark.timeout(60)
+
+
+async def read(opts: Any, r: Range, depth: int = 4) -> Any:
+    chunks: list[Chunk] = []
+    async with Session(opts) as s:
+        send, receive = anyio.create_memory_object_stream[list[Chunk]](depth)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(s.pipeline, r, depth, send)
+            async with receive:
+                async for got in receive:
+                    chunks.extend(got)
+        return build_batch(chunks, opts.topic, r.broker_name, tags=s.tags) if chunks else None
+
+
+async def test_a_planned_range_that_now_crosses_the_min_offset() -> None:
+    async with EmbeddedCluster(queues=1, timing=Timing.fast()) as cluster:
+        await cluster.create_topic("PipeHead", 1)
+        await produce(cluster.namesrv_addr, "PipeHead", 1300)
+        broker = cluster.brokers[0].name
+        r = Range(broker, 0, 0, 1300)  # planned before retention deleted the head
+        cluster.truncate_head("PipeHead", 700)
+        opts = parse_options(
+            {"namesrv": cluster.namesrv_addr, "topic": "PipeHead", "failOnDataLoss": "false"}, streaming=False
+        )
+        got = await read(opts, r)
+        assert got.column("queue_offset").to_pylist() == list(range(700, 1300))
+        assert got.column("keys").to_pylist() == [f"k-{i}" for i in range(700, 1300)]
+        strict = parse_options({"namesrv": cluster.namesrv_addr, "topic": "PipeHead"}, streaming=False)
+        with pytest.raises(ExceptionGroup) as info:
+            await read(strict, r)
+        assert info.group_contains(DataLossError, match="below the broker's min offset 700")
+
+
+async def test_tag_filter_and_compressed_bodies() -> None:
+    async with EmbeddedCluster(queues=2, timing=Timing.fast()) as cluster:
+        await cluster.create_topic("PipeTags", 2)
+        want = {}
+        async with Producer("pipe_producer", namesrv_addr=cluster.namesrv_addr) as p:
+            for i in range(600):
+                body = (f"{i}-".encode() * 3000)[: 6000 if i % 3 == 0 else 40]  # >= 4 KiB: zlib
+                tag = "A" if i % 5 in (1, 2) else "B"  # both tags in each queue
+                await p.send(Message("PipeTags", body, tags=tag, keys=f"k-{i}"))
+                if tag == "A":
+                    want[f"k-{i}"] = body
+        opts = parse_options(
+            {"namesrv": cluster.namesrv_addr, "topic": "PipeTags", "tags": "A"}, streaming=False
+        )
+        rows: dict[str, bytes] = {}
+        async with Session(opts) as s:
+            bounds = await s.bounds(await s.queues())
+        for (b, q), (lo, hi) in bounds.items():
+            got = await read(opts, Range(b, q, lo, hi), depth=3)
+            for row in got.to_pylist() if got is not None else []:
+                assert row["keys"] not in rows
+                rows[row["keys"]] = row["body"]
+        assert rows == want
+
+
+def test_partitions_of_a_worker_share_one_client() -> None:
+    """read_range (the executor's entry) from a plain thread: two partitions, one Session."""
+    from anyio.from_thread import start_blocking_portal
+
+    with start_blocking_portal() as portal:
+        cluster = EmbeddedCluster(queues=2, timing=Timing.fast())
+        with portal.wrap_async_context_manager(cluster):
+            portal.call(cluster.create_topic, "PipeShare", 2)
+            portal.call(lambda: produce(cluster.namesrv_addr, "PipeShare", 80))
+            opts = parse_options({"namesrv": cluster.namesrv_addr, "topic": "PipeShare"}, streaming=False)
+            broker = cluster.brokers[0].name
+            try:
+                n = sum(b.num_rows for q in (0, 1) for b in read_range(opts, Range(broker, q, 0, 100)))
+                worker = bridge._worker
+                assert worker is not None and len(worker.sessions) == 1
+                # a partition abandoned half way (Spark's limit) leaves the client usable
+                gen = read_range(opts, Range(broker, 0, 0, 100))
+                next(gen)
+                gen.close()  # type: ignore[attr-defined]
+                again = sum(b.num_rows for b in read_range(opts, Range(broker, 1, 0, 100)))
+            finally:
+                bridge._close_worker()
+    assert n == 80 and again > 0
