@@ -136,6 +136,8 @@ def test_resources_of_requests_4x() -> None:
     assert needs4(34, {}, _heartbeat("g", ["T", "%RETRY%g"])) == {"%RETRY%g": SUB, "T": SUB}
     assert needs4(35, {"clientID": "c", "producerGroup": "pg"}, b"") == {}
     assert needs4(14, {"topic": "T", "consumerGroup": "g"}, b"") == {}  # QUERY_CONSUMER_OFFSET: none
+    # LOCK_BATCH_MQ / UNLOCK_BATCH_MQ: no case in 4.9.8's PlainAccessValidator.parse, signature only
+    assert needs4(41, {}, _lock_body("g", ["T"])) == {} == needs4(42, {}, _lock_body("g", ["T"]))
 
 
 def test_resources_of_requests_5x() -> None:
@@ -143,6 +145,58 @@ def test_resources_of_requests_5x() -> None:
     assert needs5(11, {"topic": "%RETRY%g", "consumerGroup": "g"}, b"") == [("Group", "g", ("SUB",))]
     lock = json.dumps({"consumerGroup": "g", "mqSet": [{"topic": "T", "brokerName": "b", "queueId": 0}]})
     assert needs5(41, {}, lock.encode()) == [("Group", "g", ("SUB",)), ("Topic", "T", ("SUB",))]
+    # 5.3.3 DefaultAuthorizationContextBuilder: 42 as 41, SUB on the group and each topic (not retry topics)
+    assert needs5(42, {}, _lock_body("g", ["T", "%RETRY%g", "U"])) == [
+        ("Group", "g", ("SUB",)),
+        ("Topic", "T", ("SUB",)),
+        ("Topic", "U", ("SUB",)),
+    ]
+
+
+def _lock_body(group: str, topics: list[str]) -> bytes:
+    mqs = [{"brokerName": "broker-a", "queueId": 0, "topic": t} for t in topics]
+    return json.dumps({"clientId": "127.0.0.1@c", "consumerGroup": group, "mqSet": mqs}).encode()
+
+
+@pytest.mark.parametrize("code", [RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ])
+def test_lock_and_unlock_checks(code: int) -> None:
+    """4.9.8 checks only the signature of 41/42 (a group and topic without SUB pass); 5.3.3 needs SUB on
+    the group and on each topic of the body."""
+    no_sub = AclConfig(
+        (
+            Account(
+                "rmqUser",
+                "rmqSecret123",
+                default_topic_perm="DENY",
+                default_group_perm="DENY",
+                topic_perms=("AclT=PUB|SUB", "AclPub=PUB"),
+                group_perms=("acl_g=SUB",),
+            ),
+        )
+    )
+    ip = "127.0.0.1"
+    ok, no_group, no_topic = (
+        _lock_body("acl_g", ["AclT"]),
+        _lock_body("acl_nosub", ["AclT"]),
+        _lock_body("acl_g", ["AclT", "AclPub"]),
+    )
+    v4, v5 = AclChecker(no_sub, 4), AclChecker(no_sub, 5)
+    for body in (ok, no_group, no_topic):
+        assert v4.check(_req(code, {}, body), ip) is None
+        bad = v4.check(_req(code, {}, body, sk="wrongSecret99"), ip)
+        assert bad is not None and bad[0] == 1 and "Check signature failed for accessKey=rmqUser" in bad[1]
+        unsigned = v4.check(RemotingCommand.request(code, None, body), ip)
+        assert unsigned is not None and "No accessKey is configured" in unsigned[1]
+    assert v5.check(_req(code, {}, ok), ip) is None
+    assert v5.check(_req(code, {}, no_group), ip) == (
+        16,
+        "User:rmqUser has no permission to access Group:acl_nosub from 127.0.0.1, the decision is deny.",
+    )
+    assert v5.check(_req(code, {}, no_topic), ip) == (
+        16,
+        "User:rmqUser has no permission to access Topic:AclPub from 127.0.0.1, the decision is deny.",
+    )
+    assert v5.check(_req(code, {}, ok, sk="wrongSecret99"), ip) == (16, "check signature failed.")
 
 
 def test_check_order_and_remarks_4x() -> None:

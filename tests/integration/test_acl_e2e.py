@@ -1,8 +1,8 @@
 """ACL end to end on the embedded cluster (brokers enforcing a plain_acl.yml): signed clients produce and
-consume (push and lite pull), every kind of refusal is a typed AuthError at once (producer and lite
-consumer at start, push consumer at start or, for a permission taken away later, logged once per
-resource and backed off while its other queues go on), whitelisted addresses need no signature, the
-retry topic and the DLQ work under ACL, and the secret shows up nowhere."""
+consume (push, orderly push with its signed queue locks, and lite pull), every kind of refusal is a typed
+AuthError at once (producer and lite consumer at start, push consumer at start or, for a permission taken
+away later, logged once per resource and backed off while its other queues go on), whitelisted addresses
+need no signature, the retry topic and the DLQ work under ACL, and the secret shows up nowhere."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 import pytest
 import yaml
+from support.frame_proxy import FrameProxy, route_rewriter
 from support.integration import Collector, child_env
 
 from rmq_async import (
@@ -28,12 +29,19 @@ from rmq_async import (
     LitePullConsumer,
     Message,
     MessageQueue,
+    OrderlyContext,
+    OrderlyResult,
     Producer,
     PushConsumer,
     Timing,
 )
 from rmq_async.bench.cluster import ChildCluster
 from rmq_async.embedded.acl import Account, AclConfig
+from rmq_async.producer.producer import select_by_key_hash
+from rmq_async.protocol.acl import ACCESS_KEY, SIGNATURE, verify
+from rmq_async.protocol.bodies import LockBatchResponseBody, UnlockBatchRequestBody
+from rmq_async.protocol.codes import RequestCode
+from rmq_async.protocol.command import RemotingCommand
 from rmq_async.protocol.stored import MessageExt
 
 ADMIN = Account("RocketMQ", "12345678", admin=True)
@@ -166,6 +174,114 @@ async def test_consumers_without_sub_fail_at_once(
             await lite.poll(FAST)  # a 4.x broker checks the topic's SUB at the pull, not the heartbeat
             pytest.fail("polled without permission")
     assert time.monotonic() - t0 < FAST and ei.value.resource == resource
+
+
+class _LockWatch:
+    """The LOCK_BATCH_MQ / UNLOCK_BATCH_MQ requests that reached the broker through a frame proxy, as the
+    broker decoded them, with its answers: (code, signed, signature valid, answer code, queue ids)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, bool, bool, int, frozenset[int]]] = []
+
+    def __call__(self, req: RemotingCommand, resp: RemotingCommand) -> None:
+        if req.code == RequestCode.LOCK_BATCH_MQ:
+            body = resp.body if resp.code == 0 and resp.body else b'{"lockOKMQSet":[]}'
+            qids = frozenset(mq.queue_id for mq in LockBatchResponseBody.decode(body).lock_ok_mq_set)
+        elif req.code == RequestCode.UNLOCK_BATCH_MQ:
+            qids = frozenset(mq.queue_id for mq in UnlockBatchRequestBody.decode(req.body).mq_set)
+        else:
+            return
+        ext = req.ext_fields
+        signed = ext.get(ACCESS_KEY) == "rmqUser" and SIGNATURE in ext
+        self.seen.append((req.code, signed, verify(ext, req.body, SECRET), resp.code, qids))
+
+    def of(self, code: int) -> list[tuple[int, bool, bool, int, frozenset[int]]]:
+        return [x for x in self.seen if x[0] == code]
+
+
+async def test_orderly_consumer_locks_consumes_in_order_and_unlocks(
+    acl_cluster: EmbeddedCluster, timing: Timing
+) -> None:
+    """An orderly consumer with the right keys: its LOCK_BATCH_MQ (41) and its UNLOCK_BATCH_MQ (42) at
+    shutdown are signed and accepted (it reaches the broker through a frame proxy that checks them), it
+    holds the broker's locks on its queues while it runs, consumes each queue in send order, and leaves
+    no lock behind."""
+    broker = acl_cluster.brokers[0]
+    watch = _LockWatch()
+    sent: dict[int, list[str]] = {}
+    async with Producer("acl_pg", client_config=cfg(acl_cluster, timing)) as p:
+        for i in range(24):
+            order = i % 6
+            res = await p.send(
+                Message("AclT", b"o", keys=f"o{order}-{i}"), selector=select_by_key_hash, arg=order
+            )
+            sent.setdefault(res.message_queue.queue_id, []).append(f"o{order}-{i}")
+    got: dict[int, list[str]] = {}
+    done = anyio.Event()
+
+    async def handle(msgs: list[MessageExt], ctx: OrderlyContext) -> OrderlyResult:
+        for m in msgs:
+            got.setdefault(ctx.mq.queue_id, []).append(m.keys or "")
+        if sum(map(len, got.values())) >= 24:
+            done.set()
+        return OrderlyResult.SUCCESS
+
+    async with (
+        FrameProxy(broker.addr, lambda cmd: cmd, on_answer=watch) as link,
+        FrameProxy(acl_cluster.namesrv_addr, route_rewriter(lambda _: {"0": link.addr})) as ns,
+    ):
+        conf = ClientConfig(
+            namesrv_addr=ns.addr,
+            timing=timing,
+            credentials=Credentials(access_key="rmqUser", secret_key=SECRET),
+        )
+        async with push(
+            acl_cluster, timing, "acl_g", ["AclT"], handle, client_config=conf, orderly=True
+        ) as c:
+            with anyio.fail_after(20):
+                await done.wait()
+            mine = {mq.queue_id for mq in c.assignment() if mq.topic == "AclT"}
+            locks = broker.locks.table.get("acl_g", {})
+            assert {q for (t, _, q), e in locks.items() if t == "AclT" and e.client_id == c.client_id} == mine
+        assert (
+            link.requests[RequestCode.LOCK_BATCH_MQ] >= 1 and link.requests[RequestCode.UNLOCK_BATCH_MQ] >= 1
+        )
+    assert got == sent  # every queue in send order, nothing twice
+    assert mine == set(range(acl_cluster.queues))
+    locked = watch.of(RequestCode.LOCK_BATCH_MQ)
+    assert locked and all(signed and ok and code == 0 for _, signed, ok, code, _ in locked), locked
+    assert frozenset().union(*(q for *_, q in locked)) == mine  # the broker granted every queue
+    unlocked = watch.of(RequestCode.UNLOCK_BATCH_MQ)
+    assert unlocked and all(signed and ok and code == 0 for _, signed, ok, code, _ in unlocked), unlocked
+    assert unlocked[-1][4] == mine  # the shutdown unlock released them all, and was accepted
+    assert not any(e.client_id == c.client_id for e in broker.locks.table.get("acl_g", {}).values())
+
+
+async def test_orderly_consumer_without_group_sub_fails_at_once(
+    acl_cluster: EmbeddedCluster, timing: Timing
+) -> None:
+    """As the concurrent consumer: the heartbeat is refused at start, and no lock is ever asked for."""
+    broker = acl_cluster.brokers[0]
+    async with (
+        FrameProxy(broker.addr, lambda cmd: cmd) as link,
+        FrameProxy(acl_cluster.namesrv_addr, route_rewriter(lambda _: {"0": link.addr})) as ns,
+    ):
+        conf = ClientConfig(
+            namesrv_addr=ns.addr,
+            timing=timing,
+            credentials=Credentials(access_key="rmqUser", secret_key=SECRET),
+        )
+        t0 = time.monotonic()
+        with pytest.raises(AuthError) as ei:
+            async with push(
+                acl_cluster, timing, "acl_nosub", ["AclT"], Collector(), client_config=conf, orderly=True
+            ):
+                pytest.fail("started without the group's SUB")
+        assert time.monotonic() - t0 < FAST
+        assert ei.value.request_code == 34 and ei.value.resource == "group:acl_nosub"
+        assert link.requests[RequestCode.HEART_BEAT] >= 1
+        assert link.requests[RequestCode.LOCK_BATCH_MQ] == 0
+    assert not broker.locks.table.get("acl_nosub")
 
 
 async def test_a_permission_taken_away_is_logged_once_and_backed_off(

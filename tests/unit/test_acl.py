@@ -3,6 +3,8 @@
 The captures (tests/fixtures/acl/, described in tests/fixtures/acl/ACL-NOTES.md) are the 4.9.8 Java client
 with ``AclClientRPCHook`` against an ACL-enabled 4.9.8 name server and broker. They live in a sub-folder
 so that the tests replaying every ``tests/fixtures/*.jsonl`` on the (ACL-less) embedded cluster skip them.
+The one code our clients send that the captures lack, the orderly consumer's LOCK_BATCH_MQ (41) and
+UNLOCK_BATCH_MQ (42), has its own vectors (``LOCK_VECTORS``).
 """
 
 from __future__ import annotations
@@ -12,24 +14,29 @@ import functools
 import hmac
 import struct
 from collections.abc import Mapping
+from typing import cast
 
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from support.wire import Frame, frames, pairs
 
+from rmq_async.client.api import MQClientAPI
 from rmq_async.protocol.acl import (
     ACCESS_KEY,
     SECURITY_TOKEN,
     SIGNATURE,
     UNIQUE_KEY_QUERY,
+    RequestSigner,
     sign_fields,
     signature,
     verify,
 )
-from rmq_async.protocol.codes import MQ_VERSION_V4_9_8
-from rmq_async.protocol.command import decode_frame
+from rmq_async.protocol.codes import MQ_VERSION_V4_9_8, RequestCode, SerializeType
+from rmq_async.protocol.command import RemotingCommand, decode_frame
 from rmq_async.protocol.headers import REQUEST_HEADERS, SendMessageRequestHeader
+from rmq_async.protocol.mq import MessageQueue
+from rmq_async.transport.pool import ConnectionPool
 
 FILES = (
     "acl/acl-produce-consume.jsonl",
@@ -305,6 +312,206 @@ def test_non_bmp_keys_sort_by_utf16_code_units_not_code_points() -> None:
     assert sig == base64.b64encode(hmac.digest(b"rmqSecret123", java_content, "sha1")).decode()
     assert sig != base64.b64encode(hmac.digest(b"rmqSecret123", python_content, "sha1")).decode()
     assert sig == signature(dict(reversed(fields.items())), None, "rmqSecret123")
+
+
+# -- LOCK_BATCH_MQ (41) and UNLOCK_BATCH_MQ (42): the orderly consumer's requests ---------------------------
+#
+# The captures have none (only an orderly consumer sends them). Both have no request header, as in the Java
+# client (createRequestCommand(LOCK_BATCH_MQ, null)): the signed ext fields are AccessKey (and SecurityToken)
+# only, and the content is their values in TreeMap order (AccessKey < SecurityToken) + the JSON lock body.
+# The request code is not signed, so a 41 and a 42 with the same body have the same signature.
+#
+# Expected signatures: computed by hand below (content written out, stdlib HMAC-SHA1 + base64) and, as
+# literals, by a throwaway Java 17 program (not in the repo) doing AclClientRPCHook + AclUtils by hand:
+# new TreeMap<>(extFields), StringBuilder of the values (Signature skipped), getBytes(UTF_8) + body bytes
+# (the body JSON below as a Java string literal, getBytes(UTF_8)), javax.crypto.Mac "HmacSHA1" keyed with
+# secret.getBytes(UTF_8), Base64.getEncoder(); the same program gives the notes' worked example
+# OVuuvh+kHMPct1s0fzViX3IlPis=.
+
+_LOCK_BODY_2Q = (
+    b'{"clientId":"127.0.0.1@acl-orderly","consumerGroup":"acl_g","mqSet":['
+    b'{"brokerName":"broker-acl","queueId":0,"topic":"AclT"},'
+    b'{"brokerName":"broker-acl","queueId":1,"topic":"AclT"}]}'
+)
+_LOCK_BODY_1Q = (
+    b'{"clientId":"127.0.0.1@acl-orderly","consumerGroup":"acl_g","mqSet":['
+    b'{"brokerName":"broker-acl","queueId":1,"topic":"AclT"}]}'
+)
+_LOCK_BODY_NON_ASCII = (
+    '{"clientId":"127.0.0.1@消费者-🔑","consumerGroup":"acl_组","mqSet":['
+    '{"brokerName":"broker-acl","queueId":3,"topic":"订单T"}]}'
+).encode()
+_MQS_2Q = [MessageQueue("AclT", "broker-acl", 0), MessageQueue("AclT", "broker-acl", 1)]
+_MQS_1Q = [MessageQueue("AclT", "broker-acl", 1)]
+_MQS_NON_ASCII = [MessageQueue("订单T", "broker-acl", 3)]
+
+#: (id, code, oneway, group, client id, queues, body as fastjson writes it, access key, secret, token,
+#: content before the body written out by hand, Java's signature)
+LOCK_VECTORS: list[
+    tuple[str, int, bool, str, str, list[MessageQueue], bytes, str, str, str | None, str, str]
+] = [
+    (
+        "41",
+        RequestCode.LOCK_BATCH_MQ,
+        False,
+        "acl_g",
+        "127.0.0.1@acl-orderly",
+        _MQS_2Q,
+        _LOCK_BODY_2Q,
+        "rmqUser",
+        "rmqSecret123",
+        None,
+        "rmqUser",
+        "UQhEJmNf/SQWpCTe94/a5MxETVA=",
+    ),
+    (
+        "42-same-body-same-signature",
+        RequestCode.UNLOCK_BATCH_MQ,
+        False,
+        "acl_g",
+        "127.0.0.1@acl-orderly",
+        _MQS_2Q,
+        _LOCK_BODY_2Q,
+        "rmqUser",
+        "rmqSecret123",
+        None,
+        "rmqUser",
+        "UQhEJmNf/SQWpCTe94/a5MxETVA=",
+    ),
+    (
+        "41-token",
+        RequestCode.LOCK_BATCH_MQ,
+        False,
+        "acl_g",
+        "127.0.0.1@acl-orderly",
+        _MQS_2Q,
+        _LOCK_BODY_2Q,
+        "rmqUser",
+        "rmqSecret123",
+        TOKEN,
+        "rmqUser" + TOKEN,
+        "Ego0fxyYERBTmFK9s1qnxGmjn48=",
+    ),
+    (
+        "42-oneway",  # the release of a lock granted after its queue was dropped
+        RequestCode.UNLOCK_BATCH_MQ,
+        True,
+        "acl_g",
+        "127.0.0.1@acl-orderly",
+        _MQS_1Q,
+        _LOCK_BODY_1Q,
+        "rmqUser",
+        "rmqSecret123",
+        None,
+        "rmqUser",
+        "Bnr9mxSI78GqB7NH0qFcuOcWSr8=",
+    ),
+    (
+        "42-non-ASCII-token-and-body",
+        RequestCode.UNLOCK_BATCH_MQ,
+        False,
+        "acl_组",
+        "127.0.0.1@消费者-🔑",
+        _MQS_NON_ASCII,
+        _LOCK_BODY_NON_ASCII,
+        "rmqUser",
+        "rmqSecret123",
+        "令牌-ü🔑",
+        "rmqUser令牌-ü🔑",
+        "Z4QrC2mkvTZTxybKT//DVN4KWMM=",
+    ),
+    (
+        "41-non-ASCII-keys-and-body",
+        RequestCode.LOCK_BATCH_MQ,
+        False,
+        "acl_组",
+        "127.0.0.1@消费者-🔑",
+        _MQS_NON_ASCII,
+        _LOCK_BODY_NON_ASCII,
+        "用户rmqUser",
+        "秘密🔑rmq123",
+        None,
+        "用户rmqUser",
+        "w2okNUxNFoIdFHr8P5ft2BBt29U=",
+    ),
+]
+
+
+class _CapturingPool:
+    """Stands in for the ConnectionPool under MQClientAPI: keeps the request as the client built it."""
+
+    def __init__(self) -> None:
+        self.sent: list[RemotingCommand] = []
+
+    async def request(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        self.sent.append(cmd)
+        return cmd.make_response(0)  # a lock answer without a body: no queue locked
+
+    async def oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        self.sent.append(cmd)
+
+
+async def _client_lock_request(
+    code: int, oneway: bool, group: str, client_id: str, mqs: list[MessageQueue], stype: SerializeType
+) -> RemotingCommand:
+    """The request our orderly consumer sends, built by MQClientAPI as it builds it (unsigned yet)."""
+    pool = _CapturingPool()
+    api = MQClientAPI(cast(ConnectionPool, pool), serialize_type=stype)
+    if code == RequestCode.LOCK_BATCH_MQ:
+        assert await api.lock_batch_mq("127.0.0.1:1", group, client_id, mqs, 1.0) == set()
+    else:
+        await api.unlock_batch_mq("127.0.0.1:1", group, client_id, mqs, 1.0, oneway=oneway)
+    (cmd,) = pool.sent
+    return cmd
+
+
+@pytest.mark.parametrize("stype", list(SerializeType), ids=[t.name for t in SerializeType])
+@pytest.mark.parametrize(
+    ("code", "oneway", "group", "client_id", "mqs", "body", "ak", "sk", "token", "head", "want"),
+    [v[1:] for v in LOCK_VECTORS],
+    ids=[v[0] for v in LOCK_VECTORS],
+)
+async def test_lock_and_unlock_signature_vectors(
+    stype: SerializeType,
+    code: int,
+    oneway: bool,
+    group: str,
+    client_id: str,
+    mqs: list[MessageQueue],
+    body: bytes,
+    ak: str,
+    sk: str,
+    token: str | None,
+    head: str,
+    want: str,
+) -> None:
+    cmd = await _client_lock_request(code, oneway, group, client_id, mqs, stype)
+    assert cmd.code == code and cmd.is_oneway == oneway and cmd.serialize_type == stype
+    assert cmd.ext_fields == {}  # no request header, as the Java client
+    assert cmd.body == body  # the lock body, byte for byte as written out above
+    # the rule by hand: values in TreeMap key order (AccessKey, SecurityToken) + the body, HMAC-SHA1, base64
+    by_hand = base64.b64encode(hmac.digest(sk.encode(), head.encode() + body, "sha1")).decode()
+    assert by_hand == want  # == what the Java program computed
+    transport = RemotingCommand.request(
+        cmd.code, dict(cmd.ext_fields), cmd.body, oneway=oneway, serialize_type=stype
+    )
+    sign_fields(cmd.ext_fields, cmd.body, ak, sk, token)
+    assert cmd.ext_fields == {ACCESS_KEY: ak, SIGNATURE: want} | ({SECURITY_TOKEN: token} if token else {})
+    RequestSigner(ak, sk, token)(transport)  # what the transport runs on every request
+    assert transport.ext_fields == cmd.ext_fields
+    # the frame as it goes out, and the request as the broker decodes it
+    frame = cmd.encode()
+    assert frame[4] == stype
+    got = decode_frame(frame)
+    assert got.serialize_type == stype and got.code == code and got.body == body
+    assert got.ext_fields == cmd.ext_fields
+    assert verify(got.ext_fields, got.body, sk)  # 4.9.8 broker
+    assert verify(got.ext_fields, got.body, sk.encode(), request_version=MQ_VERSION_V4_9_8)  # 5.x broker
+    assert not verify(got.ext_fields, got.body, sk + "x")
+    assert not verify(got.ext_fields, got.body[:-1] + b"]", sk)  # the body is signed
+    assert not verify(got.ext_fields, None, sk)
+    if token is not None:  # the token is signed too
+        assert not verify({**got.ext_fields, SECURITY_TOKEN: token + "x"}, got.body, sk)
 
 
 # -- the broker's check ------------------------------------------------------------------------------------
