@@ -2,6 +2,8 @@
 
 Each command prints one JSON line at the end (stdout) and exits non-zero with a clear message (stderr)
 when the cluster is unreachable. The event loop is uvloop when installed (``--no-uvloop`` turns it off).
+SIGTERM and SIGINT stop ``consume`` gracefully (:class:`_StopSignals`): summary printed, exit 0, or
+128 + the signal when running handlers outlived ``shutdown_timeout``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 import time
 from collections.abc import Callable, Coroutine
@@ -42,6 +45,53 @@ def _namesrv(args: argparse.Namespace) -> str:
     if not addr:
         raise SystemExit("rmq-async: no name server: pass --namesrv HOST:PORT or set NAMESRV_ADDR")
     return str(addr)
+
+
+class _StopSignals:
+    """SIGTERM and SIGINT as a graceful stop (Docker and Kubernetes stop a container with SIGTERM).
+
+    The first signal sets :attr:`event` (the command stops consuming, lets its handlers finish within
+    ``shutdown_timeout``, commits and prints its summary) and puts the default disposition back, so a
+    second signal ends the process at once. :attr:`signum` is the first signal, for the exit status
+    ``128 + signum`` of a shutdown that had to give up.
+    """
+
+    _SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.signum: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __enter__(self) -> _StopSignals:
+        loop = asyncio.get_running_loop()
+        try:
+            for sig in self._SIGNALS:
+                loop.add_signal_handler(sig, self._received, sig)
+        except (NotImplementedError, RuntimeError):  # not the main thread, or no signals (Windows)
+            return self
+        self._loop = loop
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._restore()
+
+    def _restore(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            for sig in self._SIGNALS:
+                loop.remove_signal_handler(sig)
+
+    def _received(self, signum: int) -> None:
+        if self.signum is None:
+            self.signum = signum
+            log.warning("%s: stopping (again to stop at once)", signal.Signals(signum).name)
+        self._restore()  # SIGINT -> KeyboardInterrupt (exit 130), SIGTERM -> killed by the signal
+        self.event.set()
+
+    @property
+    def name(self) -> str | None:
+        return None if self.signum is None else signal.Signals(self.signum).name
 
 
 def _fail(msg: str) -> int:
@@ -189,6 +239,11 @@ log = logging.getLogger("rmq_async.cli")
 
 
 async def _consume(args: argparse.Namespace) -> int:
+    with _StopSignals() as stop:
+        return await _consume_until(args, stop)
+
+
+async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
     from .config import ClientConfig
     from .consumer.push import PushConsumer
     from .consumer.types import ConsumeContext, ConsumeResult
@@ -282,8 +337,15 @@ async def _consume(args: argparse.Namespace) -> int:
         await consumer.start()
     except RocketMQError as exc:
         return _fail(f"cannot start the consumer: {exc}")
+
+    async def on_signal() -> None:
+        await stop.event.wait()
+        done.set()
+        activity.set()
+
     try:
         async with anyio.create_task_group() as tg:
+            tg.start_soon(on_signal)
             if not consumer.client.broker_addrs:
                 try:
                     await consumer.client.fetch_route(args.topic)
@@ -297,6 +359,7 @@ async def _consume(args: argparse.Namespace) -> int:
                     )
                     tg.start_soon(_await_topic, consumer, args.topic)
                 except RocketMQError as exc:
+                    tg.cancel_scope.cancel()
                     return _fail(f"cannot reach the cluster: {exc}")
             while not done.is_set():
                 ev = activity
@@ -323,7 +386,12 @@ async def _consume(args: argparse.Namespace) -> int:
         "seconds": round(secs, 3),
         "msgs_per_s": round(consumed / secs, 1) if secs > 0 else 0.0,
     }
+    if stop.name is not None:
+        out["signal"] = stop.name
+        out["stopped_cleanly"] = consumer.stopped_cleanly
     print(json.dumps(out), flush=True)
+    if stop.signum is not None and not consumer.stopped_cleanly:
+        return 128 + stop.signum
     return 0
 
 

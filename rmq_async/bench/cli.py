@@ -12,7 +12,9 @@ the spread of the per-pair ratios, ``vs_raw_pull_pairs`` their count: more ``--r
 median). Workers print their result as JSON; the harness aggregates medians and spread, prints one
 JSON line per (scenario, loop) on stdout and the table on stderr, and writes ``result.json``,
 ``table.txt`` and PNG plots under ``--out``. Every child dies with the harness (stdin EOF for the
-broker, PR_SET_PDEATHSIG for workers).
+broker, PR_SET_PDEATHSIG for workers). SIGTERM or SIGINT stops the run gracefully: the running worker is
+killed (its run is left out), the cluster stopped, and what completed is reported and written as
+usual, each summary line with ``"stopped_by"``; exit 0 (a second signal ends the harness at once).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import json
 import os
 import secrets
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -161,6 +164,33 @@ def run_worker(role: str, params: dict[str, Any], timeout: float) -> dict[str, A
     return {"error": f"worker exited {proc.returncode} without a result (stdout tail {text[-200:]!r})"}
 
 
+class _Stopped(BaseException):
+    """Raised by the SIGTERM/SIGINT handler of :func:`run` (a BaseException: no ``except Exception``
+    on the way swallows it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _raise_stopped(signum: int, frame: object) -> None:
+    for sig in _STOP_SIGNALS:  # a second signal: the default disposition, at once
+        signal.signal(sig, signal.SIG_DFL)
+    raise _Stopped(signum)
+
+
+def _install_stop_handlers() -> dict[int, Any]:
+    """SIGTERM/SIGINT raise :class:`_Stopped`; returns the handlers to put back (none off the main
+    thread, where signals cannot be handled)."""
+    try:
+        return {sig: signal.signal(sig, _raise_stopped) for sig in _STOP_SIGNALS}
+    except ValueError:
+        return {}
+
+
 def _log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -259,6 +289,9 @@ def run(args: argparse.Namespace) -> int:
     results: dict[tuple[str, str], list[dict[str, Any]]] = {}
     summaries: list[dict[str, Any]] = []
     profile = None
+    namesrv = args.namesrv or ""
+    stopped_by: str | None = None
+    previous_handlers = _install_stop_handlers()
     try:
         namesrv = args.namesrv or cluster.start()  # type: ignore[union-attr]
         tls_note = f", TLS {args.tls_mode}" if tls_dir is not None else ""
@@ -304,6 +337,9 @@ def run(args: argparse.Namespace) -> int:
                 res = run_worker("push", {**base, "loop": "asyncio", "profile": pfile}, base["timeout"] + 60)
                 profile = {"msgs_per_s_under_profiler": res.get("msgs_per_s"), "text": profile_text(pfile)}
                 _log(f"profiled push run: {_short(res)}")
+    except _Stopped as exc:
+        stopped_by = signal.Signals(exc.signum).name
+        _log(f"{stopped_by}: stopping; the runs that completed are reported")
     finally:
         if cluster is not None:
             cluster.stop()
@@ -316,12 +352,16 @@ def run(args: argparse.Namespace) -> int:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+        for sig, handler in previous_handlers.items():
+            signal.signal(sig, handler)
     # scenario by scenario, then loop, whatever order the runs took
     results = {(sc, lp): results[sc, lp] for sc in scenarios for lp in loops if (sc, lp) in results}
     for (sc, lp), runs in results.items():
         summary = summarize(sc, lp, namesrv, runs)
         if sc == "push":
             summary.update(paired_ratio(runs, results.get(("raw-pull", lp), [])))
+        if stopped_by is not None:
+            summary["stopped_by"] = stopped_by
         summaries.append(summary)
     table = format_table(summaries)
     wall = time.perf_counter() - wall0
@@ -338,6 +378,7 @@ def run(args: argparse.Namespace) -> int:
         "runs": {f"{sc}/{lp}": v for (sc, lp), v in results.items()},
         "profile": profile,
         "plots": plots,
+        "stopped_by": stopped_by,
     }
     (out / "result.json").write_text(json.dumps(doc, indent=1))
     (out / "table.md").write_text(format_table(summaries, markdown=True) + "\n")

@@ -30,9 +30,11 @@ from ..errors import ClientError, ConfigError, RocketMQError
 from ..producer.producer import Producer, ProducerConfig
 from ..protocol.bodies import ConsumerData, SubscriptionData
 from ..protocol.command import RemotingCommand
+from ..protocol.filter import Selector
 from ..protocol.mq import MessageQueue
 from .admin import ConsumerAdmin
 from .allocate import strategy_by_name
+from .brokercheck import check_in_brokers
 from .concurrently import ConcurrentConsumeService
 from .context import ConsumerContext, Subscriptions
 from .deadlines import DeadlineTracker
@@ -73,7 +75,7 @@ class PushConsumer:
         *,
         namesrv_addr: str | None = None,
         handler: Handler | OrderlyHandler | None = None,
-        subscriptions: dict[str, str] | None = None,
+        subscriptions: dict[str, Selector | str] | None = None,
         config: ConsumerConfig | None = None,
         client_config: ClientConfig | None = None,
         timing: Timing | None = None,
@@ -127,6 +129,7 @@ class PushConsumer:
         self._supervisor: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
         self._ran = False
+        self._gave_up = False
         self._new_run()
         for topic, expr in (subscriptions or {}).items():
             self.subscribe(topic, expr)
@@ -231,8 +234,10 @@ class PushConsumer:
 
     # -- public API -------------------------------------------------------------------------------
 
-    def subscribe(self, topic: str, expression: str | None = "*") -> None:
-        """Subscribe to ``topic`` with a tag expression (``"*"`` or ``"TagA || TagB"``).
+    def subscribe(self, topic: str, expression: Selector | str | None = "*") -> None:
+        """Subscribe to ``topic`` with a tag expression (``"*"`` or ``"TagA || TagB"``, a plain string)
+        or a :class:`Selector` (``Selector.sql("a > 5")``: a SQL92 filter over message properties,
+        which the brokers must enable; asked at :meth:`start`, or in the background when running).
 
         All members of a group must subscribe alike: the broker filters by the group's last registered
         subscription.
@@ -360,6 +365,13 @@ class PushConsumer:
         finally:
             self._supervisor = None
 
+    @property
+    def stopped_cleanly(self) -> bool:
+        """False when the last :meth:`stop` gave up waiting for running handlers (they were still
+        running after ``Timing.shutdown_timeout`` seconds and were cancelled; their messages were not
+        committed and come again). True before any stop."""
+        return not self._gave_up
+
     async def __aenter__(self) -> PushConsumer:
         await self.start()
         return self
@@ -423,6 +435,9 @@ class PushConsumer:
                     log.log(
                         level, "no route for %r yet (%s): will retry at the next route refresh", topic, exc
                     )
+            # SQL92 subscriptions: a broker with property filters off, or one that cannot compile the
+            # expression, fails start() with SubscriptionRefused (checkClientInBroker)
+            await check_in_brokers(ctx, ctx.subscriptions.sql())
             # a heartbeat refused by ACL (the group's or a topic's SUB) fails start() with AuthError
             await client.send_heartbeat_to_all_brokers(raise_auth=True)
             async with anyio.create_task_group() as tg:
@@ -448,8 +463,9 @@ class PushConsumer:
         self.table.stop_pulling()  # keep the process queues for the offsets
         service = self.consume_service
         service.close()
-        with anyio.move_on_after(self.timing.shutdown_timeout):
+        with anyio.move_on_after(self.timing.shutdown_timeout) as waited:
             await service.wait_idle()
+        self._gave_up = waited.cancelled_caught
         mqs = list(self.pqs)
         with anyio.move_on_after(self.timing.request_timeout * 2):
             await self.offset_store.persist_all(mqs, sync=True)
@@ -485,6 +501,10 @@ class PushConsumer:
 
     async def _after_subscription_change(self) -> None:
         await self.client.update_route_quietly(self.subscribed_topics())
+        try:
+            await check_in_brokers(self.ctx, self.ctx.subscriptions.sql())
+        except RocketMQError as exc:  # running: the pulls of that topic are refused until it is fixed
+            log.error("consumer %s: %s", self.group, exc)
         await self.client.send_heartbeat_to_all_brokers()
 
     # -- timers and rebalance ---------------------------------------------------------------------------

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import anyio
+import pytest
 from support.integration import child_env, produce
 
 from rmq_async import EmbeddedCluster, Message, Producer, Timing
@@ -158,3 +162,113 @@ async def test_cli_produce_illegal_topic_prints_a_message_not_a_traceback(timing
     err = out.stderr.decode()
     assert out.returncode != 0
     assert "Traceback" not in err and "rmq-async:" in err, err[-800:]
+
+
+async def _consume_in_child(namesrv: str, topic: str, group: str, *extra: str) -> dict[str, Any]:
+    args = _cli("consume", "--namesrv", namesrv, "--group", group, "--topic", topic, *extra)
+    with anyio.fail_after(60):
+        out = await anyio.run_process(args, env=child_env(), check=False)
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    summary: dict[str, Any] = json.loads(out.stdout.decode().strip().splitlines()[-1])
+    return summary
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+async def test_consume_stops_gracefully_on_a_signal_and_commits(
+    names: tuple[str, str], signum: signal.Signals
+) -> None:
+    # Docker and Kubernetes stop a container with SIGTERM (Ctrl-C is SIGINT): the command stops
+    # pulling, lets its handlers finish, commits, unregisters, prints its JSON summary and exits 0; a
+    # re-run of the group then has nothing left to consume
+    topic, group = names
+    async with EmbeddedCluster(queues=2, timing=Timing.fast()) as cluster:
+        await cluster.create_topic(topic, queues=2)
+        await produce(cluster.namesrv_addr, topic, 40)
+        args = _cli("consume", "--namesrv", cluster.namesrv_addr, "--group", group, "--topic", topic)
+        args += ["--idle-exit", "60", "--print"]
+        async with await anyio.open_process(args, env=child_env()) as proc:
+            assert proc.stdout is not None and proc.stderr is not None
+            out = b""
+            with anyio.fail_after(30):
+                async for chunk in proc.stdout:  # every message printed: the command idles now
+                    out += chunk
+                    if out.count(b'"topic"') >= 40:
+                        break
+            proc.send_signal(signum)
+            with anyio.fail_after(30):
+                async for chunk in proc.stdout:
+                    out += chunk
+                await proc.wait()
+            err = b"".join([chunk async for chunk in proc.stderr])
+        assert proc.returncode == 0, err.decode()[-2000:]
+        summary = json.loads(out.decode().strip().splitlines()[-1])
+        assert summary["unique_keys"] == 40 and summary["consumed"] == 40, summary
+        assert summary["signal"] == signum.name and summary["stopped_cleanly"], summary
+        again = await _consume_in_child(cluster.namesrv_addr, topic, group, "--idle-exit", "3")
+        assert again["consumed"] == 0, again
+
+
+async def test_bench_stops_gracefully_on_sigterm_and_reports_the_runs_done(tmp_path: Path) -> None:
+    # SIGTERM between or during runs: the running worker is killed, the embedded cluster stopped, the
+    # completed runs reported (stdout JSON line, result.json) marked stopped_by, exit 0
+    args = _cli("bench", "push", "--messages", "2000", "--queues", "2", "--runs", "30", "--loop", "asyncio")
+    args += ["--out", str(tmp_path), "--no-plots"]
+    async with await anyio.open_process(args, env=child_env()) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        err = b""
+        with anyio.fail_after(60):
+            async for chunk in proc.stderr:
+                err += chunk
+                if b"run 1/30" in err:
+                    break
+        proc.send_signal(signal.SIGTERM)
+        with anyio.fail_after(30):
+            async for chunk in proc.stderr:
+                err += chunk
+            await proc.wait()
+        out = b"".join([chunk async for chunk in proc.stdout])
+    assert proc.returncode == 0, err.decode()[-2000:]
+    summary = json.loads(out.decode().strip().splitlines()[-1])
+    assert summary["stopped_by"] == "SIGTERM" and summary["scenario"] == "push", summary
+    assert 1 <= len(summary["runs"]) < 30, summary
+    assert json.loads((tmp_path / "result.json").read_text())["stopped_by"] == "SIGTERM"
+
+
+async def _embedded_until_sigterm(data_dir: Path, during: Callable[[str], Awaitable[None]]) -> None:
+    args = _cli("embedded", "--port", "0", "--timing", "fast", "--queues", "2", "--data-dir", str(data_dir))
+    async with await anyio.open_process(args, env=child_env()) as proc:
+        assert proc.stdout is not None
+        out = b""
+        with anyio.fail_after(20):
+            async for chunk in proc.stdout:
+                out += chunk
+                if b"\n" in out:
+                    break
+        namesrv = out.decode().splitlines()[0].partition("=")[2]
+        await during(namesrv)
+        proc.send_signal(signal.SIGTERM)
+        with anyio.fail_after(20):
+            await proc.wait()
+    assert proc.returncode == 0
+
+
+async def test_embedded_flushes_its_data_dir_on_sigterm(tmp_path: Path) -> None:
+    # `rmq-async embedded --data-dir` stopped by SIGTERM keeps the messages and the committed offsets:
+    # the next run on that directory has them
+    topic, group = "SigtermKept", "sigterm_kept_cg"
+
+    async def first(namesrv: str) -> None:
+        await produce(namesrv, topic, 10)
+        done = await _consume_in_child(namesrv, topic, group, "--count", "10", "--idle-exit", "10")
+        assert done["unique_keys"] == 10, done
+
+    async def second(namesrv: str) -> None:
+        again = await _consume_in_child(namesrv, topic, group, "--idle-exit", "3")
+        assert again["consumed"] == 0, again  # the offsets were kept
+        other = await _consume_in_child(
+            namesrv, topic, "sigterm_other_cg", "--count", "10", "--idle-exit", "10"
+        )
+        assert other["unique_keys"] == 10, other  # and the messages
+
+    await _embedded_until_sigterm(tmp_path, first)
+    await _embedded_until_sigterm(tmp_path, second)

@@ -469,3 +469,36 @@ async def test_smoke_on_5x_flavour_consume_retry_and_restart(
         await col2.wait_unique(5)
         await anyio.sleep(timing.rebalance_interval)
     assert set(col2.seen) == {f"k-{i}" for i in range(30, 35)}
+
+
+async def test_stopped_cleanly_says_whether_stop_gave_up_on_a_running_handler(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    # stop() waits Timing.shutdown_timeout for running handlers: a handler still running then is
+    # cancelled and stopped_cleanly is False (the CLI exits 128 + signal on it)
+    topic, group = names
+    await produce(cluster.namesrv_addr, topic, 1)
+    entered = anyio.Event()
+
+    async def stuck(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
+        entered.set()
+        await anyio.sleep_forever()
+        return ConsumeResult.SUCCESS
+
+    short = timing.model_copy(update={"shutdown_timeout": 0.3})
+    c = PushConsumer(
+        group, namesrv_addr=cluster.namesrv_addr, handler=stuck, subscriptions={topic: "*"}, timing=short
+    )
+    assert c.stopped_cleanly
+    await c.start()
+    with anyio.fail_after(20):
+        await entered.wait()
+        await c.stop()
+    assert not c.stopped_cleanly
+    quick = PushConsumer(
+        f"{group}_q", namesrv_addr=cluster.namesrv_addr, handler=stuck, subscriptions={f"{topic}_none": "*"},
+        timing=short,
+    )  # fmt: skip
+    async with quick:  # nothing in flight at the stop
+        pass
+    assert quick.stopped_cleanly
