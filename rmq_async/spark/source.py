@@ -229,7 +229,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         """With ``commitOffsets``, write ``end`` for ``group`` (lag in RocketMQ's tools). Spark calls
-        this for a micro-batch when it plans the next one, so the group trails by one batch."""
+        this for a micro-batch when it plans the next one, so the group trails by one batch (and the
+        last batch of a query is not committed); :class:`~.listener.OffsetCommitListener` commits
+        each batch as soon as it completes."""
         if self.opts.commit_offsets:
             try:
                 self.bridge.commit(from_json(end))

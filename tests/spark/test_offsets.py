@@ -148,3 +148,29 @@ def test_good_options() -> None:
     assert d.min_partitions is None
     with pytest.raises(ConfigError, match="streaming reads only"):
         parse_options({"namesrv": "h:1", "topic": "T", "minOffsetsPerTrigger": "5"}, streaming=False)
+
+
+def test_min_offsets_per_trigger_in_the_stream_reader() -> None:
+    """latestOffset holds a micro-batch back until minOffsetsPerTrigger messages are there or
+    maxTriggerDelay has passed since the last one (the first one is never held, as Kafka's)."""
+    import time
+
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from rmq_async.spark.source import RocketMQStreamReader
+
+    opts = {"namesrv": "h:1", "topic": "T", "minOffsetsPerTrigger": "10", "maxTriggerDelay": "1h"}
+    reader = RocketMQStreamReader(parse_options(opts, streaming=True))
+    bounds = {K: (0, 4)}
+    reader._bounds = lambda: bounds  # type: ignore[method-assign]
+    start = to_json({K: 0})
+    assert reader.latestOffset(start, ReadAllAvailable()) == to_json({K: 4})  # the first batch
+    bounds = {K: (0, 8)}
+    assert reader.latestOffset(to_json({K: 4}), ReadAllAvailable()) == to_json({K: 4})  # 4 < 10: wait
+    reader._last_trigger = time.time() - 3601
+    assert reader.latestOffset(to_json({K: 4}), ReadAllAvailable()) == to_json({K: 8})  # the delay passed
+    bounds = {K: (0, 20)}
+    assert reader.latestOffset(to_json({K: 8}), ReadAllAvailable()) == to_json({K: 20})  # 12 >= 10
+    bounds = {K: (0, 21)}
+    reader.prepareForTriggerAvailableNow()  # availableNow: 1 < 10, read all the same
+    assert reader.latestOffset(to_json({K: 20}), ReadAllAvailable()) == to_json({K: 21})

@@ -156,6 +156,46 @@ def test_fail_on_data_loss(spark: Any, rmq: ClusterHandle, tmp_path: Path) -> No
     assert sorted(keys) == sorted(f"k-{i}" for i in range(12))
 
 
+def test_commit_listener_commits_the_latest_completed_batch(
+    spark: Any, rmq: ClusterHandle, tmp_path: Path
+) -> None:
+    """OffsetCommitListener writes each completed micro-batch's end offsets (the last one included,
+    which the source's own commit never gets); the lag per queue reads from the query progress."""
+    from rmq_async.spark import OffsetCommitListener, queue_lag
+
+    topic = "SparkCommitL"
+    rmq.create_topic(topic)
+    sent = rmq.produce(topic, 24)
+    ends = {
+        ("broker-a", q): 1 + max(r.queue_offset for r in sent if r.message_queue.queue_id == q)
+        for q in range(4)
+    }
+    listener = OffsetCommitListener(rmq.namesrv, topic, "spark_listener_cg", query_name="commit_q")
+    spark.streams.addListener(listener)
+    try:
+        q = (
+            spark.readStream.format("rocketmq")
+            .option("namesrv", rmq.namesrv)
+            .option("topic", topic)
+            .option("startingOffsets", "earliest")
+            .option("maxRecordsPerTrigger", "10")
+            .load()
+            .writeStream.queryName("commit_q")
+            .format("noop")
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        q.awaitTermination(120)
+        assert q.exception() is None
+        assert listener.wait_committed(ends, 30), listener.committed
+        assert queue_lag(q.lastProgress["sources"][0]) == {"broker-a": {str(i): 0 for i in range(4)}}
+    finally:
+        spark.streams.removeListener(listener)
+        listener.close()
+    assert rmq.committed("spark_listener_cg", topic) == {q: off for (_, q), off in ends.items()}
+
+
 @pytest.mark.parametrize(
     ("option", "value"),
     [("maxRecordsPerTrigger", "many"), ("failOnDataLoss", "maybe"), ("startingOffsets", "yesterday")],
