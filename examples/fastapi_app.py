@@ -46,7 +46,7 @@ app = FastAPI(lifespan=lifespan)
 
 @app.get("/health")
 async def health(response: Response) -> dict[str, object]:
-    h = consumer.health()
-    if not h["running"]:
+    h = consumer.health()  # ready: running, routes found, queues owned (h.reasons says what is not)
+    if not h.ready:
         response.status_code = 503
-    return {**h, "processed": processed}
+    return {**h.as_dict(), "processed": processed}

@@ -22,7 +22,7 @@ import anyio
 import anyio.abc
 
 from ..config import ClientConfig
-from ..errors import AuthError, MQClientError, RocketMQError, TopicNotExist
+from ..errors import AuthError, BrokerError, MQClientError, RocketMQError, TopicNotExist
 from ..protocol.acl import RequestSigner
 from ..protocol.bodies import ConsumerData, HeartbeatData, ProducerData, TopicRouteData
 from ..protocol.codes import Perm, RequestCode, ResponseCode, SerializeType
@@ -33,6 +33,7 @@ from ..transport.pool import ConnectionPool
 from ..transport.tls import client_ssl_context
 from .api import MQClientAPI
 from .auth import AuthErrorLog
+from .reach import Reachability
 
 __all__ = ["INNER_PRODUCER_GROUP", "ClientInstance", "ConsumerHandle", "build_client_id", "local_ip"]
 
@@ -160,6 +161,11 @@ class ClientInstance:
         self.auth_errors = AuthErrorLog()
         self.routes: dict[str, TopicRouteData] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}
+        #: whether each name server answered its last route lookup, and each broker its last heartbeat
+        self.namesrv_reach = {addr: Reachability(addr) for addr in self._namesrvs}
+        self.broker_reach: dict[str, Reachability] = {}
+        #: topics whose last route lookup found nothing (no cached route), with the reason
+        self.route_errors: dict[str, str] = {}
         self._consumers: dict[str, ConsumerHandle] = {}
         self._producers: set[str] = set()
         self._heartbeat_answered = False  # some broker knows this client id: unregister at the end
@@ -243,14 +249,21 @@ class ClientInstance:
         for k in range(n):
             i = (self._ns_index + k) % n
             addr = self._namesrvs[i]
+            reach = self.namesrv_reach[addr]
             try:
                 route = await self.api.get_route(addr, topic, self.timing.request_timeout)
             except TopicNotExist:
+                reach.ok()  # it answered
                 raise
             except RocketMQError as exc:
+                if isinstance(exc, BrokerError):
+                    reach.ok()  # an error code is an answer
+                else:
+                    reach.failed(exc)
                 last = exc
                 log.warning("route lookup of %r on name server %s failed: %s", topic, addr, exc)
                 continue
+            reach.ok()
             self._ns_index = i
             return route
         raise MQClientError(f"no name server answered the route of {topic!r}: {last}") from last
@@ -260,13 +273,16 @@ class ClientInstance:
         async with self._route_lock:
             try:
                 route = await self.fetch_route(topic)
-            except TopicNotExist:
+            except TopicNotExist as exc:
+                self.route_errors[topic] = f"the name server has no route: {exc}"
                 raise
-            except RocketMQError:
+            except RocketMQError as exc:
                 cached = self.routes.get(topic)
                 if cached is None:
+                    self.route_errors[topic] = str(exc)
                     raise
                 return cached
+            self.route_errors.pop(topic, None)
             old = self.routes.get(topic)
             self.routes[topic] = route
             for bd in route.broker_datas:
@@ -387,10 +403,15 @@ class ClientInstance:
                 for bid, addr in list(addrs.items()):
                     if bid != MASTER_ID and not self._consumers:
                         continue
+                    reach = self.broker_reach.get(addr)
+                    if reach is None:
+                        reach = self.broker_reach[addr] = Reachability(addr)
                     try:
                         await self.api.heartbeat(addr, data, self.timing.request_timeout)
                         self._heartbeat_answered = True
+                        reach.ok()
                     except AuthError as exc:
+                        reach.ok()  # it answered
                         if raise_auth:
                             raise
                         ok = False
@@ -398,6 +419,7 @@ class ClientInstance:
                             log.error("heartbeat to %s (%s) refused: %s", name, addr, exc)
                     except RocketMQError as exc:
                         ok = False
+                        reach.failed(exc)
                         log.warning("heartbeat to %s (%s) failed: %s", name, addr, exc)
                         await self.pool.close_address(addr)
             return ok

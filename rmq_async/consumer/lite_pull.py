@@ -36,6 +36,7 @@ from ..protocol.mq import MessageQueue
 from ..protocol.stored import MessageExt, UndecodableMessageError
 from .allocate import strategy_by_name
 from .context import ConsumerContext, Subscriptions
+from .health import ConsumerHealth, consumer_health
 from .offset_store import RemoteOffsetStore
 from .poll_buffer import PollBuffer
 from .process_queue import PollState, ProcessQueue
@@ -231,6 +232,31 @@ class LitePullConsumer:
     def queues(self) -> dict[MessageQueue, PollState]:
         """The buffer of each owned queue (as the broker names it)."""
         return {mq: self.buffer.state(pq) for mq, pq in self.table.pqs.items()}
+
+    def health(self) -> ConsumerHealth:
+        """As :meth:`PushConsumer.health`: ``ready`` and why not, name servers and brokers reached,
+        topics without a route, owned queues with their last pull and lag (``max_offset`` minus the
+        committed offset; None when unknown). The topics are the subscribed ones, or those of the
+        assigned queues. No I/O."""
+        ctx = self.ctx
+        running = ctx.started and not self._closed
+        if self._mode == "assign":
+            topics = {mq.topic for mq in self._assigned}
+        else:
+            topics = ctx.subscriptions.topics()
+        store = self.buffer.store
+        return consumer_health(
+            running=running,
+            group=self.group,
+            client=ctx.client if ctx.started else None,
+            topics=topics,
+            retry_topic=None,
+            pqs=self.table.pqs,
+            committed=store.read_memory if store is not None else lambda mq: -1,
+            members=self.rebalancer.members,
+            clustering=True,
+            stats=ctx.stats,
+        )
 
     def _task_group(self) -> anyio.abc.TaskGroup:
         tg = self.ctx.task_group

@@ -36,6 +36,7 @@ from .allocate import strategy_by_name
 from .concurrently import ConcurrentConsumeService
 from .context import ConsumerContext, Subscriptions
 from .deadlines import DeadlineTracker
+from .health import ConsumerHealth, consumer_health
 from .delivery import DeliveryStream
 from .offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
 from .orderly import OrderlyConsumeService  # [orderly]
@@ -291,39 +292,25 @@ class PushConsumer:
         """Wait for the next completed rebalance."""
         await self.rebalancer.wait_rebalanced()
 
-    def health(self) -> dict[str, Any]:
-        """For a readiness probe: running state, owned queues, and lag per queue."""
+    def health(self) -> ConsumerHealth:
+        """For a readiness probe: ``ready`` (:data:`~rmq_async.consumer.health.READY_RULE`) and why
+        not (``reasons``), the name servers and brokers reached or not (last error, since when), the
+        subscribed topics without a route, the owned queues with their last pull and lag (None when
+        unknown), the retry topic's queues apart, ACL refusals and undecodable messages. No I/O."""
         ctx = self.ctx
         store = ctx.offset_store if ctx.has_offset_store else None
-        queues = []
-        for mq, pq in sorted(self.pqs.items()):
-            committed = store.read_memory(mq) if store is not None else -1
-            lag = max(0, pq.max_offset - committed) if pq.max_offset >= 0 and committed >= 0 else None
-            queues.append(
-                {
-                    "queue": str(mq),
-                    "cached": pq.count,
-                    "next_offset": pq.next_offset,
-                    "committed": committed,
-                    "lag": lag,
-                }
-            )
-        return {
-            "running": self.running,
-            "group": self.group,
-            "client_id": ctx.client.client_id if ctx.started else None,
-            "queues": queues,
-            "lag": sum(q["lag"] or 0 for q in queues),
-            # ACL refusals by resource (pulls, heartbeats, offset commits), logged once per interval
-            "auth_errors": ctx.client.auth_errors.snapshot() if ctx.started else [],
-            # messages that could not be decoded (#19): each logged at ERROR and moved to the DLQ
-            "undecodable": {
-                "total": ctx.stats.undecodable,
-                "moved_to_dlq": ctx.stats.undecodable_to_dlq,
-                "send_back_retries": ctx.stats.undecodable_retries,
-                "broken_bodies": ctx.stats.broken_bodies,
-            },
-        }
+        return consumer_health(
+            running=self.running,
+            group=self.group,
+            client=ctx.client if ctx.started else None,
+            topics=self.subscribed_topics() - {self.retry_topic},
+            retry_topic=self.retry_topic,
+            pqs=self.pqs,
+            committed=store.read_memory if store is not None else lambda mq: -1,
+            members=self.rebalancer.members,
+            clustering=self.config.clustering,
+            stats=ctx.stats,
+        )
 
     # -- lifecycle --------------------------------------------------------------------------------
 

@@ -103,6 +103,8 @@ class Rebalancer:
         self.settings = settings
         self._wakeup = anyio.Event()
         self._rebalanced = anyio.Event()
+        #: the members of the group the last rebalance of each topic saw (clustering; for health())
+        self.members: dict[str, int] = {}
 
     def wake(self) -> None:
         """Rebalance now (NOTIFY_CONSUMER_IDS_CHANGED, a subscription change)."""
@@ -166,6 +168,7 @@ class Rebalancer:
                     # (a broker that has not seen our heartbeat yet answers code 1 "no consumer")
                     log.warning("rebalance of %s for group %s: no consumer list: %s", topic, c.group, exc)
                     continue
+                self.members[topic] = len(cids or ())
                 if not cids:
                     log.debug("rebalance: no consumer ids for %s yet", c.group)
                     continue

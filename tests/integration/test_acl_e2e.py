@@ -307,7 +307,7 @@ async def test_a_permission_taken_away_is_logged_once_and_backed_off(
         assert 1 <= len(refusals) <= 2, [r.getMessage() for r in caplog.records]  # pulls + heartbeat
         assert "b-1" not in col.seen
         health = c.health()
-        assert any(e["resource"] == "topic:AclT2" for e in health["auth_errors"])
+        assert any(e["resource"] == "topic:AclT2" for e in health.auth_errors)
         assert SECRET not in repr(health)
 
 

@@ -67,7 +67,7 @@ async def test_start_and_stop_from_different_tasks(
     await asyncio.create_task(c.start())  # e.g. an ASGI lifespan starting it
     await col.wait_unique(5)
     await asyncio.create_task(c.stop())
-    assert not c.running and c.health()["running"] is False
+    assert not c.running and c.health().running is False
 
 
 def test_runs_on_uvloop(tmp_path: object) -> None:

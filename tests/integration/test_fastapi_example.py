@@ -6,6 +6,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 from support.integration import produce
 
@@ -32,9 +33,13 @@ async def test_fastapi_app_lifespan_and_health(
         spec.loader.exec_module(mod)
         await produce(cluster.namesrv_addr, topic, 5)
         async with mod.lifespan(mod.app):
+            mod.consumer.rebalance_now()
+            with anyio.fail_after(10):
+                await mod.consumer.wait_rebalanced()  # the queues are owned now
             resp = Response()
             health = await mod.health(resp)
-            assert health["running"] is True and resp.status_code != 503
+            assert health["running"] is True and health["ready"], health["reasons"]
+            assert resp.status_code != 503
         resp = Response()
         health = await mod.health(resp)
         assert health["running"] is False and resp.status_code == 503

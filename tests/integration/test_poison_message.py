@@ -90,9 +90,9 @@ class Seen:
 
 def committed(c: PushConsumer, topic: str) -> int:
     """The consumer's committed offset of ``topic`` queue 0 (the one the tests produce to)."""
-    for q in c.health()["queues"]:
-        if q["queue"].startswith(f"MessageQueue [topic={topic}, ") and q["queue"].endswith("queueId=0]"):
-            return int(q["committed"])
+    for q in c.health().queues:
+        if q.queue.topic == topic and q.queue.queue_id == 0 and q.committed is not None:
+            return q.committed
     return -1  # not assigned yet
 
 
@@ -123,7 +123,7 @@ async def test_corrupt_message_in_the_middle_of_1000(
         async with c:
             await alive_until(c, lambda: seen.wait(999), 30)
             await alive_until(c, lambda: wait_committed(c, topic, 1000), 10)
-            health = c.health()["undecodable"]
+            health = c.health().as_dict()["undecodable"]
     assert set(seen.keys) == {f"k-{i}" for i in range(1000)} - {"k-500"}
     # the messages after it came with the pull that brought it: the queue did not wait
     assert seen.pulls_at["k-501"] - seen.pulls_at["k-499"] <= 1
@@ -158,7 +158,7 @@ async def test_send_back_refused_the_others_go_on_and_the_offset_holds(
         await alive_until(c, lambda: wait_committed(c, topic, 100), 10)
 
         async def retried() -> None:
-            while c.health()["undecodable"]["send_back_retries"] < 2:  # noqa: ASYNC110
+            while c.health().undecodable.send_back_retries < 2:  # noqa: ASYNC110
                 await anyio.sleep(0.02)
 
         await alive_until(c, retried, 20)
@@ -294,7 +294,7 @@ async def test_a_body_refused_as_a_whole_three_times_is_handled_at_its_offset(
     async with c:
         await alive_until(c, lambda: seen.wait(59), 60)
         await alive_until(c, lambda: wait_committed(c, topic, 60), 20)
-        health = c.health()["undecodable"]
+        health = c.health().as_dict()["undecodable"]
     assert set(seen.keys) == {f"k-{i}" for i in range(60)} - {"k-30"}
     assert health["broken_bodies"] >= 3 and health["moved_to_dlq"] == 1
     assert dlq_count(cluster, group) == 1
@@ -344,6 +344,6 @@ async def test_broadcasting_passes_it_over_with_an_error_record(
     async with c:
         await alive_until(c, lambda: seen.wait(39), 20)
         await alive_until(c, lambda: wait_committed(c, topic, 40), 10)
-        assert c.health()["undecodable"]["total"] == 1
+        assert c.health().undecodable.total == 1
     assert set(seen.keys) == {f"k-{i}" for i in range(40)} - {"k-5"}
     assert dlq_count(cluster, group) == 0

@@ -31,7 +31,9 @@ async def test_every_message_consumed_once_with_one_consumer(
         await col.wait_unique(200)
         assert {mq for mq in c.assignment() if mq.topic == topic} == {r.message_queue for r in sent}
         health = c.health()
-        assert health["running"] and len(health["queues"]) == 5  # 4 + the retry queue
+        assert health.running and health.ready and health.reasons == ()
+        assert len(health.queues) == 4 and len(health.retry_queues) == 1  # the retry queue apart
+        assert health.lag == 0 and all(q.last_pull is not None for q in health.queues)
     assert col.duplicates == 0
     # bodies, keys and msg ids come back as sent
     by_key = {m.keys: m for m in col.msgs}
@@ -189,7 +191,7 @@ async def test_hung_handler_is_cancelled_and_message_sent_back(
             await done.wait()
         health = c.health()
     assert attempts[0] == 0 and attempts[-1] >= 1
-    assert all(q["cached"] == 0 for q in health["queues"])
+    assert all(q.cached == 0 for q in health.queues)
 
 
 async def test_hung_handlers_inside_one_pulled_batch_on_one_worker(
@@ -219,7 +221,7 @@ async def test_hung_handlers_inside_one_pulled_batch_on_one_worker(
     assert sorted(seen) == sorted(f"k-{i}" for i in range(12))
     for k in hang:
         assert seen[k][0] == 0 and seen[k][1] >= 1
-    assert all(q["cached"] == 0 for q in health["queues"])
+    assert all(q.cached == 0 for q in health.queues)
 
 
 async def test_shorter_timeout_applies_to_running_handlers(

@@ -54,7 +54,8 @@ def _dlq_keys(cluster: EmbeddedCluster, group: str) -> set[str]:
 
 def _committed(c: PushConsumer, topic: str) -> dict[str, int]:
     prefix = f"MessageQueue [topic={topic}, "
-    return {q["queue"]: q["committed"] for q in c.health()["queues"] if q["queue"].startswith(prefix)}
+    queues = c.health().as_dict()["queues"]
+    return {q["queue"]: q["committed"] for q in queues if q["queue"].startswith(prefix)}
 
 
 async def test_spoiled_messages_go_to_the_dlq_and_nothing_is_lost(
@@ -100,7 +101,7 @@ async def test_spoiled_messages_go_to_the_dlq_and_nothing_is_lost(
         with anyio.fail_after(30):
             while not settled():  # noqa: ASYNC110 (the store and the offset store have no event)
                 await anyio.sleep(0.05)
-        health = c2.health()["undecodable"]
+        health = c2.health().as_dict()["undecodable"]
     dead = _dlq_keys(cluster, group)
     assert not dead & set(ledger.seen), "a spoiled message reached a handler"
     for key in dead:  # accounted for: in the DLQ
