@@ -35,9 +35,11 @@ from .errors import ProtocolError as ProtocolError
 from .errors import RemotingError as RemotingError
 from .errors import RequestTimeout as RequestTimeout
 from .errors import RocketMQError as RocketMQError
+from .errors import SubscriptionRefused as SubscriptionRefused
 from .errors import TLSError as TLSError
 from .errors import TopicNotExist as TopicNotExist
 from .producer.producer import Producer as Producer
+from .protocol.filter import Selector as Selector
 from .protocol.message import Message as Message
 from .protocol.mq import MessageQueue as MessageQueue
 from .protocol.stored import MessageExt as MessageExt
@@ -79,8 +81,10 @@ __all__ = [
     "RemotingError",
     "RequestTimeout",
     "RocketMQError",
+    "Selector",
     "SendResult",
     "SendStatus",
+    "SubscriptionRefused",
     "TLSConfig",
     "TLSError",
     "Timing",

@@ -13,6 +13,7 @@ Callers catch only these. The transport maps ``OSError`` and anyio errors into t
     │   └── ConnectionClosed     the connection is gone (pending requests fail with this)
     ├── BrokerError(code, remark)  the server answered with an error code
     │   ├── TopicNotExist        code 17 on a route lookup
+    │   ├── SubscriptionRefused  a broker refused a SQL92 subscription (CHECK_CLIENT_CONFIG, at start)
     │   └── AuthError            refused by ACL: wrong or unknown key, missing permission (not retried)
     ├── ClientError              misuse of the API (not started, closed, wrong state)
     ├── ConfigError              invalid configuration (wraps pydantic's ValidationError)
@@ -34,6 +35,7 @@ __all__ = [
     "RemotingError",
     "RequestTimeout",
     "RocketMQError",
+    "SubscriptionRefused",
     "TLSError",
     "TopicNotExist",
 ]
@@ -112,6 +114,41 @@ class BrokerError(RocketMQError):
 
 class TopicNotExist(BrokerError):
     """The name server has no route for the topic (code 17)."""
+
+
+class SubscriptionRefused(BrokerError):
+    """A broker refused subscription ``expression`` (``expression_type``) of ``topic`` when asked
+    with CHECK_CLIENT_CONFIG (Java ``checkClientInBroker``): code 1 when property filters are off
+    (``enablePropertyFilter=false``, the broker's default), code 23 (SUBSCRIPTION_PARSE_FAILED) when
+    it cannot compile the expression; ``remark`` is the broker's. Not retriable."""
+
+    def __init__(
+        self,
+        code: int,
+        remark: str | None,
+        *,
+        topic: str,
+        expression: str,
+        expression_type: str = "SQL92",
+        group: str = "",
+        addr: str | None = None,
+    ) -> None:
+        super().__init__(code, remark, request_code=46, addr=addr)
+        if code == 1:
+            why = "it does not support filtering by SQL92 (set enablePropertyFilter=true on the broker)"
+        elif code == 23:
+            why = "it cannot parse the expression"
+        else:
+            why = "it refused it"
+        by = f" {addr}" if addr else ""
+        self.args = (
+            f"broker{by} refused the {expression_type} subscription {expression!r} of topic {topic!r}"
+            f"{f' (group {group})' if group else ''}: {why} (code {code}: {remark or '(no remark)'})",
+        )
+        self.topic = topic
+        self.expression = expression
+        self.expression_type = expression_type
+        self.retriable = False
 
 
 class AuthError(BrokerError):

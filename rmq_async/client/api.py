@@ -14,10 +14,12 @@ from enum import Enum
 from ..errors import BrokerError, ProtocolError, TopicNotExist
 from ..protocol import headers as H
 from ..protocol.bodies import (
+    CheckClientRequestBody,
     GetConsumerListByGroupResponseBody,
     HeartbeatData,
     LockBatchRequestBody,
     LockBatchResponseBody,
+    SubscriptionData,
     TopicRouteData,
     UnlockBatchRequestBody,
 )
@@ -294,6 +296,15 @@ class MQClientAPI:
 
     async def heartbeat(self, addr: str, data: HeartbeatData, timeout: float) -> RemotingCommand:
         cmd = self._cmd(RequestCode.HEART_BEAT, None, data.encode())
+        return await self._expect_ok(addr, cmd, timeout)
+
+    async def check_client_config(
+        self, addr: str, group: str, client_id: str, sub: SubscriptionData, timeout: float
+    ) -> RemotingCommand:
+        """CHECK_CLIENT_CONFIG (46), ``MQClientAPIImpl.checkClientInBroker``: the SUCCESS answer (its
+        ``version`` is the broker's); :class:`BrokerError` for any other."""
+        body = CheckClientRequestBody(client_id=client_id, group=group, subscription_data=sub)
+        cmd = self._cmd(RequestCode.CHECK_CLIENT_CONFIG, None, body.encode())
         return await self._expect_ok(addr, cmd, timeout)
 
     async def unregister_client(

@@ -20,7 +20,7 @@ from ..config import ClientConfig, ConsumerConfig, Timing
 from ..errors import ClientError
 from ..producer.producer import Producer
 from ..protocol.bodies import SubscriptionData
-from ..protocol.filter import SUB_ALL, parse_tag_expression
+from ..protocol.filter import SQL92, SUB_ALL, TAG, Selector, parse_tag_expression
 from ..protocol.stored import MessageExt
 from .deadlines import DeadlineTracker
 from .offset_store import OffsetStore
@@ -33,25 +33,51 @@ __all__ = ["ConsumerContext", "Subscriptions"]
 
 
 class Subscriptions:
-    """The subscribed topics with their tag filters. ``retry_topic`` (clustering push consumers) is
-    subscribed implicitly with ``*``, made once so its version stays put."""
+    """The subscribed topics with their filters (tag expressions or SQL92 selectors), as the
+    ``SubscriptionData`` heartbeats register and pulls carry. ``retry_topic`` (clustering push
+    consumers) is subscribed implicitly with ``*`` (a tag subscription, also beside SQL92 ones, as
+    Java's), made once so its version stays put."""
 
-    __slots__ = ("_retry", "_subs", "retry_topic")
+    __slots__ = ("_last_version", "_retry", "_subs", "retry_topic")
 
     def __init__(self, retry_topic: str | None) -> None:
         self._subs: dict[str, SubscriptionData] = {}
         self.retry_topic = retry_topic
         self._retry: SubscriptionData | None = None
+        self._last_version = 0
 
-    def put(self, topic: str, expression: str | None) -> SubscriptionData:
-        sub_string, tags, codes = parse_tag_expression(expression)
-        sub = self._subs[topic] = SubscriptionData(
+    def _new_version(self) -> int:
+        """``subVersion``: the time in ms (Java's ``SubscriptionData`` default), strictly increasing
+        here so two changes within one millisecond still replace each other on the broker."""
+        v = self._last_version = max(int(time.time() * 1000), self._last_version + 1)
+        return v
+
+    def make(self, topic: str, selector: Selector | str | None) -> SubscriptionData:
+        """The subscription of ``topic`` (``FilterAPI.build``), not stored: a plain string is a tag
+        expression, checked (:func:`~..protocol.filter.check_tag_expression`); a SQL92 selector is
+        sent as written, without tags or codes. Every call makes a new ``subVersion``."""
+        sel = Selector.of(selector)
+        tags: list[str]
+        codes: list[int]
+        if sel.expression_type == SQL92:
+            sub_string, tags, codes = sel.expression, [], []
+        else:
+            sub_string, tags, codes = parse_tag_expression(sel.expression)
+        return SubscriptionData(
             topic=topic,
             sub_string=sub_string,
             tags_set=tags,
             code_set=codes,
-            sub_version=int(time.time() * 1000),
+            sub_version=self._new_version(),
+            expression_type=sel.expression_type,
         )
+
+    def store(self, sub: SubscriptionData) -> None:
+        self._subs[sub.topic] = sub
+
+    def put(self, topic: str, selector: Selector | str | None) -> SubscriptionData:
+        """Subscribe ``topic``: :meth:`make`, stored."""
+        sub = self._subs[topic] = self.make(topic, selector)
         return sub
 
     def remove(self, topic: str) -> None:
@@ -67,6 +93,17 @@ class Subscriptions:
         """topic -> expression of the user's subscriptions (the retry topic not included)."""
         return {t: s.sub_string for t, s in self._subs.items()}
 
+    def selectors(self) -> dict[str, Selector]:
+        """topic -> selector of the user's subscriptions (the retry topic not included)."""
+        out: dict[str, Selector] = {}
+        for t, s in self._subs.items():
+            out[t] = Selector(SQL92 if s.expression_type == SQL92 else TAG, s.sub_string)
+        return out
+
+    def sql(self) -> list[SubscriptionData]:
+        """The SQL92 subscriptions (those the brokers are asked about: CHECK_CLIENT_CONFIG)."""
+        return [self._subs[t] for t in sorted(self._subs) if self._subs[t].expression_type == SQL92]
+
     def retry(self) -> SubscriptionData:
         sub = self._retry
         if sub is None:
@@ -76,7 +113,7 @@ class Subscriptions:
                 sub_string=SUB_ALL,
                 tags_set=[],
                 code_set=[],
-                sub_version=int(time.time() * 1000),
+                sub_version=self._new_version(),
             )
         return sub
 

@@ -32,9 +32,11 @@ from ..config import ClientConfig, LitePullConfig, Timing, unwrap_namespace, wra
 from ..errors import AuthError, ClientError, ConfigError
 from ..protocol.bodies import ConsumerData
 from ..protocol.command import RemotingCommand
+from ..protocol.filter import Selector
 from ..protocol.mq import MessageQueue
 from ..protocol.stored import MessageExt, UndecodableMessageError
 from .allocate import strategy_by_name
+from .brokercheck import check_in_brokers
 from .context import ConsumerContext, Subscriptions
 from .health import ConsumerHealth, consumer_health
 from .offset_store import RemoteOffsetStore
@@ -299,16 +301,23 @@ class LitePullConsumer:
             pq.next_offset = await self.rebalancer.compute_pull_from_where(mq)
             table.start(pq)
 
-    async def subscribe(self, topic: str, expression: str = "*") -> None:
-        """Subscribe to ``topic`` with a tag expression; queues are shared out among the group's
-        members by the allocation strategy and rebalanced when members come and go."""
+    async def subscribe(self, topic: str, expression: Selector | str = "*") -> None:
+        """Subscribe to ``topic`` with a tag expression (a plain string) or a :class:`Selector`
+        (``Selector.sql(...)``: the brokers of the topic are asked first, and a refusal raises
+        :class:`~rmq_async.errors.SubscriptionRefused`, keeping the previous subscription); queues are
+        shared out among the group's members by the allocation strategy and rebalanced when members
+        come and go."""
         if self._mode == "assign":
             raise ClientError("assign() and subscribe() cannot be mixed")
         if not topic or topic.startswith("%"):
             raise ConfigError(f"cannot subscribe to topic {topic!r}")
         topic = self.client_config.with_namespace(topic)
         tg = self._task_group()
-        self.ctx.subscriptions.put(topic, expression)
+        sub = self.ctx.subscriptions.make(topic, expression)
+        if sub.expression_type != "TAG":  # checkClientInBroker (Java: at start)
+            await self.client.update_route_quietly([topic])
+            await check_in_brokers(self.ctx, [sub])
+        self.ctx.subscriptions.store(sub)
         first = self._mode != "subscribe"
         self._mode = "subscribe"
         await self.client.update_route_quietly([topic])

@@ -44,6 +44,16 @@ __all__ = ["PullLoop", "PullSettings", "PullSink", "filter_tags"]
 
 log = logging.getLogger("rmq_async.consumer")
 
+#: pull refusals that mean "the broker has not seen our latest heartbeat yet": the group's
+#: subscription (24, 25) or, for a SQL92 one, its filter data (27, 28: ``ConsumerFilterManager``)
+_SUBSCRIPTION_BEHIND = frozenset(
+    {
+        ResponseCode.SUBSCRIPTION_NOT_EXIST,
+        ResponseCode.SUBSCRIPTION_NOT_LATEST,
+        ResponseCode.FILTER_DATA_NOT_EXIST,
+        ResponseCode.FILTER_DATA_NOT_LATEST,
+    }
+)
 #: seconds: the longest wait between two pulls of a queue refused by ACL
 AUTH_MAX_BACKOFF = 30.0
 #: a body refused as a whole this many times at one offset: its failing message is handled as an
@@ -244,8 +254,11 @@ class PullLoop:
             else:
                 header.sys_flag, header.commit_offset = flags[0], 0
             if sub is not None:
-                if not lite:  # lite pull: subVersion 0, as Java's
+                etype = header.expression_type = sub.expression_type
+                if not lite:
                     header.sub_version = sub.sub_version
+                else:  # lite pull: subVersion 0 for a tag subscription, the SQL92 one's own, as Java's
+                    header.sub_version = 0 if etype == "TAG" else sub.sub_version
                 if post_sub:
                     header.subscription = sub.sub_string
             t0 = monotonic()
@@ -261,7 +274,7 @@ class PullLoop:
                 await anyio.sleep(min(AUTH_MAX_BACKOFF, timing.pull_error_delay * 2 ** min(denied, 8)))
                 continue
             except BrokerError as exc:
-                if exc.code in (ResponseCode.SUBSCRIPTION_NOT_LATEST, ResponseCode.SUBSCRIPTION_NOT_EXIST):
+                if exc.code in _SUBSCRIPTION_BEHIND:
                     log.debug("pull of %s: %s", mq, exc)
                     # the broker may not have seen our latest heartbeat yet: pull again soon once one
                     # went out after this pull did. At most one such heartbeat per heartbeat interval:

@@ -30,9 +30,11 @@ from ..errors import ClientError, ConfigError, RocketMQError
 from ..producer.producer import Producer, ProducerConfig
 from ..protocol.bodies import ConsumerData, SubscriptionData
 from ..protocol.command import RemotingCommand
+from ..protocol.filter import Selector
 from ..protocol.mq import MessageQueue
 from .admin import ConsumerAdmin
 from .allocate import strategy_by_name
+from .brokercheck import check_in_brokers
 from .concurrently import ConcurrentConsumeService
 from .context import ConsumerContext, Subscriptions
 from .deadlines import DeadlineTracker
@@ -74,7 +76,7 @@ class PushConsumer:
         *,
         namesrv_addr: str | None = None,
         handler: Handler | OrderlyHandler | None = None,
-        subscriptions: dict[str, str] | None = None,
+        subscriptions: dict[str, Selector | str] | None = None,
         config: ConsumerConfig | None = None,
         client_config: ClientConfig | None = None,
         timing: Timing | None = None,
@@ -233,8 +235,10 @@ class PushConsumer:
 
     # -- public API -------------------------------------------------------------------------------
 
-    def subscribe(self, topic: str, expression: str | None = "*") -> None:
-        """Subscribe to ``topic`` with a tag expression (``"*"`` or ``"TagA || TagB"``).
+    def subscribe(self, topic: str, expression: Selector | str | None = "*") -> None:
+        """Subscribe to ``topic`` with a tag expression (``"*"`` or ``"TagA || TagB"``, a plain string)
+        or a :class:`Selector` (``Selector.sql("a > 5")``: a SQL92 filter over message properties,
+        which the brokers must enable; asked at :meth:`start`, or in the background when running).
 
         All members of a group must subscribe alike: the broker filters by the group's last registered
         subscription.
@@ -418,6 +422,9 @@ class PushConsumer:
                     log.log(
                         level, "no route for %r yet (%s): will retry at the next route refresh", topic, exc
                     )
+            # SQL92 subscriptions: a broker with property filters off, or one that cannot compile the
+            # expression, fails start() with SubscriptionRefused (checkClientInBroker)
+            await check_in_brokers(ctx, ctx.subscriptions.sql())
             # a heartbeat refused by ACL (the group's or a topic's SUB) fails start() with AuthError
             await client.send_heartbeat_to_all_brokers(raise_auth=True)
             async with anyio.create_task_group() as tg:
@@ -481,6 +488,10 @@ class PushConsumer:
 
     async def _after_subscription_change(self) -> None:
         await self.client.update_route_quietly(self.subscribed_topics())
+        try:
+            await check_in_brokers(self.ctx, self.ctx.subscriptions.sql())
+        except RocketMQError as exc:  # running: the pulls of that topic are refused until it is fixed
+            log.error("consumer %s: %s", self.group, exc)
         await self.client.send_heartbeat_to_all_brokers()
 
     # -- timers and rebalance ---------------------------------------------------------------------------

@@ -23,9 +23,46 @@ from typing import Any
 
 import anyio
 
-__all__ = ["call_maybe_async", "call_user", "stray_cancel", "user_failure"]
+__all__ = ["call_maybe_async", "call_user", "check_handler", "stray_cancel", "user_failure"]
 
 log = logging.getLogger("rmq_async.consumer")
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    if inspect.iscoroutinefunction(fn):
+        return True
+    if inspect.isroutine(fn):
+        return False
+    return inspect.iscoroutinefunction(type(fn).__call__)  # an object with an ``async def __call__``
+
+
+def check_handler(handler: object, what: str = "handler") -> None:
+    """Refuse, with :class:`~rmq_async.errors.ConfigError`, a handler that cannot work: not callable,
+    not ``async`` (a plain function's result cannot be awaited: every message would fail until the
+    DLQ), or not callable with the two positional arguments ``(msgs, ctx)``. ``None`` passes (no
+    handler: :meth:`deliveries`)."""
+    from ..errors import ConfigError  # errors sits at the bottom: no cycle
+
+    if handler is None:
+        return
+    if not callable(handler):
+        raise ConfigError(f"{what} must be an async function (msgs, ctx), got {type(handler).__name__}")
+    if not _is_async(handler):
+        raise ConfigError(
+            f"{what} {getattr(handler, '__qualname__', handler)!r} is not async: define it with "
+            "'async def handler(msgs, ctx)' (blocking work inside: 'await anyio.to_thread.run_sync(fn)')"
+        )
+    try:
+        sig = inspect.signature(handler)
+    except (TypeError, ValueError):  # no signature to read (some builtins): let it be
+        return
+    try:
+        sig.bind(None, None)
+    except TypeError as exc:
+        raise ConfigError(
+            f"{what} {getattr(handler, '__qualname__', handler)!r} must take two positional arguments "
+            f"(msgs, ctx): {sig} ({exc})"
+        ) from None
 
 
 def stray_cancel() -> bool:

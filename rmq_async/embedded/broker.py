@@ -74,6 +74,8 @@ class Broker:
         acl: AclConfig | None = None,
         tls: ServerTLS | None = None,
         advertised_addr: str | None = None,
+        enable_property_filter: bool = False,
+        filter_support_retry: bool = False,
     ) -> None:
         self.settings = s = BrokerSettings(
             name,
@@ -85,6 +87,8 @@ class Broker:
             auto_create_topic,
             data_dir,
             parse_delay_levels(delay_levels or timing.delay_levels),
+            enable_property_filter=enable_property_filter,
+            filter_support_retry=filter_support_retry,
         )
         self.name = name
         self.requested_port = port

@@ -46,6 +46,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timing", choices=("default", "fast"), default="default", help="timer profile")
     parser.add_argument("--timing-json", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--no-auto-create-topic", action="store_true", help="refuse sends to unknown topics")
+    parser.add_argument(
+        "--enable-property-filter",
+        action="store_true",
+        help="serve SQL92 subscriptions (the broker's enablePropertyFilter, off by default)",
+    )
+    parser.add_argument(
+        "--filter-support-retry",
+        action="store_true",
+        help="filter retry topics by the group's SQL92 filter too (filterSupportRetry; 4.x flavour)",
+    )
     parser.add_argument("--exit-on-stdin-eof", action="store_true", help="stop when stdin is closed")
     parser.add_argument(
         "--acl-file",
@@ -121,6 +131,8 @@ async def run(args: argparse.Namespace) -> int:
         port=args.port,
         delay_levels=args.delay_levels,
         auto_create_topic=not args.no_auto_create_topic,
+        enable_property_filter=args.enable_property_filter,
+        filter_support_retry=args.filter_support_retry,
         acl=_acl(args),
         tls=server_tls(args),
     )

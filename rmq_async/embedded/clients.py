@@ -17,6 +17,7 @@ from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
 from .context import BrokerContext, HandlerTable
 from .fields import opt_str, req_int, req_str
+from .filters import compile_error, is_tag_type
 from .groups import ClientChannel, Subscription, mq_keys, mq_list_json
 from .jcompat import json_body, mq_json, object_key_map_json
 from .server import Connection, HeaderError
@@ -49,6 +50,7 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
             ctx.find_group(group)
             ctx.create_topic_in_back_method(RETRY_PREFIX + group, 1, 6)
             subs = [Subscription.from_json(s) for s in cd.get("subscriptionDataSet") or ()]
+            ctx.filters.register(group, subs)  # REGISTER: ConsumerFilterManager.register(group, subList)
             ctx.consumers.register(
                 group,
                 ClientChannel(conn, client_id, cmd.language, cmd.version),
@@ -64,6 +66,24 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
         if ctx.settings.flavour == 5:
             return ctx.respond(cmd, 0, None, {"IS_SUPPORT_HEART_BEAT_V2": "true", "IS_SUB_CHANGE": "true"})
         return ctx.respond(cmd, 0)
+
+    def check_client_config(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """CHECK_CLIENT_CONFIG (46): ``ClientManageProcessor.checkClientConfig``."""
+        sub = _json(cmd).get("subscriptionData") if cmd.body else None
+        if isinstance(sub, dict):
+            etype = sub.get("expressionType")
+            if is_tag_type(None if etype is None else str(etype)):
+                return ctx.respond(cmd, ResponseCode.SUCCESS)
+            if not ctx.settings.enable_property_filter:
+                return ctx.respond(
+                    cmd,
+                    ResponseCode.SYSTEM_ERROR,
+                    f"The broker does not support consumer to filter message by {etype}",
+                )
+            ok, remark = compile_error(str(sub.get("subString") or ""), str(etype), ctx.filters.flavour)
+            if not ok:
+                return ctx.respond(cmd, ResponseCode.SUBSCRIPTION_PARSE_FAILED, remark)
+        return ctx.respond(cmd, ResponseCode.SUCCESS)
 
     def unregister(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         req_str(cmd, "clientID")
@@ -243,6 +263,7 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
 
     return {
         RequestCode.HEART_BEAT: heartbeat,
+        RequestCode.CHECK_CLIENT_CONFIG: check_client_config,
         RequestCode.UNREGISTER_CLIENT: unregister,
         RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer_list,
         RequestCode.LOCK_BATCH_MQ: lock,

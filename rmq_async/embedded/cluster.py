@@ -88,6 +88,8 @@ class EmbeddedCluster:
         process: bool = False,
         acl: AclConfig | Mapping[str, Any] | str | Path | None = None,
         tls: ServerTLS | None = None,
+        enable_property_filter: bool = False,
+        filter_support_retry: bool = False,
     ) -> None:
         if flavour not in (4, 5):
             raise ValueError(f"flavour must be 4 or 5, not {flavour!r}")
@@ -103,6 +105,9 @@ class EmbeddedCluster:
         self.auto_create_topic = auto_create_topic
         self.process = process
         self.tls = tls
+        #: the brokers' ``enablePropertyFilter`` (SQL92 subscriptions) and ``filterSupportRetry``
+        self.enable_property_filter = enable_property_filter
+        self.filter_support_retry = filter_support_retry
         #: ACL accounts every broker enforces (None: off); a path is read as a ``plain_acl.yml``
         self.acl = AclConfig.coerce(acl) if acl is not None else None
         self.namesrv_addr = ""
@@ -244,6 +249,8 @@ class EmbeddedCluster:
             acl=self.acl,
             tls=self.tls,
             advertised_addr=self._advertised.get(i),
+            enable_property_filter=self.enable_property_filter,
+            filter_support_retry=self.filter_support_retry,
         )
         if old is not None:
             b.faults = old.faults
@@ -329,9 +336,9 @@ class EmbeddedCluster:
         self, topic: str, queue_id: int, offset: int, how: str = "body", *, broker: int = 0
     ) -> int:
         """Fault injection: spoil the stored message at ``offset`` of ``topic``:``queue_id`` on broker
-        ``broker`` so that no client can decode it (``how``: ``"body"``, ``"type"`` or ``"framing"``,
-        see :meth:`~.store.MessageStore.corrupt`); returns its commit-log offset (in-process clusters
-        only)."""
+        ``broker`` so that no client can decode it (``how``: ``"body"``, ``"type"``, ``"framing"``,
+        ``"magic"`` or ``"ids"``, see :meth:`~.store.MessageStore.corrupt`); returns its commit-log
+        offset (in-process clusters only)."""
         b = self.brokers[broker]
         if not isinstance(b, Broker):
             raise ClientError("the brokers of a child-process cluster cannot corrupt messages")
@@ -380,6 +387,10 @@ class EmbeddedCluster:
             args += ["--delay-levels", self.delay_levels]
         if not self.auto_create_topic:
             args.append("--no-auto-create-topic")
+        if self.enable_property_filter:
+            args.append("--enable-property-filter")
+        if self.filter_support_retry:
+            args.append("--filter-support-retry")
         if self.tls is not None:  # the key password, if any, goes in the environment (_child_env)
             args += ["--tls-mode", self.tls.mode, "--tls-client-auth", self.tls.client_auth]
             for flag, value in (

@@ -25,6 +25,7 @@ import anyio
 from ..config import Timing
 from ..protocol.codes import MQ_VERSION_V4_9_8, MQ_VERSION_V5_3_3
 from ..protocol.command import RemotingCommand
+from .filters import FilterManager
 from .groups import ConsumerManager, LockManager, ProducerManager
 from .holds import HoldService
 from .jcompat import delay_level, java_ext, java_sized_capacity, props_decode, props_encode, tags_code_of
@@ -67,6 +68,10 @@ class BrokerSettings:
     auto_create_topic: bool
     data_dir: Path | None
     delay_levels: tuple[float, ...]  # seconds; level 1 is the first
+    #: ``BrokerConfig.enablePropertyFilter``: serve SQL92 subscriptions (off by default, as Java's)
+    enable_property_filter: bool = False
+    #: ``BrokerConfig.filterSupportRetry``: filter the retry topic too (4.x; see ``filters.py``)
+    filter_support_retry: bool = False
     version: int = field(init=False)  # the broker's MQVersion, written in every command
     delay_ms: tuple[int, ...] = field(init=False)
 
@@ -127,6 +132,10 @@ class BrokerContext:
     register: Callable[[], Awaitable[None]]  # REGISTER_BROKER now (raises when the name server fails)
     register_soon: Callable[[], None]  # ask the registration loop to register at once
     delayed: Wakeup = field(default_factory=Wakeup)  # a message was put in the schedule topic
+    filters: FilterManager = field(init=False)  # the groups' SQL92 filters (ConsumerFilterManager)
+
+    def __post_init__(self) -> None:
+        self.filters = FilterManager(5 if self.settings.flavour == 5 else 4)
 
     def respond(
         self,

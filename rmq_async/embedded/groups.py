@@ -54,8 +54,16 @@ class Subscription:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> Subscription:
-        sub = str(obj.get("subString") or "*")
         etype = str(obj.get("expressionType") or "TAG")
+        if etype != "TAG":  # SQL92: the expression as sent; the consume queue lets every tag through
+            return cls(
+                str(obj["topic"]),
+                str(obj.get("subString") or ""),
+                None,
+                int(obj.get("subVersion") or 0),
+                etype,
+            )
+        sub = str(obj.get("subString") or "*")
         codes = (
             None
             if sub == "*" or obj.get("classFilterMode")
@@ -65,11 +73,14 @@ class Subscription:
 
 
 def build_subscription(topic: str, sub_string: str | None, expression_type: str | None) -> Subscription:
-    """``FilterAPI.build``: a TAG expression ``a || b`` becomes the hash codes of its tags."""
+    """``FilterAPI.build``: a TAG expression ``a || b`` becomes the hash codes of its tags; another
+    type keeps its expression as sent and needs one (ValueError: ``Expression can't be null!``)."""
     etype = expression_type or "TAG"
-    text = (sub_string or "").strip()
     if etype != "TAG":
-        return Subscription(topic, text, None, 0, etype)
+        if not sub_string:
+            raise ValueError(f"Expression can't be null! {etype}")
+        return Subscription(topic, sub_string, None, 0, etype)
+    text = (sub_string or "").strip()
     if not text or text == "*":
         return Subscription(topic, "*", None, 0)
     tags = [t.strip() for t in text.split("||") if t.strip()]

@@ -14,10 +14,12 @@ from ..protocol.codes import PullSysFlag, RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
 from .context import BrokerContext, HandlerTable
 from .fields import opt_int, opt_str, req_int, req_str
+from .filters import FilterData, is_tag_type, message_filter
 from .groups import Subscription, build_subscription
 from .holds import HeldPull
 from .jcompat import faq_suffix
 from .server import Connection, Reply
+from .state import RETRY_PREFIX
 
 __all__ = ["handlers"]
 
@@ -37,6 +39,11 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
     respond, find_group = ctx.respond, ctx.find_group
     flavour = ctx.settings.flavour
     faq = faq_suffix(flavour)
+    filters = ctx.filters
+    property_filter = ctx.settings.enable_property_filter
+    support_retry = ctx.settings.filter_support_retry
+    #: a 4.x broker with filterSupportRetry checks the messages of retry topics on the commit log
+    retry_filtered = support_retry and flavour != 5
 
     def pull_message(conn: Connection, cmd: RemotingCommand, allow_suspend: bool = True) -> Reply:
         """Process one pull; None when it was parked (answered later) or is oneway."""
@@ -73,8 +80,18 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
                 f"consumer:[/{conn.addr}]",
             )
         sub: Subscription | None
+        fdata: FilterData | None = None
         if has_sub:
-            sub = build_subscription(topic, opt_str(cmd, "subscription"), opt_str(cmd, "expressionType"))
+            try:
+                sub = build_subscription(topic, opt_str(cmd, "subscription"), opt_str(cmd, "expressionType"))
+            except ValueError:
+                return fail(
+                    ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed"
+                )
+            if not is_tag_type(sub.expression_type):
+                # Java asserts it is not null; assertions are off in production, so an expression that
+                # does not compile filters nothing here (the client's CHECK_CLIENT_CONFIG refused it)
+                fdata = filters.build(topic, group, sub.sub_string, sub.expression_type, sub_version)
         else:
             g = consumers.get(group)
             if g is None:
@@ -90,12 +107,33 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
                 )
             if sub.version < sub_version:
                 return fail(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
-        if sub.expression_type != "TAG":
+            if not is_tag_type(sub.expression_type):
+                fdata = filters.get(topic, group)
+                if fdata is None:
+                    return fail(
+                        ResponseCode.FILTER_DATA_NOT_EXIST,
+                        "The broker's consumer filter data is not exist!Your expression may be wrong!",
+                    )
+                if fdata.client_version < sub_version:
+                    return fail(
+                        ResponseCode.FILTER_DATA_NOT_LATEST, "the consumer's consumer filter data not latest"
+                    )
+        tag = is_tag_type(sub.expression_type)
+        if not tag and not property_filter:
             return fail(
                 ResponseCode.SYSTEM_ERROR,
                 f"The broker does not support consumer to filter message by {sub.expression_type}",
             )
-        res = store.get(topic, queue_id, offset, max_nums, sub.codes)
+        if tag and not (retry_filtered and topic.startswith(RETRY_PREFIX)):
+            res = store.get(topic, queue_id, offset, max_nums, sub.codes)  # the hot path
+        else:
+            accept = message_filter(
+                sub, fdata, filters, group, support_retry=support_retry, flavour=filters.flavour
+            )
+            if accept is None:
+                res = store.get(topic, queue_id, offset, max_nums, sub.codes)
+            else:
+                res = store.get_filtered(topic, queue_id, offset, max_nums, sub.codes, accept)
         ext = {
             "suggestWhichBrokerId": "0",
             "nextBeginOffset": str(res.next_begin),

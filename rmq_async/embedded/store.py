@@ -546,6 +546,70 @@ class MessageStore:
             res.count = count
         return res
 
+    def props_at(self, phys: int) -> str:
+        """The properties string of the message at ``phys`` (``MessageDecoder.decodeProperties``)."""
+        seg, pos = divmod(phys, SEGMENT_SIZE)
+        view = self.views[seg]
+        (magic,) = _I32.unpack_from(view, pos + 4)
+        (sys_flag,) = _I32.unpack_from(view, pos + 36)
+        p = pos + _HEAD.size + (20 if sys_flag & MessageSysFlag.BORNHOST_V6_FLAG else 8) + 8
+        p += (20 if sys_flag & MessageSysFlag.STOREHOSTADDRESS_V6_FLAG else 8) + _TAIL.size
+        p += 4 + _I32.unpack_from(view, p)[0]
+        if magic == MAGIC_V2:
+            p += 2 + struct.unpack_from(">h", view, p)[0]
+        else:
+            p += 1 + view[p]
+        (plen,) = struct.unpack_from(">h", view, p)
+        return str(view[p + 2 : p + 2 + plen], "utf-8")
+
+    def get_filtered(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_nums: int,
+        codes: frozenset[int] | None,
+        accept: Callable[[str], bool],
+    ) -> GetResult:
+        """:meth:`get` with a commit-log filter (``MessageFilter.isMatchedByCommitLog``): a message
+        whose tag code matches is taken only if ``accept(its properties string)``. A separate loop,
+        so a tag-only pull pays nothing for it."""
+        cq = self.cqs.get((topic, queue_id))
+        max_offset = len(cq.offsets) if cq is not None else 0
+        if cq is None or max_offset == 0 or offset < cq.head or offset >= max_offset:
+            return self.get(topic, queue_id, offset, max_nums, codes)
+        res = GetResult("NO_MATCHED_MESSAGE", offset, cq.head, max_offset)
+        end = min(max_offset, offset + max(800, max_nums))
+        offsets, sizes, tags, views = cq.offsets, cq.sizes, cq.tags, self.views
+        parts = res.parts
+        total = 0
+        count = 0
+        i = offset
+        while i < end:
+            size = sizes[i]
+            if count and (
+                count >= max_nums or total + size > MAX_TRANSFER_BYTES or count >= MAX_TRANSFER_COUNT
+            ):
+                break
+            if codes is None or tags[i] in codes:
+                phys = offsets[i]
+                try:
+                    props = self.props_at(phys)
+                except (struct.error, IndexError, UnicodeDecodeError):
+                    props = ""  # a damaged message: its properties do not read
+                if accept(props):
+                    seg, pos = divmod(phys, SEGMENT_SIZE)
+                    parts.append(views[seg][pos : pos + size])
+                    total += size
+                    count += 1
+            i += 1
+        res.next_begin = i
+        if count:
+            res.status = "FOUND"
+            res.total = total
+            res.count = count
+        return res
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     def flush(self) -> None:

@@ -36,6 +36,7 @@ from .mq import MessageQueue
 
 __all__ = [
     "BrokerData",
+    "CheckClientRequestBody",
     "ConsumeMessageDirectlyResult",
     "ConsumeStatus",
     "ConsumerData",
@@ -262,6 +263,15 @@ class TopicRouteData(JsonBody):
     broker_datas: list[BrokerData] = Field(default_factory=list)
     filter_server_table: dict[str, list[str]] = Field(default_factory=dict)
     order_topic_conf: str | None = None
+
+
+class CheckClientRequestBody(JsonBody):
+    """CHECK_CLIENT_CONFIG (46) body (``body/CheckClientRequestBody.java``): a consumer asks a broker
+    whether it can serve one subscription (``checkClientInBroker``, SQL92 ones only)."""
+
+    client_id: str
+    group: str
+    subscription_data: SubscriptionData
 
 
 # -- orderly locks, consumer lists ---------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 
 import anyio
@@ -10,6 +11,7 @@ import pytest
 from support.integration import Collector, produce
 
 from rmq_async import (
+    ConfigError,
     ConsumeResult,
     EmbeddedCluster,
     MessageQueue,
@@ -163,3 +165,46 @@ def test_default_consume_timestamp_is_fixed_when_the_consumer_is_made(
     monkeypatch.setattr(time, "time", lambda: real() + 7200.0)  # two hours later
     later = c.rebalancer.settings.start_offsets.timestamp_ms()
     assert later == first, f"the default consume timestamp moved by {(later - first) / 1000:.0f} s"
+
+
+def _sync_handler(msgs: object, ctx: object) -> None:
+    return None
+
+
+async def _one_arg(msgs: object) -> None:
+    return None
+
+
+class _AsyncCallable:
+    async def __call__(self, msgs: object, ctx: object) -> None:
+        return None
+
+
+async def _with_default(msgs: object, ctx: object = None, *, extra: int = 0) -> None:
+    return None
+
+
+@pytest.mark.parametrize(
+    ("handler", "words"),
+    [
+        (_sync_handler, "is not async"),
+        (lambda msgs, ctx: None, "is not async"),
+        ("not a function", "must be an async function"),
+        (42, "got int"),
+        (_one_arg, "two positional arguments"),
+        (_AsyncCallable.__call__, "two positional arguments"),  # unbound: (self, msgs, ctx)
+    ],
+)
+def test_a_handler_that_cannot_work_is_refused_when_the_consumer_is_made(handler: object, words: str) -> None:
+    # accepted before: every message then failed ("object NoneType can't be used in 'await'") until the DLQ
+    with pytest.raises(ConfigError, match=words):
+        PushConsumer("g", namesrv_addr="127.0.0.1:9876", handler=handler, subscriptions={"T": "*"})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=words):
+        PushConsumer("g", namesrv_addr="127.0.0.1:9876", handler=handler, orderly=True)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "handler", [_AsyncCallable(), _with_default, functools.partial(_with_default, extra=1), None]
+)
+def test_async_handlers_of_every_shape_are_accepted(handler: object) -> None:
+    PushConsumer("g", namesrv_addr="127.0.0.1:9876", handler=handler)  # type: ignore[arg-type]

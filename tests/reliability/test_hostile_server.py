@@ -17,7 +17,16 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
-from rmq_async import ClientConfig, Message, Producer, PushConsumer, RocketMQError, Timing
+from rmq_async import (
+    ClientConfig,
+    ConsumeContext,
+    Message,
+    MessageExt,
+    Producer,
+    PushConsumer,
+    RocketMQError,
+    Timing,
+)
 from rmq_async.errors import ConnectionClosed, ProtocolError, RequestTimeout
 from rmq_async.protocol.command import FrameDecoder, RemotingCommand
 from rmq_async.transport.connection import Connection
@@ -160,11 +169,14 @@ async def test_producer_against_hostile_name_server(mode: str) -> None:
 
 @pytest.mark.parametrize("mode", ["garbage", "header_len_absurd", "silent"])
 async def test_push_consumer_against_hostile_name_server(mode: str) -> None:
+    async def nothing(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+        return None
+
     async with Hostile([mode]) as srv:
         c = PushConsumer(
             "hostile_g",
             namesrv_addr=srv.addr,
-            handler=lambda msgs, ctx: None,  # type: ignore[arg-type]
+            handler=nothing,  # a sync handler is refused when the consumer is made (ConfigError)
             subscriptions={"T": "*"},
             timing=Timing.fast(request_timeout=0.5),
         )
