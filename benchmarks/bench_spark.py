@@ -341,6 +341,54 @@ def start_spark(master: str, progress: Path) -> tuple[Any, float]:
     return spark, time.perf_counter() - t0
 
 
+# -- CPU by role ----------------------------------------------------------------------------------------
+
+
+def cpu_by_role() -> dict[str, float]:
+    """CPU seconds used so far by this process tree, by role: the JVM, the Python workers (pyspark's
+    daemon and its children), the broker (other children) and this driver process (Linux /proc;
+    empty elsewhere). Workers that exited are missed; Spark keeps them between tasks."""
+    if not os.path.isdir("/proc"):
+        return {}
+    tick = os.sysconf("SC_CLK_TCK")
+    table: dict[int, tuple[int, float, str]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", encoding="ascii", errors="replace") as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        table[int(d)] = (int(rest[1]), (int(rest[11]) + int(rest[12])) / tick, cmd)
+    me = os.getpid()
+    out: dict[str, float] = {}
+    for pid, (_, secs, cmd) in table.items():
+        chain, p = [], pid
+        while p in table and p != me and len(chain) < 50:
+            chain.append(p)
+            p = table[p][0]
+        if p != me:
+            continue
+        cmds = [table[c][2] for c in chain]
+        if pid == me:
+            role = "driver"
+        elif "java" in cmd.split(" ")[0]:
+            role = "JVM"
+        elif any("pyspark" in c for c in cmds):
+            role = "Python workers"
+        else:
+            role = "broker"
+        out[role] = out.get(role, 0.0) + secs
+    return out
+
+
+def cpu_delta(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    return {k: round(b.get(k, 0.0) - a.get(k, 0.0), 2) for k in sorted(set(a) | set(b))}
+
+
 # -- figures -------------------------------------------------------------------------------------------
 
 
@@ -447,6 +495,7 @@ def measure(args: argparse.Namespace, namesrv: str, portal: Any) -> dict[str, An
     where = Path(sys.modules["rmq_async"].__file__ or "").parent
     print(f"session start {started:.1f} s; rmq_async from {where}", flush=True)
     runs: dict[str, list[float]] = {}
+    cpus: dict[str, list[dict[str, float]]] = {}
     series: list[dict[str, Any]] = []
     offset = 0.0
     try:
@@ -460,7 +509,10 @@ def measure(args: argparse.Namespace, namesrv: str, portal: Any) -> dict[str, An
                 ("rocketmq availableNow", lambda: r.available_now(r.source_reader(True))),
             ]
             for name, run in plan:
+                c0 = cpu_by_role()
                 t0, t1 = run()
+                cpu = cpu_delta(c0, cpu_by_role())
+                cpus.setdefault(name, []).append(cpu)
                 logged = r.logged_rows(t0, t1)
                 if logged != n:
                     raise SystemExit(f"{name}: the readers yielded {logged} rows, expected {n}")
@@ -470,22 +522,26 @@ def measure(args: argparse.Namespace, namesrv: str, portal: Any) -> dict[str, An
                 events = [(float(t), int(k)) for t, k in lines]
                 series.append({"name": f"{name} r{rnd}", "offset": offset, "points": binned(events, t0, t1)})
                 offset += t1 - t0 + 0.5
-                print(f"round {rnd} {name}: {rate:,.0f} rows/s ({t1 - t0:.2f} s)", flush=True)
+                print(f"round {rnd} {name}: {rate:,.0f} rows/s ({t1 - t0:.2f} s); cpu s {cpu}", flush=True)
             log: list[tuple[float, int]] = []
+            c0 = cpu_by_role()
             t0 = time.time()
             lite = portal.call(lite_pull, namesrv, topic, n, log)
             t1 = time.time()
+            cpus.setdefault("lite pull", []).append(cpu_delta(c0, cpu_by_role()))
             runs.setdefault("lite pull", []).append(lite)
             series.append({"name": f"lite pull r{rnd}", "offset": offset, "points": binned(log, t0, t1)})
             offset += t1 - t0 + 0.5
-            print(f"round {rnd} lite pull: {lite:,.0f} rows/s ({t1 - t0:.2f} s)", flush=True)
+            print(
+                f"round {rnd} lite pull: {lite:,.0f} rows/s ({t1 - t0:.2f} s); cpu s {cpus['lite pull'][-1]}"
+            )
     finally:
         spark.stop()
     import pyspark
 
     return {
         "rows": n, "size": args.size, "queues": queues, "master": args.master, "rounds": args.rounds,
-        "source_opts": extra, "session_start_s": started, "runs": runs, "series": series,
+        "source_opts": extra, "session_start_s": started, "runs": runs, "cpu": cpus, "series": series,
         "python": platform.python_version(), "pyspark": pyspark.__version__, "cpus": os.cpu_count(),
         "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
         "namesrv": args.namesrv or "embedded (child process)",
