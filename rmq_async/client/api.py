@@ -26,7 +26,7 @@ from ..protocol.bodies import (
 from ..protocol.codes import RequestCode, ResponseCode, SerializeType
 from ..protocol.command import RemotingCommand
 from ..protocol.mq import MessageQueue
-from ..protocol.stored import MessageExt, UndecodableMessageError, decode_messages
+from ..protocol.stored import BrokenBodyError, MessageExt, UndecodableMessageError, decode_messages
 from ..transport.pool import ConnectionPool
 from .auth import broker_error
 
@@ -219,7 +219,11 @@ class MQClientAPI:
         rh = H.PullMessageResponseHeader.from_ext_fields(resp.ext_fields)
         msgs: list[MessageExt] = []
         if status is PullStatus.FOUND and resp.body and decode:
-            msgs = decode_messages(resp.body, broker_name=broker_name)
+            try:
+                msgs = decode_messages(resp.body, broker_name=broker_name)
+            except BrokenBodyError as exc:  # where the queue goes on past it, for the consumer (#19)
+                exc.next_begin_offset = rh.next_begin_offset
+                raise
         return PullResult(
             status=status,
             next_begin_offset=rh.next_begin_offset,

@@ -63,6 +63,9 @@ class UndecodableCounts:
     send_back_retries: int = 0
     #: pull answers refused as a whole (broken framing)
     broken_bodies: int = 0
+    #: passed over without the DLQ (broken framing the broker could not move), each at ERROR: the
+    #: stored message stays in the commit log
+    skipped: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +205,7 @@ def consumer_health(
         moved_to_dlq=stats.undecodable_to_dlq,
         send_back_retries=stats.undecodable_retries,
         broken_bodies=stats.broken_bodies,
+        skipped=stats.undecodable_skipped,
     )
     return ConsumerHealth(
         ready=not reasons,

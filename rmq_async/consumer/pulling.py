@@ -11,9 +11,14 @@ the suspend time plus the broker's hold check; a push consumer's local committed
 
 A message the decoder isolates (#19) goes to :mod:`.poison` as the settings' ``undecodable`` mode
 says; the rest of its batch goes on at once. A body refused as a whole (broken framing) closes the
-connection and is pulled again with a doubling back-off; the third failure at one offset hands the
-message the decoder pointed at to the same path (after narrowing the pull to the good messages before
-it, if any).
+connection and is pulled again with a doubling back-off; the third failure at one offset narrows the
+pull to the good messages before the broken one, if any, and then to the broken one alone. That
+one-message body names it: the decoder's record, or its fixed fields (:func:`salvage_ids`) when their
+queue id and offset are the ones pulled; it then goes the same path. When nothing in it can be
+trusted, a lite pull consumer fails or skips at once (its ``on_undecodable``); a push consumer pulls
+it again with back-off up to :data:`BROKEN_BODY_SKIP_AT` failures (about a minute on the Java timing)
+and then skips it (:func:`.poison.skip`: ERROR record, ``undecodable_skipped``, the committed offset
+moves past it). Other protocol errors (not the body's) are only retried.
 """
 
 from __future__ import annotations
@@ -34,9 +39,9 @@ from ..errors import AuthError, BrokerError, ProtocolError, RocketMQError
 from ..protocol import headers as H
 from ..protocol.bodies import SubscriptionData
 from ..protocol.codes import PullSysFlag, ResponseCode
-from ..protocol.stored import BrokenBodyError, MessageExt, PulledMessages, Undecodable
+from ..protocol.stored import BrokenBodyError, MessageExt, PulledMessages, Undecodable, salvage_ids
 from .context import ConsumerContext
-from .poison import UndecodableMode, for_queue, hold, log_undecodable, move_until_done
+from .poison import UndecodableMode, for_queue, hold, log_undecodable, move_until_done, skip
 from .process_queue import ProcessQueue
 from .queues import QueueTable
 
@@ -56,9 +61,16 @@ _SUBSCRIPTION_BEHIND = frozenset(
 )
 #: seconds: the longest wait between two pulls of a queue refused by ACL
 AUTH_MAX_BACKOFF = 30.0
-#: a body refused as a whole this many times at one offset: its failing message is handled as an
-#: undecodable one
+#: a body refused as a whole this many times at one offset: the pull is narrowed to its failing
+#: message, which is then handled as an undecodable one
 BROKEN_BODY_LIMIT = 3
+#: a push consumer skips a broken message that nothing names (no trusted commit-log offset, so the
+#: broker cannot move it) at this many failures at its offset (the back-off, doubling from twice the
+#: pull error delay, reaches its cap of 10 pull error delays on the way: 72 s on the Java timing)
+BROKEN_BODY_SKIP_AT = 6
+
+# what the pull loop does after a refused body's failure (_broken_body)
+_BACK_OFF, _AGAIN, _GOOD_ONES_FIRST = range(3)
 
 
 class PullSink(Protocol):
@@ -224,6 +236,7 @@ class PullLoop:
         denied_resource: str | None = None
         broken = 0  # consecutive bodies refused as a whole at offset broken_at
         broken_at = -1
+        alone_next = False  # the pull is narrowed to the good messages before a broken one
         while not pq.dropped:
             if pq.over_threshold() is not None:
                 await pq.wait_for_room()
@@ -293,30 +306,36 @@ class PullLoop:
                 at = header.queue_offset
                 broken = broken + 1 if at == broken_at else 1
                 broken_at = at
+                alone_next = False
                 stats.broken_bodies += 1
                 log.warning(
                     "pull of %s at %d: the answer is refused (%s): closing the connection, pulling again "
-                    "(%d/%d)",
+                    "(failure %d at this offset)",
                     mq,
                     at,
                     exc,
                     broken,
-                    BROKEN_BODY_LIMIT,
                 )
                 await client.api.pool.close_address(addr)
-                if broken >= BROKEN_BODY_LIMIT:
-                    broken = 0
-                    record = exc.record if isinstance(exc, BrokenBodyError) else None
-                    if await self._broken_body(pq, header, record, at):
+                if broken >= BROKEN_BODY_LIMIT and isinstance(exc, BrokenBodyError):
+                    step = await self._broken_body(pq, header, exc, at, broken)
+                    if step != _BACK_OFF:
+                        alone_next = step == _GOOD_ONES_FIRST
                         continue
-                await anyio.sleep(min(AUTH_MAX_BACKOFF, timing.pull_error_delay * 2 ** min(broken, 8)))
+                d = timing.pull_error_delay
+                await anyio.sleep(min(AUTH_MAX_BACKOFF, 10 * d, d * 2 ** min(broken, 8)))
                 continue
             except RocketMQError as exc:
                 log.warning("pull of %s failed: %s", mq, exc)
                 await anyio.sleep(timing.pull_error_delay)
                 continue
-            if header.max_msg_nums != s.batch_size:
-                header.max_msg_nums = s.batch_size  # a narrowed pull (before a broken message) answered
+            if header.max_msg_nums != s.batch_size:  # a narrowed pull (#19) answered
+                if alone_next:  # the good messages before a broken one: now that one alone
+                    alone_next = False
+                    header.max_msg_nums = 1
+                    broken, broken_at = BROKEN_BODY_LIMIT, res.next_begin_offset
+                else:
+                    header.max_msg_nums = s.batch_size
             pq.last_pull_time = now = monotonic()
             if denied:  # allowed again
                 denied = 0
@@ -375,9 +394,15 @@ class PullLoop:
             self.sink.submit(pq, msgs)
 
     async def _undecodable(
-        self, pq: ProcessQueue, msgs: list[MessageExt], records: Sequence[Undecodable]
+        self,
+        pq: ProcessQueue,
+        msgs: list[MessageExt],
+        records: Sequence[Undecodable],
+        *,
+        bounded: bool = False,
     ) -> None:
-        """Hand over a batch with undecodable messages in it, as the mode says (see :mod:`.poison`)."""
+        """Hand over a batch with undecodable messages in it, as the mode says (see :mod:`.poison`;
+        ``bounded``: broken framing, skipped if the broker keeps refusing to move it)."""
         c = self.ctx
         mode = self._undecodable_mode
         recs = [for_queue(r, pq.mq) for r in records]
@@ -397,7 +422,7 @@ class PullLoop:
             held: list[MessageExt] = []
             for r in recs:
                 log_undecodable(c, r, "moving it to the DLQ")
-                held.append(hold(c, pq, r))
+                held.append(hold(c, pq, r, bounded=bounded))
             if self.settings.cache:
                 pq.put(sorted([*msgs, *held], key=_queue_offset))
             if msgs:
@@ -408,7 +433,7 @@ class PullLoop:
                 log_undecodable(c, r, "moving it to the DLQ before the queue goes on")
                 self._hand_over(pq, [m for m in rest if m.queue_offset < r.queue_offset])
                 rest = [m for m in rest if m.queue_offset > r.queue_offset]
-                if not await move_until_done(c, pq, r):
+                if not await move_until_done(c, pq, r, bounded=bounded):
                     pq.next_offset = r.queue_offset  # dropped or stopping: pulled again from it
                     return
                 if pq.count == 0 and not pq.consuming:
@@ -416,42 +441,81 @@ class PullLoop:
             self._hand_over(pq, rest)
 
     async def _broken_body(
-        self, pq: ProcessQueue, header: H.PullMessageRequestHeader, record: Undecodable | None, at: int
-    ) -> bool:
-        """The body at ``at`` was refused :data:`BROKEN_BODY_LIMIT` times. True: pull again at once
-        (narrowed to the good messages before the broken one, or past a handled one); False: back off
-        and try again (the broken message could not be identified)."""
+        self,
+        pq: ProcessQueue,
+        header: H.PullMessageRequestHeader,
+        exc: BrokenBodyError,
+        at: int,
+        failures: int,
+    ) -> int:
+        """The body pulled at ``at`` was refused as a whole for the ``failures``-th time (at least
+        :data:`BROKEN_BODY_LIMIT`). The pull is narrowed: to the good messages before the broken one
+        (:data:`_GOOD_ONES_FIRST`), else to the broken one alone (:data:`_AGAIN`). A one-message body
+        names the message (the decoder's record, else :func:`salvage_ids`), handled as an undecodable
+        one; when nothing names it, lite pull fails or skips at once and a push consumer backs off
+        (:data:`_BACK_OFF`) until :data:`BROKEN_BODY_SKIP_AT`, then skips it."""
         mq = pq.mq
-        if record is not None and at < record.queue_offset < at + header.max_msg_nums:
-            # the messages before it decode: pull just those, then the broken one comes first
-            header.max_msg_nums = record.queue_offset - at
-            return True
-        if record is None or record.queue_offset != at:
-            reason = "its fixed part does not read" if record is None else "it names another offset"
-            record = Undecodable(
+        if header.max_msg_nums > 1:
+            n = exc.index
+            header.max_msg_nums = n if 0 < n < header.max_msg_nums else 1
+            return _GOOD_ONES_FIRST if header.max_msg_nums == n else _AGAIN
+        # one message: the broker served the one at next_begin_offset - 1 (>= at: a tag filter may
+        # pass over some), or at ``at`` when the answer did not say
+        nbo = exc.next_begin_offset
+        offset = nbo - 1 if nbo > at else at
+        rec = exc.record
+        if (
+            rec is None
+            or rec.queue_id != mq.queue_id
+            or rec.queue_offset != offset
+            or rec.commit_log_offset < 0
+        ):
+            rec = salvage_ids(exc.body, mq.queue_id, offset, str(exc))
+        if rec is None:
+            why = "its fixed part does not read" if len(exc.body) < 36 else "its ids are not the pulled ones"
+            rec = Undecodable(
                 topic=mq.topic,
                 queue_id=mq.queue_id,
-                queue_offset=at,
+                queue_offset=offset,
                 commit_log_offset=-1,  # none we can trust
-                store_size=-1,
+                store_size=len(exc.body),
                 sys_flag=0,
                 reconsume_times=0,
                 offset_msg_id="",
                 msg_id=None,
-                reason=f"the pull body is refused at this offset ({reason})",
+                reason=f"broken framing: {exc} ({why}: no commit-log offset can be trusted)",
                 broker_name=mq.broker_name,
             )
+            if self._undecodable_mode in ("dlq", "dlq_in_order"):
+                if failures < BROKEN_BODY_SKIP_AT:
+                    log.error(
+                        "group %s: %s: it cannot be moved to the DLQ; pulling it again with back-off "
+                        "(failure %d, skipped at %d)",
+                        self.ctx.group,
+                        rec.describe(),
+                        failures,
+                        BROKEN_BODY_SKIP_AT,
+                    )
+                    return _BACK_OFF
+                skip(self.ctx, rec, f"its pull was refused {failures} times", counted=False)
+                self._pass_over(pq, offset, max(offset + 1, nbo))
+                return _AGAIN
         else:
-            record = for_queue(record, mq)
-        mode = self._undecodable_mode
-        if mode in ("dlq", "dlq_in_order") and record.commit_log_offset < 0:
-            log_undecodable(
-                self.ctx, record, "it cannot be moved to the DLQ (no commit-log offset): retrying"
+            rec = replace(
+                for_queue(rec, mq), topic=rec.topic or mq.topic, reason=f"broken framing: {rec.reason}"
             )
-            return False
-        pq.next_offset = at + 1
-        await self._undecodable(pq, [], [replace(record, reason=f"broken framing: {record.reason}")])
-        return True
+        pq.next_offset = max(offset + 1, nbo)
+        await self._undecodable(pq, [], [rec], bounded=True)
+        return _AGAIN
+
+    def _pass_over(self, pq: ProcessQueue, offset: int, next_offset: int) -> None:
+        """A skipped message at ``offset``: pulled from ``next_offset`` on, and committed as done (once
+        the messages before it are)."""
+        pq.next_offset = next_offset
+        if pq.queue_offset_max < offset:
+            pq.queue_offset_max = offset
+        if pq.count == 0:
+            pq.offset.advance(next_offset)
 
 
 def _queue_offset(m: MessageExt) -> int:

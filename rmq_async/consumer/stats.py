@@ -48,6 +48,9 @@ class ConsumerStats:
         self.undecodable = 0
         self.undecodable_to_dlq = 0
         self.undecodable_retries = 0
+        #: undecodable messages passed over without being moved to the DLQ (push: broken framing
+        #: that names no message the broker can move, after bounded retries), each at ERROR
+        self.undecodable_skipped = 0
         #: pull bodies refused as a whole (broken framing): the connection is closed, the pull retried
         self.broken_bodies = 0
         self.started = time.monotonic()

@@ -411,10 +411,18 @@ class MessageStore:
         ``"type"`` sets the compression type bits to 7, which no ``CompressionType`` has;
         ``"framing"`` (the one that breaks the framing) makes its store size one byte too large, so a
         pull body holding it is refused as a whole (the consume queue keeps the true size, so pulls
-        still serve it; a restarted persistent store cuts its commit log there). The change is
-        mirrored to the commit-log file. Returns the message's commit-log offset."""
-        if how not in ("body", "type", "framing"):
-            raise ValueError(f"how must be 'body', 'type' or 'framing', not {how!r}")
+        still serve it; a restarted persistent store cuts its commit log there). Two more break the
+        framing as damage to the stored bytes would, the consume queue entry intact, so a real broker
+        serves them as they are (``getMessage`` copies the entry's size of bytes from the commit log
+        and checks none of them): ``"magic"`` zeroes the magic code, the ids (queue, offsets) left
+        sound; a 4.9.8 broker reads it back for a send-back (its ``MessageDecoder`` skips the magic
+        code), a 5.x one does not (``MessageVersion.valueOfMagicCode`` throws: "look message by offset
+        failed").
+        ``"ids"`` overwrites the magic code, the queue id and both offsets with 0xFF bytes (the store
+        size kept), so nothing names the message. The change is mirrored to the commit-log file.
+        Returns the message's commit-log offset."""
+        if how not in ("body", "type", "framing", "magic", "ids"):
+            raise ValueError(f"how must be 'body', 'type', 'framing', 'magic' or 'ids', not {how!r}")
         cq = self.cqs.get((topic, queue_id))
         if cq is None or not cq.head <= offset < len(cq.offsets):
             raise ValueError(f"no message at offset {offset} of {topic}:{queue_id}")
@@ -422,6 +430,13 @@ class MessageStore:
         seg_index, pos = divmod(phys, SEGMENT_SIZE)
         seg = self.segments[seg_index]
         (sys_flag,) = _I32.unpack_from(seg, pos + 36)
+        if how in ("magic", "ids"):
+            if how == "magic":
+                _I32.pack_into(seg, pos + 4, 0)
+            else:  # MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET: bytes 4..36
+                seg[pos + 4 : pos + 36] = b"\xff" * 32
+            self._rewrite(cq, offset, seg, pos, phys)
+            return phys
         if how == "framing":
             (total,) = _I32.unpack_from(seg, pos)
             _I32.pack_into(seg, pos, total + 1)
@@ -442,32 +457,37 @@ class MessageStore:
             seg[p : p + len(junk)] = junk
             _I32.pack_into(seg, pos + 8, zlib.crc32(seg[p : p + body_len]) & 0x7FFFFFFF)
         _I32.pack_into(seg, pos + 36, sys_flag)
+        self._rewrite(cq, offset, seg, pos, phys)
+        return phys
+
+    def _rewrite(self, cq: ConsumeQueue, offset: int, seg: bytearray, pos: int, phys: int) -> None:
+        """A stored message changed in memory (:meth:`corrupt`): the same bytes to the commit-log file."""
         if self._fd is not None:
             size = cq.sizes[offset]
             os.pwrite(self._fd, bytes(seg[pos : pos + size]), phys)
             self._dirty = True
-        return phys
 
     def slice(self, phys: int, size: int) -> memoryview:
         seg, pos = divmod(phys, SEGMENT_SIZE)
         return self.views[seg][pos : pos + size]
 
-    def message_at(self, phys: int) -> memoryview | None:
-        """The stored message starting at commit-log offset ``phys``, or None if none starts there."""
+    def message_at(self, phys: int, *, any_magic: bool = False) -> memoryview | None:
+        """The stored message starting at commit-log offset ``phys``, or None if none starts there;
+        ``any_magic``: whatever its magic code (4.9.8's ``MessageDecoder.decode`` skips it)."""
         if phys < 0 or phys + 60 > self.write_pos:
             return None
         seg, pos = divmod(phys, SEGMENT_SIZE)
         if pos + 8 > SEGMENT_SIZE:
             return None
         total, magic = _SIZE_MAGIC.unpack_from(self.views[seg], pos)
-        if magic not in (MAGIC_V1, MAGIC_V2) or total < 60 or pos + total > SEGMENT_SIZE:
+        if (not any_magic and magic not in (MAGIC_V1, MAGIC_V2)) or total < 60 or pos + total > SEGMENT_SIZE:
             return None
         if _I64.unpack_from(self.views[seg], pos + 28)[0] != phys:
             return None  # PHYSICALOFFSET must name itself
         return self.views[seg][pos : pos + total]
 
-    def lookup(self, phys: int) -> StoredMessage | None:
-        view = self.message_at(phys)
+    def lookup(self, phys: int, *, any_magic: bool = False) -> StoredMessage | None:
+        view = self.message_at(phys, any_magic=any_magic)
         return StoredMessage(bytes(view)) if view is not None else None
 
     def store_ts_at(self, phys: int) -> int:

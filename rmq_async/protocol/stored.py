@@ -21,8 +21,10 @@ decompress (zlib, LZ4 frame or ZSTD frame, the three ``CompressionType`` values 
 becomes an :class:`Undecodable` record (its offsets, topic, queue, ids where readable and the reason)
 in :attr:`PulledMessages.undecodable`, and decoding goes on with the next one, so a consumer delivers
 the rest and can move the bad one to its DLQ by commit-log offset. Inconsistent framing still fails
-the whole body: nothing after it can be trusted. The ``try`` wraps only the decompression (and the
-UTF-8 decodes, through the outer loop), so the decode of plain messages costs what it did.
+the whole body (:class:`BrokenBodyError`): nothing after it can be trusted; a consumer that sees
+it repeat pulls that one message alone and names it by :func:`salvage_ids`. The ``try`` wraps only
+the decompression (and the UTF-8 decodes, through the outer loop), so the decode of plain messages
+costs what it did.
 
 Sans-IO: no asyncio, sockets or clocks here.
 """
@@ -63,6 +65,7 @@ __all__ = [
     "UndecodablePolicy",
     "decode_messages",
     "decompress_body",
+    "salvage_ids",
     "undecodable_at",
 ]
 
@@ -279,18 +282,25 @@ def _bad(pos: int, what: str, buf: bytes | None = None) -> ProtocolError:
     message = f"stored message at offset {pos}: {what}"
     if buf is None:
         return ProtocolError(message)
-    return BrokenBodyError(message, _salvage(buf, pos, what))
+    return BrokenBodyError(message, _salvage(buf, pos, what), body=buf)
 
 
 class BrokenBodyError(ProtocolError):
     """A pull body whose framing is broken (a store size, magic code or length that does not add
     up): nothing from the failing message on can be trusted, so the whole body is refused. ``record``
     names the failing message when its fixed part still reads as one (magic code valid), else None:
-    what a consumer needs to move it to the DLQ after the same failure repeats."""
+    what a consumer needs to move it to the DLQ after the same failure repeats. ``index`` is the
+    number of messages framed soundly before it (a pull of that many gets just those), ``body`` the
+    refused bytes (for :func:`salvage_ids`), ``next_begin_offset`` the pull's answer (-1 unknown)."""
 
-    def __init__(self, message: str, record: Undecodable | None) -> None:
+    def __init__(
+        self, message: str, record: Undecodable | None, *, index: int = 0, body: bytes = b""
+    ) -> None:
         super().__init__(message)
         self.record = record
+        self.index = index
+        self.body = body
+        self.next_begin_offset = -1
 
 
 def _salvage(buf: bytes, pos: int, reason: str) -> Undecodable | None:
@@ -401,10 +411,12 @@ UNDECODABLE_POLICIES: tuple[UndecodablePolicy, ...] = ("fail", "skip")
 
 @dataclass(frozen=True, slots=True)
 class Undecodable:
-    """A stored message whose framing was sound but which could not be decoded (a body that does not
-    decompress, an unknown compression type, text that is not UTF-8). ``topic`` and ``msg_id`` (the
-    UNIQ_KEY) are None when unreadable; ``offset_msg_id`` (store host + commit-log offset) always
-    names it, and ``commit_log_offset`` is what CONSUMER_SEND_MSG_BACK needs to move it."""
+    """A stored message that could not be decoded: its framing was sound but not its content (a body
+    that does not decompress, an unknown compression type, text that is not UTF-8), or its framing
+    was broken and a consumer named it from what still read (:func:`salvage_ids`). ``topic`` and
+    ``msg_id`` (the UNIQ_KEY) are None when unreadable; ``offset_msg_id`` (store host + commit-log
+    offset) names it when the store host reads ("" when not), and ``commit_log_offset`` is what
+    CONSUMER_SEND_MSG_BACK needs to move it (-1 when no trusted one is known)."""
 
     topic: str | None
     queue_id: int
@@ -422,10 +434,11 @@ class Undecodable:
         """One line for a log or an error: topic, queue, offset, ids, reason."""
         where = f"{self.topic or '<unreadable topic>'}@{self.broker_name or '?'}:{self.queue_id}"
         ids = f"msg id {self.msg_id}, " if self.msg_id else ""
-        return (
-            f"undecodable message at {where} offset {self.queue_offset} ({ids}offset msg id "
-            f"{self.offset_msg_id}, commit-log offset {self.commit_log_offset}): {self.reason}"
-        )
+        if self.offset_msg_id:
+            ids += f"offset msg id {self.offset_msg_id}, "
+        clo = self.commit_log_offset
+        ids += f"commit-log offset {clo}" if clo >= 0 else "commit-log offset unknown"
+        return f"undecodable message at {where} offset {self.queue_offset} ({ids}): {self.reason}"
 
 
 class UndecodableMessageError(ProtocolError):
@@ -455,6 +468,38 @@ def undecodable_at(body: bytes, pos: int, reason: str, *, broker_name: str = "")
         topic_bytes = body[q + 2 : p]
     props_len = (body[p] << 8) | body[p + 1]
     return _record(f, topic_bytes, body[p + 2 : p + 2 + props_len], reason, broker_name)
+
+
+#: TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET: the first 36 bytes of a stored
+#: message, at the same positions whatever its magic code and host kinds (``MessageDecoder``)
+_IDS = struct.Struct(">iiiiiqq")
+
+
+def salvage_ids(
+    body: bytes | bytearray | memoryview, queue_id: int, queue_offset: int, reason: str = ""
+) -> Undecodable | None:
+    """The record of the one stored message a pull body starts with, from its fixed fields alone,
+    when the decoder refused its framing (a bad magic code, sizes that do not add up): trusted only
+    if its QUEUEID and QUEUEOFFSET are the queue and offset the pull asked for, so its PHYSICALOFFSET
+    (what CONSUMER_SEND_MSG_BACK needs) is most likely sound too. None when the body is shorter than
+    those fields or they name another message (or a negative commit-log offset). Never raises."""
+    if len(body) < _IDS.size:
+        return None
+    total, _magic, _crc, qid, _flag, qoff, phys = _IDS.unpack_from(body, 0)
+    if qid != queue_id or qoff != queue_offset or phys < 0:
+        return None
+    return Undecodable(
+        topic=None,
+        queue_id=qid,
+        queue_offset=qoff,
+        commit_log_offset=phys,
+        store_size=total,
+        sys_flag=0,  # past the fields checked: not trusted
+        reconsume_times=0,
+        offset_msg_id="",
+        msg_id=None,
+        reason=reason or "its framing does not read",
+    )
 
 
 def _record(
@@ -614,6 +659,9 @@ def decode_messages(
                 m.broker_name = broker_name
                 append(m)
                 pos = end
+        except BrokenBodyError as exc:
+            exc.index = len(out) + len(bad)  # the messages framed before it (decoded or isolated)
+            raise
         except UnicodeDecodeError as exc:  # the topic's (topic is None) or the properties' text
             what = "topic is" if topic is None else "properties are"
             reason = f"{what} not valid UTF-8 ({exc.reason} at {exc.start})"

@@ -13,7 +13,7 @@ import pytest
 from rmq_async.config import Timing
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.message import compress_body, compression_flag
-from rmq_async.protocol.stored import BrokenBodyError
+from rmq_async.protocol.stored import BrokenBodyError, salvage_ids
 from rmq_async.protocol.stored import decode_messages as client_decode
 
 from .rawclient import RawClient, StoredMsg, decode_messages
@@ -107,6 +107,49 @@ async def test_corrupt_one_stored_message(
     assert stored is not None and stored.queue_offset == 1
     with pytest.raises(ValueError, match="no message at offset 9"):
         store.corrupt(topic, 0, 9)
+
+
+@pytest.mark.parametrize("flavour", [4, 5])
+@pytest.mark.parametrize("how", ["magic", "ids"])
+async def test_damaged_fixed_part_is_served_as_stored(timing: Timing, flavour: int, how: str) -> None:
+    """A bad magic code, or junk over the magic code and ids: pulls serve the stored bytes as they are
+    (the consume queue entry is intact), the client refuses the body from that message on, a
+    one-message pull of it names it by its fixed fields only when the ids read, and a send-back by
+    its commit-log offset is taken by a 4.9.8 broker (its decoder skips the magic code) but refused
+    by a 5.x one ("look message by offset failed"), as is any for the junk ids."""
+    async with EmbeddedCluster(timing=timing, flavour=flavour) as cluster:
+        topic = f"Dmg{flavour}{how}"
+        await cluster.create_topic(topic)
+        async with RawClient(cluster.brokers[0].addr) as broker:
+            for i in range(3):
+                await broker.send(topic, f"m{i}".encode(), keys=f"k-{i}")
+            store = cluster.brokers[0].store
+            phys = store.corrupt(topic, 0, 1, how)
+            r = await broker.pull("g", topic, 0, 0, sys_flag=4, subscription="*")
+            assert r.code == 0
+            with pytest.raises(BrokenBodyError) as err:
+                client_decode(r.body)
+            assert err.value.index == 1 and err.value.record is None
+            one = await broker.pull("g", topic, 0, 1, max_nums=1, sys_flag=4, subscription="*")
+            assert one.code == 0 and one.ext_fields["nextBeginOffset"] == "2"
+            with pytest.raises(BrokenBodyError):
+                client_decode(one.body)
+            rec = salvage_ids(one.body, 0, 1, "bad")
+            if how == "ids":
+                assert rec is None
+            else:
+                assert rec is not None and (rec.queue_offset, rec.commit_log_offset) == (1, phys)
+            ext = {
+                "offset": str(phys), "group": "g", "delayLevel": "-1", "originTopic": topic,
+                "unitMode": "false", "maxReconsumeTimes": "16", "bname": "broker-a",
+            }  # fmt: skip
+            back = await broker.request(36, ext)
+            if how == "magic" and flavour == 4:
+                assert back.code == 0, back
+                (dlq,) = await _pull(broker, "g", "%DLQ%g", 1)
+                assert dlq.body == b"m1" and dlq.props["RETRY_TOPIC"] == topic
+            else:
+                assert back.code == 1 and back.remark == f"look message by offset failed, {phys}"
 
 
 async def test_a_corrupt_body_survives_a_restart(tmp_path: Path) -> None:

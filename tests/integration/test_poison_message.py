@@ -347,3 +347,136 @@ async def test_broadcasting_passes_it_over_with_an_error_record(
         assert c.health().undecodable.total == 1
     assert set(seen.keys) == {f"k-{i}" for i in range(40)} - {"k-5"}
     assert dlq_count(cluster, group) == 0
+
+
+# -- broken framing whose fixed part does not read (a bad magic code, junk over the ids) -------------
+
+
+def _quick(timing: Timing) -> Timing:
+    """The fast profile with a shorter pull error delay: the back-off before a skip stays well under
+    a second (the real one: about a minute on the Java timing)."""
+    return timing.model_copy(update={"pull_error_delay": 0.02})  # the fixture's: Timing.fast()
+
+
+async def _consume_60_with_30_spoiled(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing, how: str
+) -> tuple[PushConsumer, Seen, MessageQueue, list[SendResult], int]:
+    topic, group = names
+    mq, sent = await produce_one_queue(cluster, topic, 60)
+    phys = cluster.corrupt_message(topic, mq.queue_id, 30, how)
+    holder: list[PushConsumer] = []
+    seen = Seen(holder, topic)
+    c = PushConsumer(
+        group, namesrv_addr=cluster.namesrv_addr, handler=seen, subscriptions={topic: "*"},
+        timing=_quick(timing), consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+    )  # fmt: skip
+    holder.append(c)
+    async with c:
+        await alive_until(c, lambda: seen.wait(59), 30)
+        await alive_until(c, lambda: wait_committed(c, topic, 60), 20)
+    assert set(seen.keys) == {f"k-{i}" for i in range(60)} - {"k-30"}  # nothing else lost
+    return c, seen, mq, sent, phys
+
+
+async def test_a_bad_magic_code_with_sound_ids_goes_to_the_dlq_by_its_offset(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bad magic code: the decoder refuses the body from it on, so no record names it; the pull is
+    narrowed to the messages before it, then to it alone, whose fixed fields (queue id, offset as
+    pulled) give its commit-log offset: a 4.9.8 broker moves it to the DLQ (its decoder skips the
+    magic code; the copy is stored whole, so it reads back), and the queue goes on."""
+    topic, group = names
+    with caplog.at_level(logging.ERROR, logger="rmq_async.consumer"):
+        c, _, mq, _, phys = await _consume_60_with_30_spoiled(cluster, names, timing, "magic")
+    assert c.stats.undecodable == 1 and c.stats.undecodable_to_dlq == 1
+    assert c.stats.undecodable_skipped == 0 and c.health().undecodable.skipped == 0
+    [line] = [r.getMessage() for r in caplog.records if "undecodable message at" in r.getMessage()]
+    for part in (
+        f"{topic}@{mq.broker_name}:{mq.queue_id}",
+        "offset 30",
+        str(phys),
+        "broken framing",
+        "magic",
+    ):
+        assert part in line
+    assert dlq_count(cluster, group) == 1
+    dlq = MessageQueue(f"%DLQ%{group}", cluster.brokers[0].name, 0)
+    async with LitePullConsumer(group + "_dlq_reader", namesrv_addr=cluster.namesrv_addr, timing=timing) as r:
+        await r.assign([dlq])
+        await r.seek(dlq, 0)
+        got: list[MessageExt] = []
+        with anyio.fail_after(15):
+            while not got:
+                got = await r.poll(1.0)
+    assert [(m.keys, m.body, m.get_property("RETRY_TOPIC")) for m in got] == [("k-30", b"body-30", topic)]
+
+
+async def test_a_bad_magic_code_a_5x_broker_cannot_move_is_skipped(
+    names: tuple[str, str], timing: Timing, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 5.x broker cannot read a bad magic code back ("look message by offset failed"): after a
+    bounded number of refusals the message is skipped with an ERROR record; the queue goes on."""
+    group = names[1]
+    async with EmbeddedCluster(brokers=1, queues=4, timing=timing, flavour=5) as cluster:
+        with caplog.at_level(logging.ERROR, logger="rmq_async.consumer"):
+            c, _, _, _, phys = await _consume_60_with_30_spoiled(cluster, names, timing, "magic")
+        assert dlq_count(cluster, group) == 0
+    assert c.stats.undecodable == 1 and c.stats.undecodable_skipped == 1
+    assert c.stats.undecodable_to_dlq == 0 and c.stats.undecodable_retries >= 4
+    [line] = [r.getMessage() for r in caplog.records if "SKIPPED" in r.getMessage()]
+    for part in ("offset 30", str(phys), "look message by offset failed", "NOT moved to the DLQ"):
+        assert part in line
+
+
+async def test_unreadable_ids_are_skipped_with_an_error_record(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Junk over the magic code, queue id and offsets: nothing names the message, so the broker could
+    not move it; after bounded retries (the back-off at its cap) it is skipped: an ERROR record naming
+    topic, queue, offset and reason, the skipped count, the committed offset past it."""
+    topic, group = names
+    with caplog.at_level(logging.ERROR, logger="rmq_async.consumer"):
+        c, _, mq, _, _ = await _consume_60_with_30_spoiled(cluster, names, timing, "ids")
+    assert c.stats.undecodable == 1 and c.stats.undecodable_skipped == 1
+    assert c.stats.undecodable_to_dlq == 0 and c.stats.broken_bodies >= 6
+    counts = c.health().undecodable
+    assert (counts.total, counts.skipped, counts.moved_to_dlq) == (1, 1, 0)
+    assert dlq_count(cluster, group) == 0
+    [line] = [r.getMessage() for r in caplog.records if "SKIPPED" in r.getMessage()]
+    for part in (
+        f"{topic}@{mq.broker_name}:{mq.queue_id}", "offset 30", "broken framing", "bad magic code",
+        "commit-log offset unknown", "the stored message stays in the commit log",
+        "it was NOT moved to the DLQ",
+    ):  # fmt: skip
+        assert part in line
+
+
+async def test_lite_pull_fails_or_skips_at_unreadable_ids(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    """Lite pull keeps its on_undecodable choice for a message nothing names: 'fail' raises naming
+    its offset after the messages before it, 'skip' passes over it; no back-off to a skip."""
+    topic, group = names
+    mq, _ = await produce_one_queue(cluster, topic, 40)
+    cluster.corrupt_message(topic, mq.queue_id, 20, "ids")
+    async with LitePullConsumer(
+        group, namesrv_addr=cluster.namesrv_addr, timing=_quick(timing),
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+    ) as c:  # fmt: skip
+        await c.assign([mq])
+        got: list[int] = []
+        with anyio.fail_after(15), pytest.raises(UndecodableMessageError) as err:
+            while True:
+                got.extend(m.queue_offset for m in await c.poll(1.0, max_messages=100))
+        assert got == list(range(20))
+        assert err.value.record.queue_offset == 20 and "broken framing" in str(err.value)
+    async with LitePullConsumer(
+        group + "_skip", namesrv_addr=cluster.namesrv_addr, timing=_quick(timing),
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET", on_undecodable="skip",
+    ) as s:  # fmt: skip
+        await s.assign([mq])
+        polled: list[int] = []
+        with anyio.fail_after(15):
+            while len(polled) < 39:
+                polled.extend(m.queue_offset for m in await s.poll(1.0, max_messages=100))
+        assert polled == [i for i in range(40) if i != 20] and s.stats.undecodable == 1

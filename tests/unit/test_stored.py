@@ -549,3 +549,68 @@ def test_topic_cache_is_bounded() -> None:
     for i in range(stored_mod._TOPICS_MAX + 10):
         decode_messages(encode_stored(topic=f"t{i}", body=b""))
     assert len(stored_mod._TOPICS) <= stored_mod._TOPICS_MAX
+
+
+# -- broken framing: what the body still says (#19) --------------------------------------------
+
+
+def _bad_magic(**kw: object) -> bytearray:
+    m = _one(**kw)
+    m[4:8] = b"\0\0\0\0"
+    return m
+
+
+def test_a_broken_body_says_how_many_messages_came_before_it() -> None:
+    """``index``: the messages framed soundly before the broken one (a pull of that many gets just
+    those), the undecodable ones among them counted; ``body``: the refused bytes."""
+    spoiled = _one(queue_offset=1, compress=True)
+    spoiled[88 + 4 : 88 + 6] = b"\xff\xfe"  # the zlib header of its body: isolated, not fatal
+    body = bytes(_one(queue_offset=0) + spoiled + _bad_magic(queue_offset=2) + _one(queue_offset=3))
+    with pytest.raises(stored_mod.BrokenBodyError, match="bad magic") as err:
+        decode_messages(body)
+    assert err.value.index == 2 and err.value.body == body and err.value.next_begin_offset == -1
+    with pytest.raises(stored_mod.BrokenBodyError) as first:
+        decode_messages(bytes(_bad_magic()))
+    assert first.value.index == 0 and first.value.record is None
+
+
+def test_salvage_ids_trusts_the_fixed_fields_only_when_the_ids_are_the_pulled_ones() -> None:
+    m = bytes(_bad_magic(queue_id=3, queue_offset=41, commit_log_offset=123456))
+    rec = stored_mod.salvage_ids(m, 3, 41, "bad magic code 0x0")
+    assert rec is not None
+    assert (rec.queue_id, rec.queue_offset, rec.commit_log_offset, rec.store_size) == (3, 41, 123456, len(m))
+    assert rec.reason == "bad magic code 0x0" and rec.topic is None and rec.msg_id is None
+    text = rec.describe()
+    assert "offset 41" in text and "commit-log offset 123456" in text and "offset msg id" not in text
+    assert stored_mod.salvage_ids(m, 2, 41) is None  # another queue
+    assert stored_mod.salvage_ids(m, 3, 40) is None  # another offset
+    assert stored_mod.salvage_ids(m[:35], 3, 41) is None  # shorter than the fixed fields
+    assert stored_mod.salvage_ids(m[:36], 3, 41) is not None  # exactly them
+    neg = bytes(_bad_magic(queue_id=3, queue_offset=41, commit_log_offset=-2))
+    assert stored_mod.salvage_ids(neg, 3, 41) is None  # no commit-log offset to trust
+    # the fixed fields sit at the same bytes whatever the magic code and hosts
+    v6 = bytes(_one(queue_id=1, queue_offset=7, commit_log_offset=99, store_host=("::1", 10911)))
+    rec6 = stored_mod.salvage_ids(v6, 1, 7)
+    assert rec6 is not None and rec6.commit_log_offset == 99
+    unknown = stored_mod.Undecodable(None, 0, 5, -1, 0, 0, 0, "", None, "why")
+    assert "commit-log offset unknown" in unknown.describe()
+
+
+@given(st.binary(max_size=120), st.integers(-(2**31), 2**31 - 1), st.integers(-(2**63), 2**63 - 1))
+def test_salvage_ids_never_raises(body: bytes, queue_id: int, offset: int) -> None:
+    rec = stored_mod.salvage_ids(body, queue_id, offset)
+    if rec is not None:
+        assert (rec.queue_id, rec.queue_offset) == (queue_id, offset) and rec.commit_log_offset >= 0
+        assert len(body) >= 36
+
+
+@given(st.binary(min_size=36, max_size=36), st.integers(0, 2**31 - 1), st.integers(0, 2**62))
+def test_salvage_ids_reads_any_head_with_the_right_ids(head: bytes, queue_id: int, offset: int) -> None:
+    buf = bytearray(head)
+    struct.pack_into(">i", buf, 12, queue_id)
+    struct.pack_into(">q", buf, 20, offset)
+    rec = stored_mod.salvage_ids(bytes(buf), queue_id, offset)
+    (phys,) = struct.unpack_from(">q", buf, 28)
+    assert (rec is None) == (phys < 0)
+    if rec is not None:
+        assert rec.commit_log_offset == phys
