@@ -499,12 +499,14 @@ class PullLoop:
                     return _BACK_OFF
                 skip(self.ctx, rec, f"its pull was refused {failures} times", counted=False)
                 self._pass_over(pq, offset, max(offset + 1, nbo))
+                header.max_msg_nums = self.settings.batch_size
                 return _AGAIN
         else:
             rec = replace(
                 for_queue(rec, mq), topic=rec.topic or mq.topic, reason=f"broken framing: {rec.reason}"
             )
         pq.next_offset = max(offset + 1, nbo)
+        header.max_msg_nums = self.settings.batch_size  # past it: full pulls again
         await self._undecodable(pq, [], [rec], bounded=True)
         return _AGAIN
 
