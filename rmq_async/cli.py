@@ -1,7 +1,9 @@
-"""``rmq-async``: embedded | produce | consume.
+"""``rmq-async``: embedded | produce | consume | bench (also ``python -m rmq_async``).
 
 Each command prints one JSON line at the end (stdout) and exits non-zero with a clear message (stderr)
 when the cluster is unreachable. The event loop is uvloop when installed (``--no-uvloop`` turns it off).
+A bad value on the command line is one line ``rmq-async: ...`` and exit 2, never a traceback
+(:mod:`rmq_async.cli_args`).
 SIGTERM and SIGINT stop ``consume`` gracefully (:class:`_StopSignals`): summary printed, exit 0, or
 128 + the signal when running handlers outlived ``shutdown_timeout``.
 """
@@ -22,9 +24,11 @@ from typing import Any
 
 import anyio
 
+from . import __version__
+from .cli_args import Parser, UsageError, byte_size, count, epoch_ms, namesrv_addr, positive, seconds
 from .cli_auth import add_credential_arguments, credentials_from_args
 from .cli_tls import add_tls_arguments, export_tls_env, tls_options
-from .errors import RocketMQError, TopicNotExist
+from .errors import ConfigError, RocketMQError, TopicNotExist
 
 __all__ = ["main"]
 
@@ -41,10 +45,15 @@ def _run(coro_fn: Callable[[], Coroutine[Any, Any, int]], use_uvloop: bool) -> i
 
 
 def _namesrv(args: argparse.Namespace) -> str:
-    addr = args.namesrv or os.environ.get("NAMESRV_ADDR")
+    if args.namesrv:
+        return str(args.namesrv)
+    addr = os.environ.get("NAMESRV_ADDR")
     if not addr:
-        raise SystemExit("rmq-async: no name server: pass --namesrv HOST:PORT or set NAMESRV_ADDR")
-    return str(addr)
+        raise UsageError("no name server: pass --namesrv HOST:PORT or set NAMESRV_ADDR")
+    try:
+        return namesrv_addr(addr)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"NAMESRV_ADDR: {exc}") from None
 
 
 class _StopSignals:
@@ -210,7 +219,10 @@ async def _produce(args: argparse.Namespace) -> int:
 
 
 class _Progress:
-    def __init__(self, total: int, label: str, *, enabled: bool) -> None:
+    """A live progress line on stderr when it is a terminal (rich); nothing otherwise. ``total`` None:
+    no end known (a count and a rate)."""
+
+    def __init__(self, total: int | None, label: str, *, enabled: bool) -> None:
         self._bar: Any = None
         if enabled:
             from rich.progress import Progress
@@ -254,6 +266,8 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
         "last": "CONSUME_FROM_LAST_OFFSET",
         "timestamp": "CONSUME_FROM_TIMESTAMP",
     }[args.from_]
+    if args.timestamp is not None and args.from_ != "timestamp":
+        raise UsageError("--timestamp is for --from timestamp")
     seen: dict[str, int] = {}
     # order check: per queue (broker, topic, queue id), the send index (a key's trailing integer) must
     # not go down from one first delivery to the next. Retries (reconsume times > 0, possibly from the
@@ -300,42 +314,46 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
                     if prev is not None and int(idx.group(1)) < prev[1]:
                         order_violations += 1
                     last_index[q] = (m.queue_offset, int(idx.group(1)))
-            if args.print:
-                print(
-                    json.dumps(
-                        {
-                            "topic": m.topic,
-                            "queue_id": m.queue_id,
-                            "offset": m.queue_offset,
-                            "key": key,
-                            "msg_id": m.msg_id,
-                            "tags": m.tags,
-                            "reconsume_times": m.reconsume_times,
-                        }
-                    ),
-                    flush=True,
-                )
+            if args.print or args.print_body:
+                line: dict[str, Any] = {
+                    "topic": m.topic,
+                    "queue_id": m.queue_id,
+                    "offset": m.queue_offset,
+                    "key": key,
+                    "msg_id": m.msg_id,
+                    "tags": m.tags,
+                    "reconsume_times": m.reconsume_times,
+                }
+                if args.print_body:
+                    line["body"] = m.body.decode("utf-8", errors="replace")
+                print(json.dumps(line), flush=True)
+        progress.advance(len(msgs))
         activity.set()
         activity = anyio.Event()
         if args.count and len(seen) >= args.count:
             done.set()
         return ConsumeResult.SUCCESS
 
-    consumer = PushConsumer(
-        args.group,
-        handler=handler,
-        subscriptions={args.topic: args.expr},
-        client_config=ClientConfig(
-            namesrv_addr=_namesrv(args), credentials=credentials_from_args(args), **tls_options(args)
-        ),
-        message_model="BROADCASTING" if args.broadcast else "CLUSTERING",
-        consume_from_where=where,
-        consume_timestamp=args.timestamp,
-        orderly=args.orderly,  # the handler's results map onto SUCCESS / SUSPEND_CURRENT_QUEUE_A_MOMENT
-    )
+    try:
+        consumer = PushConsumer(
+            args.group,
+            handler=handler,
+            subscriptions={args.topic: args.expr},
+            client_config=ClientConfig(
+                namesrv_addr=_namesrv(args), credentials=credentials_from_args(args), **tls_options(args)
+            ),
+            message_model="BROADCASTING" if args.broadcast else "CLUSTERING",
+            consume_from_where=where,
+            consume_timestamp=args.timestamp,
+            orderly=args.orderly,  # the handler's results map onto SUCCESS / SUSPEND_CURRENT_QUEUE_A_MOMENT
+        )
+    except ConfigError as exc:  # the group, the timestamp ...
+        raise UsageError(f"bad consumer settings: {exc}") from None
+    progress = _Progress(args.count or None, "consume", enabled=sys.stderr.isatty() and not args.quiet)
     try:
         await consumer.start()
     except RocketMQError as exc:
+        progress.close()
         return _fail(f"cannot start the consumer: {exc}")
 
     async def on_signal() -> None:
@@ -376,6 +394,7 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
                     break
             tg.cancel_scope.cancel()
     finally:
+        progress.close()
         await consumer.stop()
     secs = (t_last - t_first) if t_first is not None else 0.0
     out: dict[str, Any] = {
@@ -420,27 +439,79 @@ def _common_flags(parser: argparse.ArgumentParser, default: object) -> None:
         "--no-uvloop",
         action="store_true",
         default=False if default is None else default,
-        help="use the default asyncio loop",
+        help="use the default asyncio loop instead of uvloop (uvloop is used when installed)",
     )
-    parser.add_argument("-v", "--verbose", action="count", default=0 if default is None else default)
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0 if default is None else default,
+        help="log more on stderr: -v INFO, -vv DEBUG (default: warnings only)",
+    )
+
+
+_NAMESRV_HELP = "name server(s), HOST:PORT[;HOST:PORT...] (default: $NAMESRV_ADDR)"
+
+_PRODUCE_EPILOG = """prints one JSON line at the end:
+  sent        messages the brokers accepted
+  failed      messages whose send failed (each logged); exit 1 when > 0
+  seconds     from the first send to the last answer (not start-up, not shutdown)
+  msgs_per_s  sent / seconds
+exit 2 with one line on stderr when the cluster is unreachable or the topic does not exist
+"""
+
+_CONSUME_EPILOG = """prints one JSON line at the end:
+  consumed          deliveries the handler acknowledged, redeliveries included (deliveries failed on
+                    purpose by --fail-every are not counted)
+  unique_keys       distinct messages among them, by key (else message id): what --count counts
+  duplicates        consumed - unique_keys: redeliveries (at-least-once: a rebalance, a restart)
+  order_violations  first deliveries whose key's trailing number (the send index of `produce`) is lower
+                    than the previous one of the same queue (broker, topic, queue id)
+  seconds           from the first consumed message to the last (not start-up, not the idle wait)
+  msgs_per_s        consumed / seconds
+  signal, stopped_cleanly  only when SIGTERM/SIGINT stopped it
+SIGTERM or SIGINT stops it gracefully: handlers finish (up to 30 s), offsets are committed, the group
+is left, the summary printed, exit 0 (128 + the signal when handlers were still running); a second
+signal stops it at once.
+"""
+
+_FROM_HELP = (
+    "where a group with no committed offset starts (default: %(default)s): first = the oldest message "
+    "kept, last = new messages only, timestamp = the first message stored at or after --timestamp. A "
+    "group with committed offsets always goes on from them. As the Java client, a real broker answers "
+    "'last' and 'timestamp' with offset 0 for a group with no offset while the queue's first messages "
+    "are still in memory (a young topic): the consumer then starts from the first message"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rmq-async", description="asyncio RocketMQ client tools")
+    p = Parser(prog="rmq-async", description="asyncio RocketMQ client tools")
+    p.add_argument("--version", action="version", version=f"rmq-async {__version__}")
     _common_flags(p, None)
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     _common_flags(common, argparse.SUPPRESS)
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="{embedded,bench,produce,consume}")
+    raw = argparse.RawDescriptionHelpFormatter
 
     emb = sub.add_parser(
-        "embedded", help="run an embedded name server + broker(s) until SIGINT/SIGTERM", parents=[common]
+        "embedded",
+        help="run an embedded name server + broker(s) until SIGINT/SIGTERM",
+        description="Run an embedded name server and broker(s) in this process until SIGINT/SIGTERM "
+        "(then the brokers unregister, flush --data-dir and the command exits 0). Prints "
+        "namesrv=HOST:PORT first, then one BROKER=HOST:PORT line per broker.",
+        parents=[common],
     )
     from .embedded import cli as embedded_cli
 
     embedded_cli.add_arguments(emb)
 
     be = sub.add_parser(
-        "bench", help="run benchmark scenarios and print one JSON line per scenario", parents=[common]
+        "bench",
+        help="run benchmark scenarios and print one JSON line per scenario",
+        description="Run benchmark scenarios against an embedded cluster (a child process) or --namesrv; "
+        "one JSON line per scenario and loop on stdout, the table on stderr, result.json, table.txt and "
+        "plots under --out. SIGTERM/SIGINT: the runs done so far are reported, exit 0.",
+        parents=[common],
     )
     from .bench import cli as bench_cli
 
@@ -448,41 +519,139 @@ def build_parser() -> argparse.ArgumentParser:
     add_tls_arguments(be)
     add_credential_arguments(be)
 
-    pr = sub.add_parser("produce", help="send N messages and print a JSON summary", parents=[common])
-    pr.add_argument("--namesrv")
-    pr.add_argument("--topic", required=True)
-    pr.add_argument("--group", default="rmq_async_cli_producer")
-    pr.add_argument("--count", type=int, default=1000)
-    pr.add_argument("--size", type=int, default=1024)
-    pr.add_argument("--tags")
-    pr.add_argument("--keys-prefix", default="k-")
-    pr.add_argument("--batch", type=int, default=1)
-    pr.add_argument("--order-key-mod", type=int, default=0)
-    pr.add_argument(
-        "--queues", type=int, default=4, help="queues a broker gives the topic when it creates it"
+    pr = sub.add_parser(
+        "produce",
+        help="send N messages and print a JSON summary",
+        description="Send --count messages to --topic and print a JSON summary.",
+        epilog=_PRODUCE_EPILOG,
+        formatter_class=raw,
+        parents=[common],
     )
-    pr.add_argument("--concurrency", type=int, default=64, help="sends in flight")
-    pr.add_argument("--quiet", action="store_true", help="no progress bar")
+    pr.add_argument("--namesrv", type=namesrv_addr, metavar="ADDR", help=_NAMESRV_HELP)
+    pr.add_argument(
+        "--topic", required=True, help="the topic (created by the broker on the first send if it may)"
+    )
+    pr.add_argument("--group", default="rmq_async_cli_producer", help="producer group (default: %(default)s)")
+    pr.add_argument(
+        "--count", type=count, default=1000, metavar="N", help="messages to send (default: %(default)s)"
+    )
+    pr.add_argument(
+        "--size",
+        type=byte_size,
+        default=1024,
+        metavar="BYTES",
+        help="body size in bytes; the body starts with the key (default: %(default)s)",
+    )
+    pr.add_argument("--tags", metavar="TAG", help="the messages' tag (default: none)")
+    pr.add_argument(
+        "--keys-prefix",
+        default="k-",
+        metavar="P",
+        help="message i gets the key P + i; `consume` checks order by that number (default: %(default)s)",
+    )
+    pr.add_argument(
+        "--batch",
+        type=positive,
+        default=1,
+        metavar="B",
+        help="messages per send request (a batch send when > 1; default: %(default)s)",
+    )
+    pr.add_argument(
+        "--order-key-mod",
+        type=count,
+        default=0,
+        metavar="M",
+        help="send message i to the queue of key i %% M, in order, one sender per key (for --orderly "
+        "consumers); 0 = off (default: %(default)s)",
+    )
+    pr.add_argument(
+        "--queues",
+        type=positive,
+        default=4,
+        metavar="Q",
+        help="queues a broker gives the topic when it creates it (default: %(default)s)",
+    )
+    pr.add_argument(
+        "--concurrency", type=positive, default=64, metavar="C", help="sends in flight (default: %(default)s)"
+    )
+    pr.add_argument("--quiet", action="store_true", help="no progress line on a terminal")
     add_tls_arguments(pr)
     add_credential_arguments(pr)
 
     co = sub.add_parser(
-        "consume", help="consume until N messages or idle, print a JSON summary", parents=[common]
+        "consume",
+        help="consume until N messages or idle, print a JSON summary",
+        description="Consume --topic as a member of --group (a push consumer) until --count distinct "
+        "messages were consumed or nothing came for --idle-exit seconds, then print a JSON summary.",
+        epilog=_CONSUME_EPILOG,
+        formatter_class=raw,
+        parents=[common],
     )
-    co.add_argument("--namesrv")
-    co.add_argument("--group", required=True)
-    co.add_argument("--topic", required=True)
-    co.add_argument("--expr", default="*")
-    co.add_argument("--count", type=int, default=0)
-    co.add_argument("--idle-exit", type=float, default=10.0)
-    co.add_argument("--from", dest="from_", choices=["first", "last", "timestamp"], default="first")
-    co.add_argument("--timestamp", type=int)
-    co.add_argument("--broadcast", action="store_true")
+    co.add_argument("--namesrv", type=namesrv_addr, metavar="ADDR", help=_NAMESRV_HELP)
+    co.add_argument("--group", required=True, help="consumer group (letters, digits, _ - %% |; up to 255)")
+    co.add_argument(
+        "--topic", required=True, help="the topic to consume (waited for if it does not exist yet)"
+    )
+    co.add_argument(
+        "--expr",
+        default="*",
+        metavar="EXPR",
+        help="tag expression, e.g. 'TagA || TagB' (default: %(default)s, every tag)",
+    )
+    co.add_argument(
+        "--count",
+        type=count,
+        default=0,
+        metavar="N",
+        help="stop once N distinct messages (by key, else message id) were consumed; the last batch may "
+        "bring a few more; 0 = no limit, stop when idle (default: %(default)s)",
+    )
+    co.add_argument(
+        "--idle-exit",
+        type=seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="stop after this many seconds without a message (default: %(default)s)",
+    )
+    co.add_argument(
+        "--from", dest="from_", choices=["first", "last", "timestamp"], default="first", help=_FROM_HELP
+    )
+    co.add_argument(
+        "--timestamp",
+        type=epoch_ms,
+        metavar="MS",
+        help="with --from timestamp: milliseconds since the epoch, e.g. $(date +%%s)000 (default: 30 "
+        "minutes before the start, as the Java client)",
+    )
+    co.add_argument(
+        "--broadcast",
+        action="store_true",
+        help="broadcasting: every member gets every message (offsets kept locally)",
+    )
     co.add_argument(
         "--orderly", action="store_true", help="orderly consumption (per-queue order under broker locks)"
     )
-    co.add_argument("--fail-every", type=int, default=0)
-    co.add_argument("--print", action="store_true")
+    co.add_argument(
+        "--fail-every",
+        type=count,
+        default=0,
+        metavar="K",
+        help="fail (RECONSUME_LATER) the first delivery of every K-th distinct message, to exercise "
+        "retries (they come back after 10 s on a real broker; the idle exit waits up to 60 s for them); "
+        "0 = never (default: %(default)s)",
+    )
+    co.add_argument(
+        "--print",
+        action="store_true",
+        help="print one JSON line per consumed message: topic, queue_id, offset, key, msg_id, tags, "
+        "reconsume_times",
+    )
+    co.add_argument(
+        "--print-body",
+        action="store_true",
+        help="as --print, with the body too (UTF-8; bytes that are not UTF-8 shown as U+FFFD)",
+    )
+    co.add_argument("--quiet", action="store_true", help="no progress line on a terminal")
     add_tls_arguments(co)
     add_credential_arguments(co)
     return p
@@ -512,6 +681,13 @@ def main(argv: list[str] | None = None) -> int:
             return _run(lambda: _consume(args), use_uvloop)
     except KeyboardInterrupt:
         return 130
+    except (UsageError, ConfigError) as exc:
+        return _fail(str(exc))
+    except SystemExit as exc:
+        if isinstance(exc.code, str):  # raise SystemExit("rmq-async bench: ..."): a usage error too
+            print(exc.code, file=sys.stderr, flush=True)
+            return 2
+        raise
     return 2
 
 

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..cli_args import byte_size, positive, seconds
 from ..cli_auth import credentials_from_args, export_credentials
 from ..config import ENV_TLS, ENV_TLS_CA_FILE, Credentials, TLSConfig
 from .cluster import ChildCluster, create_topic, preload
@@ -65,24 +66,56 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"scenarios ({', '.join(FULL_SUITE)}) or 'default' ({', '.join(DEFAULT_SUITE)}) or 'all'",
     )
     parser.add_argument("--namesrv", help="use this cluster instead of starting an embedded one")
-    parser.add_argument("--messages", type=int, default=200_000, help="messages preloaded (default 200000)")
-    parser.add_argument("--size", type=int, default=1024, help="message body bytes (default 1024)")
-    parser.add_argument("--queues", type=int, default=8, help="queues of the topics (default 8)")
-    parser.add_argument("--runs", type=int, default=3, help="runs per scenario and loop (default 3)")
+    parser.add_argument(
+        "--messages", type=positive, default=200_000, metavar="N", help="messages preloaded (default 200000)"
+    )
+    parser.add_argument(
+        "--size", type=byte_size, default=1024, metavar="BYTES", help="message body bytes (default 1024)"
+    )
+    parser.add_argument(
+        "--queues", type=positive, default=8, metavar="Q", help="queues of the topics (default 8)"
+    )
+    parser.add_argument(
+        "--runs", type=positive, default=3, metavar="R", help="runs per scenario and loop (default 3)"
+    )
     parser.add_argument(
         "--loop", choices=("asyncio", "uvloop", "both"), default="both", help="event loop (default both)"
     )
     parser.add_argument("--out", default="bench-results", help="output directory (default bench-results)")
-    parser.add_argument("--batch", type=int, default=1, help="push: consume_batch_max_size (default 1)")
-    parser.add_argument("--sleep-ms", type=float, default=1.0, help="push-sleep: handler awaits this")
-    parser.add_argument("--cpu-us", type=float, default=100.0, help="push-cpu: CPU burnt per message")
     parser.add_argument(
-        "--stall-s", type=float, default=2.0, help="backlog: handlers hold this long first (default 2)"
+        "--batch", type=positive, default=1, metavar="B", help="push: consume_batch_max_size (default 1)"
+    )
+    parser.add_argument(
+        "--sleep-ms",
+        type=float,
+        default=1.0,
+        metavar="MS",
+        help="push-sleep: the handler awaits this (default 1)",
+    )
+    parser.add_argument(
+        "--cpu-us",
+        type=float,
+        default=100.0,
+        metavar="US",
+        help="push-cpu: CPU burnt per message (default 100)",
+    )
+    parser.add_argument(
+        "--stall-s",
+        type=seconds,
+        default=2.0,
+        metavar="SECONDS",
+        help="backlog: handlers hold this long first (default 2)",
     )
     parser.add_argument(
         "--rate", type=float, default=None, help="latency: offered msgs/s (default: half the push median)"
     )
-    parser.add_argument("--duration", type=float, default=10.0, help="latency: seconds offered (default 10)")
+    parser.add_argument(
+        "--duration",
+        type=seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="latency: seconds offered (default 10)",
+    )
     parser.add_argument("--profile", action="store_true", help="add one cProfile'd push run (asyncio)")
     parser.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
     parser.add_argument(

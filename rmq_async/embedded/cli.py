@@ -41,9 +41,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--delay-levels", default=None, help='delay levels, e.g. "1s 5s 10s" (default: timing)'
     )
     parser.add_argument(
-        "--flavour", type=int, choices=(4, 5), default=4, help="answer as RocketMQ 4.9.8 or 5.3.3"
+        "--flavour", type=int, choices=(4, 5), default=4, help="answer as RocketMQ 4.9.8 or 5.3.3 (default 4)"
     )
-    parser.add_argument("--timing", choices=("default", "fast"), default="default", help="timer profile")
+    parser.add_argument(
+        "--timing",
+        choices=("default", "fast"),
+        default="default",
+        help="timer profile: default = the Java brokers' timers, fast = about 1/20 of them, for tests "
+        "(default: default)",
+    )
     parser.add_argument("--timing-json", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--no-auto-create-topic", action="store_true", help="refuse sends to unknown topics")
     parser.add_argument(

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
-from rmq_async.cli import build_parser
+import rmq_async
+from rmq_async.cli import build_parser, main
 
 BASE = ["consume", "--group", "g", "--topic", "T"]
 
@@ -24,3 +28,140 @@ BASE = ["consume", "--group", "g", "--topic", "T"]
 def test_common_flags_before_or_after_the_command(argv: list[str], no_uvloop: bool, verbose: int) -> None:
     args = build_parser().parse_args(argv)
     assert (args.no_uvloop, args.verbose) == (no_uvloop, verbose)
+
+
+NS = ["--namesrv", "127.0.0.1:9"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["consume", *NS, "--group", "g", "--topic", "T", "--count", "-1"],
+            "rmq-async: consume: argument --count: must be >= 0, got -1",
+        ),
+        (
+            ["consume", "--namesrv", "abc", "--group", "g", "--topic", "T"],
+            "rmq-async: consume: argument --namesrv: 'abc' is not host:port",
+        ),
+        (
+            ["consume", *NS, "--group", "g", "--topic", "T", "--idle-exit", "-3"],
+            "rmq-async: consume: argument --idle-exit: must be a finite",
+        ),
+        (
+            [
+                "consume",
+                *NS,
+                "--group",
+                "g",
+                "--topic",
+                "T",
+                "--from",
+                "timestamp",
+                "--timestamp",
+                "1732580000",
+            ],
+            "if you meant seconds (2024-11-26 00:13:20 UTC), give 1732580000000",
+        ),
+        (
+            ["consume", *NS, "--group", "g", "--topic", "T", "--timestamp", "1732580000000"],
+            "rmq-async: --timestamp is for --from timestamp",
+        ),
+        (
+            ["consume", *NS, "--group", "a b", "--topic", "T"],
+            "rmq-async: bad consumer settings: ConsumerConfig.group",
+        ),
+        (
+            ["produce", *NS, "--topic", "T", "--count", "-5"],
+            "rmq-async: produce: argument --count: must be >= 0, got -5",
+        ),
+        (
+            ["produce", *NS, "--topic", "T", "--size", "x"],
+            "rmq-async: produce: argument --size: not a whole number: 'x'",
+        ),
+        (
+            ["produce", *NS, "--topic", "T", "--batch", "0"],
+            "rmq-async: produce: argument --batch: must be >= 1, got 0",
+        ),
+        (
+            ["bench", "push", "--messages", "-2"],
+            "rmq-async: bench: argument --messages: must be >= 0, got -2",
+        ),
+        (
+            ["consume", "--group", "g", "--topic", "T", "--bogus"],
+            "rmq-async: unrecognized arguments: --bogus",
+        ),
+        ([], "rmq-async: the following arguments are required"),
+    ],
+)
+def test_a_bad_value_is_one_line_and_exit_2(
+    argv: list[str], line: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NAMESRV_ADDR", raising=False)
+    code: str | int | None
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code  # argparse's own exit
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("rmq-async: ") and line in err, err
+
+
+def test_no_name_server_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NAMESRV_ADDR", "nonsense")
+    assert main(["consume", "--group", "g", "--topic", "T"]) == 2
+    assert (
+        capsys.readouterr().err
+        == "rmq-async: NAMESRV_ADDR: 'nonsense' is not host:port (e.g. 127.0.0.1:9876)\n"
+    )
+    monkeypatch.delenv("NAMESRV_ADDR")
+    assert main(["produce", "--topic", "T"]) == 2
+    assert "no name server: pass --namesrv HOST:PORT or set NAMESRV_ADDR" in capsys.readouterr().err
+
+
+def test_python_dash_m_rmq_async_is_the_command_and_has_a_version() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "rmq_async", "--version"], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == f"rmq-async {rmq_async.__version__}"
+    bad = subprocess.run(
+        [sys.executable, "-m", "rmq_async", "consume", "--group", "g", "--topic", "T", "--count", "-1"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and bad.stderr.startswith("rmq-async: ")
+
+
+@pytest.mark.parametrize(
+    ("command", "words"),
+    [
+        (
+            "consume",
+            [
+                "--idle-exit SECONDS",
+                "milliseconds since the epoch",
+                "(default: first)",
+                "--count N",
+                "unique_keys",
+                "from the first consumed message to the last",
+                "--print-body",
+                "SIGTERM",
+            ],
+        ),
+        ("produce", ["--size BYTES", "body size in bytes", "(default: 1024)", "--count N", "msgs_per_s"]),
+        ("bench", ["--messages N", "(default 200000)", "--size BYTES"]),
+        ("embedded", ["--timing", "about 1/20", "(default 4)", "--data-dir"]),
+    ],
+)
+def test_help_gives_meaning_unit_and_default(
+    command: str, words: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args([command, "--help"])
+    assert exc.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    for w in words:
+        assert " ".join(w.split()) in text, w

@@ -1,0 +1,112 @@
+"""The command line's parser and value types: a bad value is one line ``rmq-async: ...`` and exit 2.
+
+argparse prints the usage and ``prog: error: ...`` on two lines and a traceback escapes from values
+checked later (a pydantic model, the consumer). :class:`Parser` makes every argparse error one line
+pointing at ``--help``; the types below refuse what is plainly wrong when the command line is read
+(negative counts, a name server that is not ``host:port``, a timestamp in seconds); :class:`UsageError`
+carries what is found wrong later to :func:`rmq_async.cli.main`, which prints it the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from typing import NoReturn
+
+__all__ = [
+    "Parser",
+    "UsageError",
+    "byte_size",
+    "count",
+    "epoch_ms",
+    "namesrv_addr",
+    "positive",
+    "seconds",
+]
+
+#: below this an epoch timestamp in milliseconds would be before 1973-03-03: plainly seconds
+_MS_FLOOR = 100_000_000_000
+
+
+class UsageError(Exception):
+    """A value of the command line that is wrong (exit 2, one line)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line on stderr, ``rmq-async: <command>: <message>``,
+    with exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        head, _, command = self.prog.partition(" ")  # "rmq-async consume"
+        where = f"{command}: " if command else ""
+        print(f"{head}: {where}{message} (see {self.prog} --help)", file=sys.stderr, flush=True)
+        sys.exit(2)
+
+
+def count(text: str) -> int:
+    """An integer >= 0."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
+    return n
+
+
+def positive(text: str) -> int:
+    """An integer >= 1."""
+    n = count(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
+
+
+def byte_size(text: str) -> int:
+    """A size in bytes, >= 0."""
+    return count(text)
+
+
+def seconds(text: str) -> float:
+    """A duration in seconds, >= 0 (a float)."""
+    try:
+        s = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not s >= 0 or s == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text}")
+    return s
+
+
+def epoch_ms(text: str) -> int:
+    """Milliseconds since the epoch; a value that can only be seconds is refused with a hint."""
+    try:
+        ms = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not milliseconds since the epoch: {text!r}") from None
+    if ms < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {ms}")
+    if ms < _MS_FLOOR:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms))
+        raise argparse.ArgumentTypeError(
+            f"{ms} is milliseconds since the epoch, i.e. {time.gmtime(ms / 1000).tm_year}: if you meant "
+            f"seconds ({when} UTC), give {ms * 1000}"
+        )
+    return ms
+
+
+_HOST_PORT = re.compile(r"^\[?[A-Za-z0-9_.:%-]+\]?:(\d{1,5})$")
+
+
+def namesrv_addr(text: str) -> str:
+    """``host:port`` or several separated by ``;`` (Java's ``namesrvAddr``)."""
+    parts = [p.strip() for p in text.split(";") if p.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError("empty name server address")
+    for p in parts:
+        m = _HOST_PORT.match(p)
+        if m is None or not 0 < int(m.group(1)) < 65536:
+            raise argparse.ArgumentTypeError(f"{p!r} is not host:port (e.g. 127.0.0.1:9876)")
+    return ";".join(parts)
