@@ -108,6 +108,25 @@ def _fail(msg: str) -> int:
     return 2
 
 
+def _property_arg(text: str) -> tuple[str, str]:
+    """``--property KEY=VALUE``: a user property of every message sent."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, not {text!r}")
+    return key, value
+
+
+def _selector(args: argparse.Namespace) -> Any:
+    """``--sql`` (a SQL92 property filter; the broker must enable it) or ``--expr`` (tags)."""
+    from .protocol.filter import Selector
+
+    if args.sql is None:
+        return Selector.tag(args.expr)
+    if args.expr != "*":
+        raise ConfigError("--sql and --expr (a tag expression) cannot be combined")
+    return Selector.sql(args.sql)
+
+
 # -- produce --------------------------------------------------------------------------------------------
 
 
@@ -118,11 +137,12 @@ async def _produce(args: argparse.Namespace) -> int:
 
     n = args.count
     pad = b"x" * args.size
+    props = dict(args.property or ())  # --property KEY=VALUE: on every message
 
     def make(i: int) -> Message:
         key = f"{args.keys_prefix}{i}"
         body = (key.encode() + b":" + pad)[: args.size] if args.size > 0 else b""
-        return Message(args.topic, body or b"-", tags=args.tags, keys=key)
+        return Message(args.topic, body or b"-", tags=args.tags, keys=key, properties=dict(props))
 
     try:
         make(0)  # the topic, tags and keys as a message: Java's Validators.checkMessage, before sending
@@ -256,16 +276,17 @@ async def _consume(args: argparse.Namespace) -> int:
 
 
 async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
-    from .config import ClientConfig
+    from .config import ClientConfig, ConsumeFrom
     from .consumer.push import PushConsumer
     from .consumer.types import ConsumeContext, ConsumeResult
     from .protocol.stored import MessageExt
 
-    where = {
+    starts: dict[str, ConsumeFrom] = {
         "first": "CONSUME_FROM_FIRST_OFFSET",
         "last": "CONSUME_FROM_LAST_OFFSET",
         "timestamp": "CONSUME_FROM_TIMESTAMP",
-    }[args.from_]
+    }
+    where = starts[args.from_]
     if args.timestamp is not None and args.from_ != "timestamp":
         raise UsageError("--timestamp is for --from timestamp")
     seen: dict[str, int] = {}
@@ -338,7 +359,7 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
         consumer = PushConsumer(
             args.group,
             handler=handler,
-            subscriptions={args.topic: args.expr},
+            subscriptions={args.topic: _selector(args)},
             client_config=ClientConfig(
                 namesrv_addr=_namesrv(args), credentials=credentials_from_args(args), **tls_options(args)
             ),
@@ -544,6 +565,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pr.add_argument("--tags", metavar="TAG", help="the messages' tag (default: none)")
     pr.add_argument(
+        "--property",
+        action="append",
+        type=_property_arg,
+        metavar="KEY=VALUE",
+        help="a user property of every message (repeatable), e.g. for consume --sql filters",
+    )
+    pr.add_argument(
         "--keys-prefix",
         default="k-",
         metavar="P",
@@ -597,6 +625,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="*",
         metavar="EXPR",
         help="tag expression, e.g. 'TagA || TagB' (default: %(default)s, every tag)",
+    )
+    co.add_argument(
+        "--sql",
+        metavar="EXPR",
+        help="a SQL92 filter over message properties instead of tags, e.g. \"region = 'eu' AND amount > "
+        '100" (the broker must run with enablePropertyFilter=true)',
     )
     co.add_argument(
         "--count",

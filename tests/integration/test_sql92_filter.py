@@ -6,12 +6,15 @@ retried messages as the real broker delivers them (``filterSupportRetry`` off an
 
 from __future__ import annotations
 
+import json
 import random
+import sys
 from collections import Counter
 from collections.abc import Callable
 
 import anyio
 import pytest
+from support.integration import child_env
 
 from rmq_async import (
     ConfigError,
@@ -344,3 +347,52 @@ async def test_retries_of_sql_filtered_messages(
                     await changed[0].wait()
             await anyio.sleep(1.0)  # nothing else comes
             assert dict(seen) == want
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "rmq_async.cli", "--no-uvloop", *args]
+
+
+async def test_cli_produce_properties_and_consume_sql(timing: Timing) -> None:
+    topic = "SqlCli"
+    async with cluster_with(timing, enable_property_filter=True) as cluster:
+        ns = cluster.namesrv_addr
+        await cluster.create_topic(topic, 4)
+        for region, amount in (("eu", "700"), ("ap", "900"), ("eu", "20")):
+            args = _cli("produce", "--namesrv", ns, "--topic", topic, "--count", "15", "--quiet")
+            args += ["--keys-prefix", f"{region}{amount}-", "--property", f"region={region}"]
+            args += ["--property", f"amount={amount}", "--size", "8"]
+            out = await anyio.run_process(args, env=child_env(), check=False)
+            assert out.returncode == 0, out.stderr.decode()[-1000:]
+        args = _cli("consume", "--namesrv", ns, "--topic", topic, "--group", "sql_cli", "--idle-exit", "1")
+        with anyio.fail_after(30):
+            out = await anyio.run_process(
+                [*args, "--print", "--sql", "region = 'eu' AND amount > 100"], env=child_env(), check=False
+            )
+        assert out.returncode == 0, out.stderr.decode()[-1000:]
+        lines = [json.loads(line) for line in out.stdout.decode().strip().splitlines()]
+        keys = sorted(d["key"] for d in lines[:-1])
+        assert keys == sorted(f"eu700-{i}" for i in range(15)) and lines[-1]["unique_keys"] == 15
+        # refused before anything starts: a filter that does not parse, or --sql with --expr
+        for bad in (["--sql", "amount >"], ["--sql", "amount > 1", "--expr", "TagA"], ["--expr", "a > 1"]):
+            out = await anyio.run_process([*args, *bad], env=child_env(), check=False)
+            assert out.returncode == 2 and b"Traceback" not in out.stderr, out.stderr.decode()[-1000:]
+
+
+async def test_cli_consume_sql_on_a_broker_with_property_filters_off(timing: Timing) -> None:
+    async with cluster_with(timing) as cluster:
+        await cluster.create_topic("SqlCliOff", 4)
+        args = _cli("consume", "--namesrv", cluster.namesrv_addr, "--topic", "SqlCliOff", "--group", "g")
+        out = await anyio.run_process(
+            [*args, "--sql", "a > 1", "--idle-exit", "1"], env=child_env(), check=False
+        )
+        assert out.returncode != 0 and b"enablePropertyFilter=true" in out.stderr, out.stderr.decode()[-1000:]
+
+
+def test_embedded_cli_switches() -> None:
+    from rmq_async.cli import build_parser
+
+    args = build_parser().parse_args(["embedded", "--enable-property-filter", "--filter-support-retry"])
+    assert args.enable_property_filter and args.filter_support_retry
+    args = build_parser().parse_args(["embedded"])
+    assert not args.enable_property_filter and not args.filter_support_retry
