@@ -276,16 +276,17 @@ async def _consume(args: argparse.Namespace) -> int:
 
 
 async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
-    from .config import ClientConfig
+    from .config import ClientConfig, ConsumeFrom
     from .consumer.push import PushConsumer
     from .consumer.types import ConsumeContext, ConsumeResult
     from .protocol.stored import MessageExt
 
-    where = {
+    starts: dict[str, ConsumeFrom] = {
         "first": "CONSUME_FROM_FIRST_OFFSET",
         "last": "CONSUME_FROM_LAST_OFFSET",
         "timestamp": "CONSUME_FROM_TIMESTAMP",
-    }[args.from_]
+    }
+    where = starts[args.from_]
     if args.timestamp is not None and args.from_ != "timestamp":
         raise UsageError("--timestamp is for --from timestamp")
     seen: dict[str, int] = {}

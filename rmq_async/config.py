@@ -32,13 +32,16 @@ from pydantic import (
 from .errors import ConfigError
 
 __all__ = [
+    "CONSUMER_OPTION_DEFAULTS",
     "DEFAULT_DELAY_LEVELS",
     "FAST_DELAY_LEVELS",
     "ClientConfig",
     "ConfigModel",
+    "ConsumeFrom",
     "ConsumerConfig",
     "Credentials",
     "LitePullConfig",
+    "MessageModel",
     "ProducerConfig",
     "TLSConfig",
     "Timing",
@@ -112,30 +115,40 @@ class Timing(ConfigModel):
     """
 
     # client
-    heartbeat_interval: float = Field(30.0, gt=0, description="heartbeatBrokerInterval")
-    route_refresh_interval: float = Field(30.0, gt=0, description="pollNameServerInterval")
-    rebalance_interval: float = Field(20.0, gt=0, description="RebalanceService waitInterval")
-    persist_interval: float = Field(5.0, gt=0, description="persistConsumerOffsetInterval")
-    lock_renew_interval: float = Field(20.0, gt=0, description="REBALANCE_LOCK_INTERVAL")
-    lock_lease: float = Field(30.0, gt=0, description="REBALANCE_LOCK_MAX_LIVE_TIME (client-side lease)")
-    suspend_timeout: float = Field(15.0, gt=0, description="BROKER_SUSPEND_MAX_TIME_MILLIS (long-poll hold)")
-    pull_timeout: float = Field(30.0, gt=0, description="CONSUMER_TIMEOUT_MILLIS_WHEN_SUSPEND")
-    request_timeout: float = Field(3.0, gt=0, description="default RPC timeout (sendMsgTimeout 3 s)")
-    pull_error_delay: float = Field(3.0, ge=0, description="PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION")
-    suspend_current_queue: float = Field(1.0, ge=0, description="suspendCurrentQueueTimeMillis")
-    orderly_time_slice: float = Field(60.0, gt=0, description="MAX_TIME_CONSUME_CONTINUOUSLY")
-    local_retry_delay: float = Field(5.0, ge=0, description="submitConsumeRequestLater delay")
-    consume_timeout: float = Field(15 * 60.0, gt=0, description="consumeTimeout (15 min)")
-    shutdown_timeout: float = Field(30.0, ge=0, description="awaitTerminationMillisWhenShutdown (bounded)")
+    heartbeat_interval: float = Field(default=30.0, gt=0, description="heartbeatBrokerInterval")
+    route_refresh_interval: float = Field(default=30.0, gt=0, description="pollNameServerInterval")
+    rebalance_interval: float = Field(default=20.0, gt=0, description="RebalanceService waitInterval")
+    persist_interval: float = Field(default=5.0, gt=0, description="persistConsumerOffsetInterval")
+    lock_renew_interval: float = Field(default=20.0, gt=0, description="REBALANCE_LOCK_INTERVAL")
+    lock_lease: float = Field(
+        default=30.0, gt=0, description="REBALANCE_LOCK_MAX_LIVE_TIME (client-side lease)"
+    )
+    suspend_timeout: float = Field(
+        default=15.0, gt=0, description="BROKER_SUSPEND_MAX_TIME_MILLIS (long-poll hold)"
+    )
+    pull_timeout: float = Field(default=30.0, gt=0, description="CONSUMER_TIMEOUT_MILLIS_WHEN_SUSPEND")
+    request_timeout: float = Field(default=3.0, gt=0, description="default RPC timeout (sendMsgTimeout 3 s)")
+    pull_error_delay: float = Field(default=3.0, ge=0, description="PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION")
+    suspend_current_queue: float = Field(default=1.0, ge=0, description="suspendCurrentQueueTimeMillis")
+    orderly_time_slice: float = Field(default=60.0, gt=0, description="MAX_TIME_CONSUME_CONTINUOUSLY")
+    local_retry_delay: float = Field(default=5.0, ge=0, description="submitConsumeRequestLater delay")
+    consume_timeout: float = Field(default=15 * 60.0, gt=0, description="consumeTimeout (15 min)")
+    shutdown_timeout: float = Field(
+        default=30.0, ge=0, description="awaitTerminationMillisWhenShutdown (bounded)"
+    )
     # broker / name server
-    broker_lock_expiry: float = Field(60.0, gt=0, description="rocketmq.broker.rebalance.lockMaxLiveTime")
-    held_pull_check_interval: float = Field(5.0, gt=0, description="PullRequestHoldService check")
-    channel_idle_timeout: float = Field(120.0, gt=0, description="ClientHousekeepingService channel expiry")
-    broker_expiry: float = Field(120.0, gt=0, description="name server BROKER_CHANNEL_EXPIRED_TIME")
-    broker_register_interval: float = Field(30.0, gt=0, description="registerNameServerPeriod")
-    delay_levels: str = Field(DEFAULT_DELAY_LEVELS, description="messageDelayLevel")
+    broker_lock_expiry: float = Field(
+        default=60.0, gt=0, description="rocketmq.broker.rebalance.lockMaxLiveTime"
+    )
+    held_pull_check_interval: float = Field(default=5.0, gt=0, description="PullRequestHoldService check")
+    channel_idle_timeout: float = Field(
+        default=120.0, gt=0, description="ClientHousekeepingService channel expiry"
+    )
+    broker_expiry: float = Field(default=120.0, gt=0, description="name server BROKER_CHANNEL_EXPIRED_TIME")
+    broker_register_interval: float = Field(default=30.0, gt=0, description="registerNameServerPeriod")
+    delay_levels: str = Field(default=DEFAULT_DELAY_LEVELS, description="messageDelayLevel")
     #: slack added to the pull timeout invariant
-    pull_timeout_margin: float = Field(1.0, ge=0)
+    pull_timeout_margin: float = Field(default=1.0, ge=0)
 
     @field_validator("delay_levels")
     @classmethod
@@ -316,11 +329,13 @@ class TLSConfig(ConfigModel):
     """
 
     verify: bool = True
-    ca_file: str | None = Field(None, description="tls.client.trustCertPath; None: the system store")
+    ca_file: str | None = Field(default=None, description="tls.client.trustCertPath; None: the system store")
     check_hostname: bool = True
-    cert_file: str | None = Field(None, description="tls.client.certPath (PEM chain, may hold the key)")
-    key_file: str | None = Field(None, description="tls.client.keyPath (PEM)")
-    key_password: SecretStr | None = Field(None, description="tls.client.keyPassword")
+    cert_file: str | None = Field(
+        default=None, description="tls.client.certPath (PEM chain, may hold the key)"
+    )
+    key_file: str | None = Field(default=None, description="tls.client.keyPath (PEM)")
+    key_password: SecretStr | None = Field(default=None, description="tls.client.keyPassword")
     server_hostname: str | None = None
 
     @model_validator(mode="after")
@@ -360,8 +375,8 @@ class ClientConfig(ConfigModel):
     """
 
     namesrv_addr: str | None = None
-    client_ip: str | None = Field(None, description="defaults to this host's address")
-    instance_name: str = Field("DEFAULT", min_length=1)
+    client_ip: str | None = Field(default=None, description="defaults to this host's address")
+    instance_name: str = Field(default="DEFAULT", min_length=1)
     unit_name: str | None = None
     namespace: str | None = None
     timing: Timing = Field(default_factory=Timing)
@@ -383,11 +398,11 @@ class ClientConfig(ConfigModel):
     ] = "PYTHON"
     #: the header ``version``: 409 is the 4.9.8 client's; name servers format routes and brokers forward
     #: admin requests by it
-    version: int = Field(409, ge=0, le=32767)
+    version: int = Field(default=409, ge=0, le=32767)
     #: pull and lite-pull clients are "stream" clients: ``@STREAM`` id suffix and ``ReqT`` on requests
     stream: bool = False
     #: consecutive request timeouts after which a connection is considered half-open and closed
-    max_timeouts: int = Field(3, ge=1)
+    max_timeouts: int = Field(default=3, ge=1)
     #: ACL credentials; None: from ``RMQ_ACCESS_KEY`` / ``RMQ_SECRET_KEY`` / ``RMQ_SECURITY_TOKEN`` if set,
     #: else requests go unsigned (see :meth:`effective_credentials`)
     credentials: Credentials | None = None
@@ -443,39 +458,49 @@ class ClientConfig(ConfigModel):
         return unwrap_namespace(self.namespace, resource)
 
 
+#: where a group with no committed offset starts (Java's ``ConsumeFromWhere``)
+ConsumeFrom = Literal["CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_FIRST_OFFSET", "CONSUME_FROM_TIMESTAMP"]
+#: ``CLUSTERING``: the group's members share the queues; ``BROADCASTING``: each gets every message
+MessageModel = Literal["CLUSTERING", "BROADCASTING"]
+
+
 class ConsumerConfig(ConfigModel):
     """``DefaultMQPushConsumer`` settings with the Java defaults (timers live in :class:`Timing`)."""
 
     group: str = Field(min_length=1, max_length=255, pattern=r"^[%|a-zA-Z0-9_-]+$")
-    message_model: Literal["CLUSTERING", "BROADCASTING"] = "CLUSTERING"
-    consume_from_where: Literal[
-        "CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_FIRST_OFFSET", "CONSUME_FROM_TIMESTAMP"
-    ] = "CONSUME_FROM_LAST_OFFSET"
+    message_model: MessageModel = "CLUSTERING"
+    consume_from_where: ConsumeFrom = "CONSUME_FROM_LAST_OFFSET"
     #: ``yyyyMMddHHmmss`` (Java ``consumeTimestamp``) or epoch milliseconds; default: half an hour ago
     consume_timestamp: str | int | None = None
     allocate_strategy: str = Field(
-        "AVG", description="AVG, AVG_BY_CIRCLE, CONSISTENT_HASH, CONFIG, MACHINE_ROOM"
+        default="AVG", description="AVG, AVG_BY_CIRCLE, CONSISTENT_HASH, CONFIG, MACHINE_ROOM"
     )
-    pull_batch_size: int = Field(32, ge=1, le=1024)
-    consume_batch_max_size: int = Field(1, ge=1, le=1024, description="consumeMessageBatchMaxSize")
-    pull_threshold_for_queue: int = Field(1000, ge=1, le=65535)
-    pull_threshold_size_for_queue: int = Field(100, ge=1, le=1024, description="MiB")
-    pull_threshold_for_topic: int = Field(-1, ge=-1, le=6553500, description="-1: no topic-level limit")
-    pull_threshold_size_for_topic: int = Field(-1, ge=-1, le=102400, description="MiB; -1: no limit")
-    consume_concurrently_max_span: int = Field(2000, ge=1, le=65535)
-    max_reconsume_times: int = Field(-1, ge=-1, description="-1: 16 for concurrent, unbounded for orderly")
-    concurrency: int = Field(20, ge=1, le=10000, description="handlers running at once (consumeThreadMin)")
+    pull_batch_size: int = Field(default=32, ge=1, le=1024)
+    consume_batch_max_size: int = Field(default=1, ge=1, le=1024, description="consumeMessageBatchMaxSize")
+    pull_threshold_for_queue: int = Field(default=1000, ge=1, le=65535)
+    pull_threshold_size_for_queue: int = Field(default=100, ge=1, le=1024, description="MiB")
+    pull_threshold_for_topic: int = Field(
+        default=-1, ge=-1, le=6553500, description="-1: no topic-level limit"
+    )
+    pull_threshold_size_for_topic: int = Field(default=-1, ge=-1, le=102400, description="MiB; -1: no limit")
+    consume_concurrently_max_span: int = Field(default=2000, ge=1, le=65535)
+    max_reconsume_times: int = Field(
+        default=-1, ge=-1, description="-1: 16 for concurrent, unbounded for orderly"
+    )
+    concurrency: int = Field(
+        default=20, ge=1, le=10000, description="handlers running at once (consumeThreadMin)"
+    )
     post_subscription_when_pull: bool = False
     unit_mode: bool = False
     #: seconds a new member list must stay unchanged before allocation uses it (0: off, as Java)
-    rebalance_stability_window: float = Field(0.0, ge=0)
+    rebalance_stability_window: float = Field(default=0.0, ge=0)
     #: orderly: seconds a consume task keeps a queue before yielding (MAX_TIME_CONSUME_CONTINUOUSLY)
     #: (the time slice itself is ``Timing.orderly_time_slice``)
     #: orderly: seconds a rebalance waits for a queue's running handler before dropping it (Java's
     #: ``consumeLock.tryLock(1000 ms)``); past it, the queue is unlocked once the handler has ended
-    orderly_drop_wait: float = Field(1.0, ge=0)
+    orderly_drop_wait: float = Field(default=1.0, ge=0)
     offset_store_dir: str | None = Field(
-        None, description="broadcasting: local offsets dir (~/.rocketmq_offsets)"
+        default=None, description="broadcasting: local offsets dir (~/.rocketmq_offsets)"
     )
 
     @field_validator("allocate_strategy")
@@ -527,6 +552,12 @@ class ConsumerConfig(ConfigModel):
         return f"%RETRY%{self.group}"
 
 
+#: the keyword options of :class:`~rmq_async.PushConsumer` (every field but ``group``) and their defaults
+CONSUMER_OPTION_DEFAULTS: dict[str, object] = {
+    name: f.default for name, f in ConsumerConfig.model_fields.items() if name != "group"
+}
+
+
 class LitePullConfig(ConfigModel):
     """``DefaultLitePullConsumer`` settings as :class:`~rmq_async.LitePullConsumer` takes them (the same
     names and units: seconds, bytes, epoch milliseconds); :meth:`consumer_config` is what the consumer
@@ -534,19 +565,19 @@ class LitePullConfig(ConfigModel):
 
     group: str = Field(min_length=1, max_length=255, pattern=r"^[%|a-zA-Z0-9_-]+$")
     auto_commit: bool = True
-    auto_commit_interval: float = Field(5.0, ge=0, description="seconds")
+    auto_commit_interval: float = Field(default=5.0, ge=0, description="seconds")
     consume_from_where: Literal[
         "CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_FIRST_OFFSET", "CONSUME_FROM_TIMESTAMP"
     ] = "CONSUME_FROM_LAST_OFFSET"
     #: epoch milliseconds; None: half an hour before the consumer was made
-    consume_timestamp_ms: int | None = Field(None, ge=0)
+    consume_timestamp_ms: int | None = Field(default=None, ge=0)
     allocate_strategy: str = Field(
-        "AVG", description="AVG, AVG_BY_CIRCLE, CONSISTENT_HASH, CONFIG, MACHINE_ROOM"
+        default="AVG", description="AVG, AVG_BY_CIRCLE, CONSISTENT_HASH, CONFIG, MACHINE_ROOM"
     )
-    pull_batch_size: int = Field(10, ge=1)
-    pull_threshold_for_queue: int = Field(1000, ge=1)
-    pull_threshold_size_for_queue: int = Field(100 << 20, ge=1, description="bytes")
-    pull_threshold_for_all: int = Field(10000, ge=1)
+    pull_batch_size: int = Field(default=10, ge=1)
+    pull_threshold_for_queue: int = Field(default=1000, ge=1)
+    pull_threshold_size_for_queue: int = Field(default=100 << 20, ge=1, description="bytes")
+    pull_threshold_for_all: int = Field(default=10000, ge=1)
     #: a message that cannot be decoded (#19): "fail" (poll raises UndecodableMessageError naming its
     #: offset once the messages before it were polled; the queue stays there until a seek) or "skip"
     #: (an ERROR log record, and the queue goes on)
@@ -572,18 +603,22 @@ class LitePullConfig(ConfigModel):
 class ProducerConfig(ConfigModel):
     """``DefaultMQProducer`` settings with the Java defaults."""
 
-    group: str = Field("DEFAULT_PRODUCER", min_length=1, max_length=255, pattern=r"^[%|a-zA-Z0-9_-]+$")
-    send_timeout: float = Field(3.0, gt=0, description="sendMsgTimeout")
-    retries: int = Field(2, ge=0, description="retryTimesWhenSendFailed")
-    max_message_size: int = Field(4 * 1024 * 1024, gt=0, le=4 * 1024 * 1024)
-    compress_threshold: int = Field(4 * 1024, ge=0, description="compressMsgBodyOverHowmuch")
+    group: str = Field(
+        default="DEFAULT_PRODUCER", min_length=1, max_length=255, pattern=r"^[%|a-zA-Z0-9_-]+$"
+    )
+    send_timeout: float = Field(default=3.0, gt=0, description="sendMsgTimeout")
+    retries: int = Field(default=2, ge=0, description="retryTimesWhenSendFailed")
+    max_message_size: int = Field(default=4 * 1024 * 1024, gt=0, le=4 * 1024 * 1024)
+    compress_threshold: int = Field(default=4 * 1024, ge=0, description="compressMsgBodyOverHowmuch")
     #: ``compressLevel``: zlib 1-9, ZSTD 1-22 (LZ4 ignores it, as in Java)
-    compress_level: int = Field(5, ge=1, le=22)
+    compress_level: int = Field(default=5, ge=1, le=22)
     #: ``compressType`` (5.x): ZLIB, LZ4 or ZSTD. A 4.x cluster (its name server's routes lack 5.x's
     #: ``enableActingMaster``) gets zlib whatever is set here: 4.x consumers read only zlib reliably
     compress_type: Literal["ZLIB", "LZ4", "ZSTD"] = "ZLIB"
-    default_topic_queue_nums: int = Field(4, ge=1, description="queues of a topic the broker auto-creates")
-    create_topic_key: str = Field("TBW102", min_length=1)
+    default_topic_queue_nums: int = Field(
+        default=4, ge=1, description="queues of a topic the broker auto-creates"
+    )
+    create_topic_key: str = Field(default="TBW102", min_length=1)
 
     @field_validator("compress_type", mode="before")
     @classmethod

@@ -242,10 +242,8 @@ class LitePullConsumer:
         assigned queues. No I/O."""
         ctx = self.ctx
         running = ctx.started and not self._closed
-        if self._mode == "assign":
-            topics = {mq.topic for mq in self._assigned}
-        else:
-            topics = ctx.subscriptions.topics()
+        assigned = {mq.topic for mq in self._assigned}
+        topics = assigned if self._mode == "assign" else ctx.subscriptions.topics()
         store = self.buffer.store
         return consumer_health(
             running=running,

@@ -25,7 +25,14 @@ from typing import Any, cast
 import anyio
 
 from ..client.instance import INNER_PRODUCER_GROUP, ClientInstance, pid_instance_name
-from ..config import ClientConfig, ConsumerConfig, Timing
+from ..config import (
+    CONSUMER_OPTION_DEFAULTS,
+    ClientConfig,
+    ConsumeFrom,
+    ConsumerConfig,
+    MessageModel,
+    Timing,
+)
 from ..errors import ClientError, ConfigError, RocketMQError
 from ..producer.producer import Producer, ProducerConfig
 from ..protocol.bodies import ConsumerData, SubscriptionData
@@ -38,8 +45,8 @@ from .brokercheck import check_in_brokers
 from .concurrently import ConcurrentConsumeService
 from .context import ConsumerContext, Subscriptions
 from .deadlines import DeadlineTracker
-from .health import ConsumerHealth, consumer_health
 from .delivery import DeliveryStream
+from .health import ConsumerHealth, consumer_health
 from .offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
 from .orderly import OrderlyConsumeService  # [orderly]
 from .process_queue import ProcessQueue
@@ -58,12 +65,34 @@ log = logging.getLogger("rmq_async.consumer")
 
 
 class PushConsumer:
-    """An asyncio push consumer.
+    """An asyncio push consumer (Java's ``DefaultMQPushConsumer``)::
 
-    ``async with PushConsumer("group", namesrv_addr=..., handler=fn) as c: c.subscribe(...)`` or
-    subscribe first (``subscriptions={"Topic": "TagA || TagB"}``) and enter. ``handler`` is an
-    ``async def handler(msgs, ctx) -> ConsumeResult | None``; without a handler, iterate
-    :meth:`deliveries` instead.
+        async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult | None:
+            ...  # None is SUCCESS
+
+        async with PushConsumer("group", namesrv_addr="127.0.0.1:9876", handler=handler,
+                                subscriptions={"Topic": "TagA || TagB"}) as c:
+            ...  # c.subscribe("Other") adds a topic while running
+
+    Subscribe before entering (``subscriptions=`` or :meth:`subscribe`). ``handler`` must be an
+    ``async def handler(msgs, ctx)`` (checked here: :class:`~rmq_async.ConfigError`); without one,
+    iterate :meth:`deliveries` instead.
+
+    Options (Java's names in snake case; units: seconds, counts, MiB where said): ``message_model``
+    (``"CLUSTERING"``: the group shares the queues; ``"BROADCASTING"``: every member gets every
+    message), ``consume_from_where`` (where a group with no committed offset starts, default
+    ``"CONSUME_FROM_LAST_OFFSET"``), ``consume_timestamp`` (for ``CONSUME_FROM_TIMESTAMP``: epoch
+    milliseconds or ``yyyyMMddHHmmss``; default half an hour ago), ``allocate_strategy`` (``"AVG"``),
+    ``pull_batch_size`` (32 messages per pull), ``consume_batch_max_size`` (1 message per handler
+    call), ``pull_threshold_for_queue`` (1000 cached messages per queue before pulls wait),
+    ``pull_threshold_size_for_queue`` (100 MiB), ``pull_threshold_for_topic`` and
+    ``pull_threshold_size_for_topic`` (-1: no topic limit; MiB), ``consume_concurrently_max_span``
+    (2000 offsets between the oldest and newest cached message), ``max_reconsume_times`` (-1: 16
+    concurrently, unbounded orderly; then the DLQ), ``concurrency`` (20 handlers at once),
+    ``post_subscription_when_pull``, ``unit_mode``, ``rebalance_stability_window`` (0 s: off),
+    ``orderly_drop_wait`` (1 s), ``offset_store_dir`` (broadcasting: local offsets, default
+    ``~/.rocketmq_offsets``). Or pass them all as ``config=ConsumerConfig(...)``. Timers live in
+    ``timing=Timing(...)``.
 
     ``orderly=True`` consumes each queue strictly in offset order, one batch at a time, under a broker
     lock (clustering); the handler gets an ``OrderlyContext`` and returns an ``OrderlyResult``
@@ -84,10 +113,29 @@ class PushConsumer:
         on_assigned: RebalanceListener | None = None,
         on_revoked: RebalanceListener | None = None,
         orderly: bool = False,
-        **options: Any,
+        message_model: MessageModel = "CLUSTERING",
+        consume_from_where: ConsumeFrom = "CONSUME_FROM_LAST_OFFSET",
+        consume_timestamp: str | int | None = None,
+        allocate_strategy: str = "AVG",
+        pull_batch_size: int = 32,
+        consume_batch_max_size: int = 1,
+        pull_threshold_for_queue: int = 1000,
+        pull_threshold_size_for_queue: int = 100,
+        pull_threshold_for_topic: int = -1,
+        pull_threshold_size_for_topic: int = -1,
+        consume_concurrently_max_span: int = 2000,
+        max_reconsume_times: int = -1,
+        concurrency: int = 20,
+        post_subscription_when_pull: bool = False,
+        unit_mode: bool = False,
+        rebalance_stability_window: float = 0.0,
+        orderly_drop_wait: float = 1.0,
+        offset_store_dir: str | None = None,
     ) -> None:
-        if config is not None and options:
-            raise ConfigError(f"pass options either in config= or as keywords, not both: {sorted(options)}")
+        options: dict[str, Any] = {k: v for k, v in locals().items() if k in CONSUMER_OPTION_DEFAULTS}
+        changed = sorted(k for k, v in options.items() if v != CONSUMER_OPTION_DEFAULTS[k])
+        if config is not None and changed:
+            raise ConfigError(f"pass options either in config= or as keywords, not both: {changed}")
         self.config = config or ConsumerConfig(group=group, **options)
         if client_config is None:
             client_config = ClientConfig(namesrv_addr=namesrv_addr, timing=timing or Timing())
