@@ -58,6 +58,7 @@ from .service import ConsumeService
 from .stats import ConsumerStats
 from .subcheck import SubscriptionChecker
 from .types import Handler, Hook, OrderlyHandler, RebalanceListener
+from .usercode import check_handler
 
 __all__ = ["PushConsumer", "RebalanceListener"]
 
@@ -149,6 +150,7 @@ class PushConsumer:
         # ``ns%T``, ``%RETRY%ns%G``; handlers see their messages' topics without it
         group = client_config.with_namespace(self.config.group)
         retry_topic = f"%RETRY%{group}"
+        check_handler(handler)  # ConfigError now rather than every message failing until the DLQ
         self.handler = handler
         # [orderly] per-queue ordering under broker lock leases (``MessageListenerOrderly``)
         self.orderly = orderly
