@@ -66,12 +66,12 @@ class _GroupHandle:
     """The commit group in one heartbeat (CONSUME_ACTIVELY): how a broker that has not seen the group
     yet creates it (5.x brokers refuse offsets of an unknown group, code 26)."""
 
-    def __init__(self, group: str, topic: str, tags: str) -> None:
+    def __init__(self, group: str, topic: str, tags: str, sql: str | None = None) -> None:
         self.group = group
-        sub_string, tag_list, codes = parse_tag_expression(tags)
+        sub_string, tag_list, codes = parse_tag_expression(tags) if sql is None else (sql, [], [])
         self._sub = SubscriptionData(
             topic=topic, sub_string=sub_string, tags_set=tag_list, code_set=codes,
-            sub_version=int(time.time() * 1000),
+            sub_version=int(time.time() * 1000), expression_type="TAG" if sql is None else "SQL92",
         )  # fmt: skip
 
     def consumer_data(self) -> ConsumerData:
@@ -104,9 +104,10 @@ class Session:
             namesrv_addr=opts.namesrv, timing=timing, stream=True, credentials=opts.credentials, tls=opts.tls
         )
         self.client = ClientInstance(cfg, instance_name=pid_instance_name())
-        sub_string, tags, _ = parse_tag_expression(opts.tags)
+        sub_string, tags, _ = parse_tag_expression(opts.tags) if opts.sql is None else (opts.sql, [], [])
         self.sub_string = sub_string
         self.tags = frozenset(tags)
+        self.expression_type = "TAG" if opts.sql is None else "SQL92"  # option sql: the broker filters
         self._group_made = False
 
     async def __aenter__(self) -> Session:
@@ -183,7 +184,7 @@ class Session:
 
     async def _make_group(self) -> None:
         self._group_made = True
-        handle = _GroupHandle(self.opts.group, self.opts.topic, self.opts.tags)
+        handle = _GroupHandle(self.opts.group, self.opts.topic, self.opts.tags, self.opts.sql)
         self.client.register_consumer(handle)
         try:
             await self.client.update_route(self.opts.topic)
@@ -206,7 +207,7 @@ class Session:
                 max_msg_nums=min(o.pull_batch_size, r.end - offset),
                 sys_flag=PullSysFlag.build(commit_offset=False, suspend=False, subscription=True),
                 commit_offset=0, suspend_timeout_millis=0, sub_version=0, subscription=self.sub_string,
-                expression_type="TAG", bname=r.broker_name,
+                expression_type=self.expression_type, bname=r.broker_name,
             )  # fmt: skip
             res = await self.client.api.pull(addr, header, o.request_timeout, broker_name=r.broker_name)
             if res.status is PullStatus.FOUND:
@@ -260,7 +261,7 @@ class Session:
                 max_msg_nums=min(o.pull_batch_size, hi - offset),
                 sys_flag=PullSysFlag.build(commit_offset=False, suspend=False, subscription=True),
                 commit_offset=0, suspend_timeout_millis=0, sub_version=0, subscription=self.sub_string,
-                expression_type="TAG", bname=r.broker_name,
+                expression_type=self.expression_type, bname=r.broker_name,
             )  # fmt: skip
             res = await self.client.api.pull(
                 addr, header, o.request_timeout, broker_name=r.broker_name, decode=False

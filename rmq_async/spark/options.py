@@ -16,7 +16,7 @@ from typing import Literal
 
 from ..config import ClientConfig, Credentials, TLSConfig
 from ..errors import ConfigError
-from ..protocol.filter import parse_tag_expression
+from ..protocol.filter import Selector, parse_tag_expression
 
 __all__ = ["EARLIEST", "LATEST", "QueueKey", "SourceOptions", "parse_offsets_json", "parse_options"]
 
@@ -29,7 +29,7 @@ _KNOWN = {
     "namesrv", "topic", "startingoffsets", "endingoffsets", "startingoffsetsbytimestamp",
     "startingtimestamp", "maxrecordspertrigger", "maxrecordsperpartition", "failondataloss", "tags",
     "group", "commitoffsets", "pullbatchsize", "requesttimeout", "path", "pullsinflight", "includeproperties",
-    "minpartitions", "minoffsetspertrigger", "maxtriggerdelay",
+    "minpartitions", "minoffsetspertrigger", "maxtriggerdelay", "sql",
     "accesskey", "secretkey", "securitytoken",
     "tls", "tlscafile", "tlsinsecure", "tlscertfile", "tlskeyfile", "tlskeypassword", "tlsserverhostname",
 }  # fmt: skip
@@ -69,6 +69,9 @@ class SourceOptions:
     #: TLS (options tls, tlsCaFile, tlsInsecure, tlsCertFile, tlsKeyFile, tlsKeyPassword,
     #: tlsServerHostname); False: plain (tls=false); None: the executors' RMQ_TLS* variables, if any
     tls: TLSConfig | Literal[False] | None = None
+    #: a SQL92 filter over message properties instead of tags (option sql; the broker filters it and
+    #: must run with enablePropertyFilter=true)
+    sql: str | None = None
 
 
 def _fail(name: str, value: object, why: str) -> ConfigError:
@@ -210,6 +213,14 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         raise _fail("maxRecordsPerTrigger", max_trigger, "is for streaming reads only")
     tags = opts.get("tags", "*")
     parse_tag_expression(tags)
+    sql = opts.get("sql")
+    if sql is not None:
+        if "tags" in opts:
+            raise _fail("sql", sql, "cannot be combined with tags")
+        try:
+            Selector.sql(sql)
+        except ConfigError as exc:
+            raise _fail("sql", sql, str(exc)) from None
     batch = _positive_int(opts, "pullBatchSize") or 32
     if batch > 1024:
         raise _fail("pullBatchSize", batch, "must be at most 1024")
@@ -254,6 +265,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         min_partitions=_positive_int(opts, "minPartitions"),
         min_offsets_per_trigger=min_trigger,
         max_trigger_delay=delay,
+        sql=sql,
     )
 
 

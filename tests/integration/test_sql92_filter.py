@@ -396,3 +396,30 @@ def test_embedded_cli_switches() -> None:
     assert args.enable_property_filter and args.filter_support_retry
     args = build_parser().parse_args(["embedded"])
     assert not args.enable_property_filter and not args.filter_support_retry
+
+
+async def test_spark_source_option_sql(timing: Timing) -> None:
+    """The Spark source's option ``sql`` (the reader's session, without Spark): the broker filters the
+    range by the expression; ``sql`` with ``tags`` or one that does not parse is refused."""
+    from rmq_async.spark.bridge import Session
+    from rmq_async.spark.offsets import Range
+    from rmq_async.spark.options import parse_options
+
+    topic, sent = "SqlSpark", Sent()
+    async with cluster_with(timing, enable_property_filter=True) as cluster:
+        ns = cluster.namesrv_addr
+        ids = await produce(ns, topic, 400, sent, prefix="s", seed=3)
+        opts = parse_options({"namesrv": ns, "topic": topic, "sql": SQL1}, streaming=False)
+        got: list[str] = []
+        async with Session(opts) as session:
+            for broker_name, queue_id in await session.queues():
+                end = (await session.bounds([(broker_name, queue_id)]))[(broker_name, queue_id)][1]
+                offset, r = 0, Range(broker_name, queue_id, 0, end)
+                while offset < end:
+                    msgs, offset = await session.read_chunk(r, offset, 1000)
+                    got.extend(m.body.decode() for m in msgs)
+        assert sorted(got) == sorted(sent.matching(SQL1, 4, ids))
+    with pytest.raises(ConfigError, match="cannot be combined with tags"):
+        parse_options({"namesrv": "x:1", "topic": "T", "sql": "a > 1", "tags": "A"}, streaming=False)
+    with pytest.raises(ConfigError, match="option 'sql'"):
+        parse_options({"namesrv": "x:1", "topic": "T", "sql": "a >"}, streaming=False)
