@@ -118,7 +118,8 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
                     return fail(
                         ResponseCode.FILTER_DATA_NOT_LATEST, "the consumer's consumer filter data not latest"
                     )
-        tag = is_tag_type(sub.expression_type)
+        etype = sub.expression_type
+        tag = etype == "TAG" or not etype  # ExpressionType.isTagType, inline: every pull passes here
         if not tag and not property_filter:
             return fail(
                 ResponseCode.SYSTEM_ERROR,
