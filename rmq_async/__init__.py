@@ -30,6 +30,7 @@ from .errors import ClientError as ClientError
 from .errors import ConfigError as ConfigError
 from .errors import ConnectError as ConnectError
 from .errors import ConnectionClosed as ConnectionClosed
+from .errors import InvalidMessageError as InvalidMessageError
 from .errors import MQClientError as MQClientError
 from .errors import ProtocolError as ProtocolError
 from .errors import RemotingError as RemotingError
@@ -65,6 +66,7 @@ __all__ = [
     "Credentials",
     "Delivery",
     "EmbeddedCluster",
+    "InvalidMessageError",
     "LitePullConsumer",
     "MQClientError",
     "Message",

@@ -30,6 +30,7 @@ __all__ = [
     "ConnectError",
     "ConnectionClosed",
     "FrameError",
+    "InvalidMessageError",
     "MQClientError",
     "ProtocolError",
     "RemotingError",
@@ -184,6 +185,18 @@ class ClientError(RocketMQError):
 
 class ConfigError(RocketMQError, ValueError):
     """A configuration value is invalid; the message names the field."""
+
+
+class InvalidMessageError(ConfigError):
+    """A :class:`~rmq_async.Message` cannot be built as given: ``field`` names the argument (``topic``,
+    ``body``, ``keys``, ``tags``, ``properties``, ``flag``, ``delay_level``) and the message says why
+    (Java's ``Validators.checkMessage`` and the wire's limits), when the message is made, not at
+    ``send()``."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"Message {field}: {reason}")
+        self.field = field
+        self.reason = reason
 
 
 class MQClientError(RocketMQError):

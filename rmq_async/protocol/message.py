@@ -27,6 +27,7 @@ from typing import Literal
 import lz4.frame  # type: ignore[import-untyped]
 import zstandard
 
+from ..errors import InvalidMessageError
 from .codes import MessageSysFlag, Prop
 from .msgid import new_uniq_id
 from .properties import PROPERTIES_MAX, check_property, encode_properties
@@ -63,6 +64,19 @@ _BATCH_HEAD = struct.Struct(">iiiii")  # TOTALSIZE MAGIC(0) BODYCRC(0) FLAG BODY
 _I16 = struct.Struct(">h")
 
 
+def _check_text(field: str, name: str, value: str) -> None:
+    """A property as :func:`check_property` wants it, and encodable as UTF-8 (no lone surrogate)."""
+    try:
+        check_property(name, value)
+        name.encode()
+        value.encode()
+    except ValueError as exc:  # UnicodeEncodeError included
+        what = "a lone surrogate" if isinstance(exc, UnicodeError) else str(exc)
+        raise InvalidMessageError(
+            field, f"{name!r} holds {what}" if field == "properties" else what
+        ) from None
+
+
 def _check_topic(topic: str) -> None:
     if not isinstance(topic, str) or not topic.strip():
         raise ValueError("the topic is blank")
@@ -78,8 +92,11 @@ class Message:
     client's HashMap writes them (the producer inserts ``UNIQ_KEY`` before ``WAIT``).
 
     ``keys`` is a string or a sequence of keys (joined with a space, as ``setKeys(Collection)``).
-    Raises ValueError for an invalid topic (blank, over 127 characters, outside ``[%|a-zA-Z0-9_-]``),
-    an empty body, or a property containing ``\\x01``/``\\x02``.
+    Raises :class:`~rmq_async.errors.InvalidMessageError` (a ``ConfigError``, a ``ValueError``) naming
+    the argument for an invalid topic (blank, over 127 characters, outside ``[%|a-zA-Z0-9_-]``), a
+    body that is not bytes (a str: encode it) or is empty, keys or tags that are not str, a property
+    that is not str or holds ``\\x01``/``\\x02``, text that is not UTF-8 (a lone surrogate), a flag
+    outside a Java int, a negative delay level.
     """
 
     __slots__ = ("body", "flag", "properties", "topic")
@@ -95,29 +112,49 @@ class Message:
         delay_level: int = 0,
         wait_store_msg_ok: bool = True,
     ) -> None:
-        _check_topic(topic)
+        try:
+            _check_topic(topic)
+        except ValueError as exc:
+            raise InvalidMessageError("topic", str(exc)) from None
+        if isinstance(body, str):
+            raise InvalidMessageError("body", "must be bytes, got str: encode it (body.encode())")
         if not isinstance(body, bytes):
-            body = bytes(body)
+            try:
+                body = bytes(body)  # bytearray, memoryview
+            except TypeError:
+                raise InvalidMessageError("body", f"must be bytes, got {type(body).__name__}") from None
         if not body:
-            raise ValueError("the message body is empty")
+            raise InvalidMessageError("body", "is empty")
+        for name, n in (("flag", flag), ("delay_level", delay_level)):
+            if not isinstance(n, int) or isinstance(n, bool):
+                raise InvalidMessageError(name, f"must be an int, got {type(n).__name__}")
         if not -0x80000000 <= flag <= 0x7FFFFFFF:
-            raise ValueError(f"flag {flag} does not fit in a Java int")
+            raise InvalidMessageError("flag", f"{flag} does not fit in a Java int")
         if delay_level < 0:
-            raise ValueError(f"delay_level must be >= 0, got {delay_level}")
+            raise InvalidMessageError("delay_level", f"must be >= 0, got {delay_level}")
         props: dict[str, str] = {}
+        if properties is not None and not isinstance(properties, dict):
+            raise InvalidMessageError("properties", f"must be a dict of str, got {type(properties).__name__}")
         for name, value in (properties or {}).items():
-            check_property(name, value)
+            _check_text("properties", name, value)
             props[name] = value
         if keys is not None:
-            joined = keys if isinstance(keys, str) else Prop.KEY_SEPARATOR.join(keys)
+            if isinstance(keys, str):
+                joined = keys
+            elif isinstance(keys, Sequence) and all(isinstance(k, str) for k in keys):
+                joined = Prop.KEY_SEPARATOR.join(keys)
+            else:
+                raise InvalidMessageError("keys", f"must be a str or a sequence of str, got {keys!r}")
             if joined:
-                check_property(Prop.KEYS, joined)
+                _check_text("keys", Prop.KEYS, joined)
                 props[Prop.KEYS] = joined
         props[Prop.WAIT_STORE_MSG_OK] = "true" if wait_store_msg_ok else "false"
         if delay_level > 0:
             props[Prop.DELAY_TIME_LEVEL] = str(delay_level)
+        if tags is not None and not isinstance(tags, str):
+            raise InvalidMessageError("tags", f"must be a str, got {type(tags).__name__}")
         if tags:
-            check_property(Prop.TAGS, tags)
+            _check_text("tags", Prop.TAGS, tags)
             props[Prop.TAGS] = tags
         self.topic = topic
         self.body = body

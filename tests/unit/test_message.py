@@ -165,3 +165,45 @@ def test_message_validation(kwargs: dict[str, object]) -> None:
 
 def test_message_accepts_java_topic_charset() -> None:
     assert Message("%RETRY%g|a-Z_09" + "x" * 112, b"x").topic.endswith("x")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "words"),
+    [
+        ({"keys": 123}, "keys", "must be a str or a sequence of str"),
+        ({"keys": ["a", 2]}, "keys", "must be a str or a sequence of str"),
+        ({"body": "text"}, "body", "must be bytes, got str"),
+        ({"body": None}, "body", "must be bytes, got NoneType"),
+        ({"body": b""}, "body", "is empty"),
+        ({"tags": "\ud800"}, "tags", "a lone surrogate"),
+        ({"keys": "k\udfff"}, "keys", "a lone surrogate"),
+        ({"properties": {"city": "\ud83d"}}, "properties", "'city' holds a lone surrogate"),
+        ({"properties": {"n": 1}}, "properties", "must be str"),
+        ({"properties": [("a", "b")]}, "properties", "must be a dict"),
+        ({"tags": 5}, "tags", "must be a str, got int"),
+        ({"topic": "bad.topic"}, "topic", "illegal characters"),
+        ({"topic": ""}, "topic", "blank"),
+        ({"topic": 7}, "topic", "blank"),
+        ({"flag": 2**40}, "flag", "does not fit in a Java int"),
+        ({"delay_level": "3"}, "delay_level", "must be an int, got str"),
+        ({"delay_level": -1}, "delay_level", "must be >= 0"),
+    ],
+)
+def test_a_message_fails_when_it_is_made_naming_the_field(
+    kwargs: dict[str, object], field: str, words: str
+) -> None:
+    # before: a raw TypeError (a str body, a non-str key) or nothing until send() (a lone surrogate)
+    from rmq_async import ConfigError, RocketMQError
+    from rmq_async.errors import InvalidMessageError
+
+    args: dict[str, object] = {"topic": "T", "body": b"x", **kwargs}
+    with pytest.raises(InvalidMessageError) as exc:
+        Message(**args)  # type: ignore[arg-type]
+    assert exc.value.field == field and words in str(exc.value) and f"Message {field}: " in str(exc.value)
+    assert isinstance(exc.value, ConfigError) and isinstance(exc.value, ValueError)
+    assert isinstance(exc.value, RocketMQError)
+
+
+def test_a_bytearray_or_memoryview_body_is_taken_as_bytes() -> None:
+    assert Message("T", bytearray(b"ab")).body == b"ab"  # type: ignore[arg-type]
+    assert Message("T", memoryview(b"cd")).body == b"cd"  # type: ignore[arg-type]
