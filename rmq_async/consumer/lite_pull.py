@@ -19,6 +19,7 @@ then 30.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -157,10 +158,20 @@ class LitePullConsumer:
         self._assigned: set[MessageQueue] = set()
         self._last_auto_commit = time.monotonic()
         self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop of 'async with'
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
+    def _check_loop(self) -> None:
+        if self._loop is not None and self._loop is not asyncio.get_running_loop():
+            raise ClientError(
+                f"lite pull consumer {self.group!r} was started in another event loop: use it and close "
+                "it in the same one (one asyncio.run() around 'async with'); each asyncio.run() makes a "
+                "new loop"
+            )
+
     async def __aenter__(self) -> LitePullConsumer:
+        self._loop = asyncio.get_running_loop()
         name = self.client_config.instance_name
         client = ClientInstance(
             self.client_config, instance_name=pid_instance_name() if name == "DEFAULT" else name
@@ -191,6 +202,7 @@ class LitePullConsumer:
         ctx = self.ctx
         if self._closed or not ctx.started:
             return
+        self._check_loop()
         self._closed = True
         ctx.stopping = True
         client, tg = ctx.client, ctx.task_group
@@ -340,6 +352,7 @@ class LitePullConsumer:
     async def poll(self, timeout: float = 5.0, *, max_messages: int | None = None) -> list[MessageExt]:
         """The next batch of messages (one pulled batch, more if ``max_messages`` allows and they are
         already buffered); an empty list after ``timeout`` seconds without data."""
+        self._check_loop()
         if self.auto_commit and time.monotonic() - self._last_auto_commit >= self.auto_commit_interval:
             self._commit_memory(None)
         limit = max_messages or 1

@@ -391,9 +391,20 @@ class PushConsumer:
             raise
 
     async def stop(self) -> None:
+        """Stop pulling, let running handlers finish (``Timing.shutdown_timeout``), commit the offsets,
+        release orderly locks, unregister; returns when done. Call it in the event loop that started the
+        consumer (a :class:`~rmq_async.ClientError` says so otherwise)."""
         sup = self._supervisor
         if sup is None:
             return
+        if sup.get_loop() is not asyncio.get_running_loop():
+            if sup.done():  # its loop has ended (asyncio.run cancelled it there): no stop to run
+                self._supervisor = None
+            raise ClientError(
+                f"consumer {self.group!r} was started in another event loop: start and stop it in the "
+                "same one (one asyncio.run() around both, e.g. an 'async with' block); each asyncio.run() "
+                "makes a new loop, and the end of the first one has already cancelled the consumer"
+            )
         self._stop.set()
         try:
             await asyncio.shield(sup)

@@ -121,7 +121,9 @@ class Rebalancer:
             try:
                 await self.do_rebalance()
             except RocketMQError as exc:
-                log.warning("rebalance of group %s failed: %s", c.group, exc)
+                # while stopping, a failure is the stop's doing (the group left, the client closed)
+                level = logging.DEBUG if c.stopping else logging.WARNING
+                log.log(level, "rebalance of group %s failed: %s", c.group, exc)
             done, self._rebalanced = self._rebalanced, anyio.Event()
             done.set()
             delay = c.timing.rebalance_interval
@@ -166,7 +168,8 @@ class Rebalancer:
                 except RocketMQError as exc:
                     # Java's findConsumerIdList: this topic waits for the next round, the others go on
                     # (a broker that has not seen our heartbeat yet answers code 1 "no consumer")
-                    log.warning("rebalance of %s for group %s: no consumer list: %s", topic, c.group, exc)
+                    level = logging.DEBUG if c.stopping else logging.WARNING  # unregistered: "no consumer"
+                    log.log(level, "rebalance of %s for group %s: no consumer list: %s", topic, c.group, exc)
                     continue
                 self.members[topic] = len(cids or ())
                 if not cids:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
 
 import anyio
@@ -11,13 +12,16 @@ import pytest
 from support.integration import Collector, produce
 
 from rmq_async import (
+    ClientError,
     ConfigError,
     ConsumeResult,
     EmbeddedCluster,
+    LitePullConsumer,
     MessageQueue,
     PushConsumer,
     Timing,
 )
+from rmq_async.protocol.codes import RequestCode
 
 
 async def test_listener_hooks_and_stats(
@@ -208,3 +212,68 @@ def test_a_handler_that_cannot_work_is_refused_when_the_consumer_is_made(handler
 )
 def test_async_handlers_of_every_shape_are_accepted(handler: object) -> None:
     PushConsumer("g", namesrv_addr="127.0.0.1:9876", handler=handler)  # type: ignore[arg-type]
+
+
+async def test_no_warning_from_a_rebalance_caught_by_a_quick_stop(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing, caplog: pytest.LogCaptureFixture
+) -> None:
+    # start() then stop() at once: the first rebalance is still going through the topics when stop()
+    # unregisters the group, and the broker answers its next consumer-list request "no consumer for
+    # this group". That is the stop, not a problem: nothing at WARNING (it used to log one)
+    topic, group = names
+    await produce(cluster.namesrv_addr, topic, 1)
+    faults = cluster.brokers[0].faults
+    faults.delay(RequestCode.GET_CONSUMER_LIST_BY_GROUP, 0.3)  # processed at once, answered later
+    faults.delay(RequestCode.UNREGISTER_CLIENT, 1.5)
+    c = PushConsumer(
+        group, namesrv_addr=cluster.namesrv_addr, handler=Collector(), subscriptions={topic: "*"}
+    )  # default timers: the rebalance runs once, at start
+    with caplog.at_level(logging.WARNING, logger="rmq_async"):
+        await c.start()
+        with anyio.fail_after(20):
+            await c.stop()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+async def test_no_warning_when_a_lite_consumer_closes_during_a_rebalance(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing, caplog: pytest.LogCaptureFixture
+) -> None:
+    topic, group = names
+    await produce(cluster.namesrv_addr, topic, 1)
+    faults = cluster.brokers[0].faults
+    faults.delay(RequestCode.GET_CONSUMER_LIST_BY_GROUP, 0.3)
+    faults.delay(RequestCode.UNREGISTER_CLIENT, 1.5)
+    with caplog.at_level(logging.WARNING, logger="rmq_async"):
+        async with LitePullConsumer(group, namesrv_addr=cluster.namesrv_addr) as lite:
+            await lite.subscribe(topic)
+            await lite.subscribe(f"{topic}_b")  # a second topic: the rebalance asks twice
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_stop_in_a_second_event_loop_is_a_clear_client_error() -> None:
+    # start() in one asyncio.run, stop() in another: the first loop's end cancelled the consumer; say so
+    # instead of a bare CancelledError (or a future attached to a different loop)
+    c = PushConsumer(
+        "two_loops_g",
+        namesrv_addr="127.0.0.1:1",  # start() does not need a cluster (routes are retried in the background)
+        handler=Collector(),
+        subscriptions={"T": "*"},
+        timing=Timing.fast(),
+    )
+    asyncio.run(c.start())
+    with pytest.raises(ClientError, match="started in another event loop"):
+        asyncio.run(c.stop())
+    asyncio.run(c.stop())  # a no-op now: nothing left to stop
+
+
+def test_a_lite_consumer_used_in_a_second_event_loop_is_a_clear_client_error() -> None:
+    lite = LitePullConsumer("two_loops_lg", namesrv_addr="127.0.0.1:1", timing=Timing.fast())
+
+    async def enter() -> None:
+        await lite.__aenter__()
+
+    asyncio.run(enter())
+    with pytest.raises(ClientError, match="started in another event loop"):
+        asyncio.run(lite.poll(0.1))
+    with pytest.raises(ClientError, match="started in another event loop"):
+        asyncio.run(lite.close())
