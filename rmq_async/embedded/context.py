@@ -219,5 +219,5 @@ class BrokerContext:
         if topic == SCHEDULE_TOPIC:
             self.delayed.set()
         else:
-            self.holds.notify(topic, queue_id, res.queue_offset + 1, tags_code)
+            self.holds.notify(topic, queue_id, res.queue_offset + 1, tags_code, props_str)
         return res

@@ -3,10 +3,12 @@
 Strategy: a suspendable pull that finds nothing is parked under (topic, queue) with the way to run it
 again (the pull handler that parked it). A put on that queue calls :meth:`HoldService.notify` at once:
 a parked pull whose offset is now below the queue end and whose tag filter matches the new message is
-re-run and answered on the spot. Otherwise the periodic check (every ``held_pull_check_interval``, as
-the Java hold service's 5 s wait) re-runs the pulls that have new data or whose
-``suspendTimeoutMillis`` has passed. Re-run answers are always JSON, as the real broker's are (it
-never copies the request's serialize type on this path).
+re-run and answered on the spot; a SQL92 pull (its commit-log check kept with it) only when the new
+message's properties match too (``isMatchedByCommitLog(null, properties)``; a batch put, which has no
+single message's properties, and the periodic check wake it on the tag check alone, as Java).
+Otherwise the periodic check (every ``held_pull_check_interval``, as the Java hold service's 5 s wait)
+re-runs the pulls that have new data or whose ``suspendTimeoutMillis`` has passed. Re-run answers are
+always JSON, as the real broker's are (it never copies the request's serialize type on this path).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ Rerun = Callable[[Connection, RemotingCommand], Reply]
 
 
 class HeldPull:
-    __slots__ = ("cmd", "codes", "conn", "deadline", "offset", "rerun")
+    __slots__ = ("accept", "cmd", "codes", "conn", "deadline", "offset", "rerun")
 
     def __init__(
         self,
@@ -38,7 +40,9 @@ class HeldPull:
         timeout_ms: int,
         codes: frozenset[int] | None,
         rerun: Rerun,
+        accept: Callable[[str], bool] | None = None,
     ):
+        self.accept = accept  # the commit-log check (SQL92), over the new message's properties
         self.conn = conn
         self.cmd = cmd
         self.offset = offset
@@ -64,8 +68,11 @@ class HoldService:
             else:
                 del self.table[key]
 
-    def notify(self, topic: str, queue_id: int, max_offset: int, tags_code: int | None) -> None:
-        """``notifyMessageArriving``: wake the parked pulls that a message (or a check) satisfies."""
+    def notify(
+        self, topic: str, queue_id: int, max_offset: int, tags_code: int | None, props: str | None = None
+    ) -> None:
+        """``notifyMessageArriving``: wake the parked pulls that a message (or a check) satisfies;
+        ``props``: the new message's properties string, for the pulls with a commit-log check."""
         reqs = self.table.get((topic, queue_id))
         if not reqs:
             return
@@ -74,7 +81,9 @@ class HoldService:
         wake: list[HeldPull] = []
         for r in reqs:
             if (
-                max_offset > r.offset and (tags_code is None or r.codes is None or tags_code in r.codes)
+                max_offset > r.offset
+                and (tags_code is None or r.codes is None or tags_code in r.codes)
+                and (props is None or r.accept is None or r.accept(props))
             ) or now >= r.deadline:
                 wake.append(r)
             else:

@@ -125,6 +125,7 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
                 ResponseCode.SYSTEM_ERROR,
                 f"The broker does not support consumer to filter message by {sub.expression_type}",
             )
+        accept = None
         if tag and not (retry_filtered and topic.startswith(RETRY_PREFIX)):
             res = store.get(topic, queue_id, offset, max_nums, sub.codes)  # the hot path
         else:
@@ -152,7 +153,7 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
         answer = respond(cmd, code, status, ext)
         resp: Reply = answer
         if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and has_suspend:
-            holds.hold(topic, queue_id, HeldPull(conn, cmd, offset, suspend_ms, sub.codes, rerun))
+            holds.hold(topic, queue_id, HeldPull(conn, cmd, offset, suspend_ms, sub.codes, rerun, accept))
             resp = None
         elif code == ResponseCode.SUCCESS:
             resp = (answer, res.parts)  # the body: slices of the commit log

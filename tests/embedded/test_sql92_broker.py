@@ -10,6 +10,7 @@ original topic's filter, 5.x returns early for the retry topic's tag subscriptio
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -243,3 +244,36 @@ async def test_5x_grammar(sql_cluster: EmbeddedCluster, raw: RawClient) -> None:
     assert await _check(raw, "region CONTAINS 'u' AND a STARTSWITH '1'") == (0, None)
     await _heartbeat(raw, "g", [_sub("T", "region CONTAINS 'u' AND a STARTSWITH '1'", "SQL92", 5)])
     assert await _pull(raw, "g", "T", version=5) == (0, "FOUND", ["m0", "m4"])
+
+
+async def test_a_held_sql_pull_wakes_only_for_a_matching_message() -> None:
+    """``PullRequestHoldService.notifyMessageArriving``: a parked pull with a SQL92 filter is answered
+    at once when a message its filter matches arrives, not for one it does not match (that one is
+    seen by the periodic check, which wakes it on the consume queue alone, as Java's; it is made
+    rare here)."""
+    timing = Timing.fast(held_pull_check_interval=30.0, pull_timeout=40.0)
+    async with EmbeddedCluster(brokers=1, queues=1, timing=timing, enable_property_filter=True) as cluster:
+        await cluster.create_topic("T", 1)
+        async with RawClient(cluster.brokers[0].addr) as raw, RawClient(cluster.brokers[0].addr) as sender:
+            await _heartbeat(raw, "g", [_sub("T", "a > 5", "SQL92", 5)])
+            ext = {
+                "consumerGroup": "g",
+                "topic": "T",
+                "queueId": "0",
+                "queueOffset": "0",
+                "maxMsgNums": "32",
+                "sysFlag": "2",  # suspend
+                "commitOffset": "0",
+                "suspendTimeoutMillis": "20000",
+                "subVersion": "5",
+                "expressionType": "SQL92",
+                "bname": "broker-a",
+            }
+            pending = asyncio.ensure_future(raw.request(11, ext, wait=25))
+            await asyncio.sleep(0.2)
+            await sender.send("T", b"no", props={"a": "1"})
+            await asyncio.sleep(0.3)
+            assert not pending.done()  # the parked pull stays parked
+            await sender.send("T", b"yes", props={"a": "9"})
+            r = await asyncio.wait_for(pending, 3)
+    assert r.code == 0 and [m.body for m in decode_messages(r.body)] == [b"yes"]
