@@ -560,8 +560,8 @@ CONSUMER_OPTION_DEFAULTS: dict[str, object] = {
 
 class LitePullConfig(ConfigModel):
     """``DefaultLitePullConsumer`` settings as :class:`~rmq_async.LitePullConsumer` takes them (the same
-    names and units: seconds, bytes, epoch milliseconds); :meth:`consumer_config` is what the consumer
-    parts it shares with the push consumer read."""
+    names and units as :class:`ConsumerConfig` and Java: seconds, MiB, epoch milliseconds);
+    :meth:`consumer_config` is what the consumer parts it shares with the push consumer read."""
 
     group: str = Field(min_length=1, max_length=255, pattern=r"^[%|a-zA-Z0-9_-]+$")
     auto_commit: bool = True
@@ -576,7 +576,9 @@ class LitePullConfig(ConfigModel):
     )
     pull_batch_size: int = Field(default=10, ge=1)
     pull_threshold_for_queue: int = Field(default=1000, ge=1)
-    pull_threshold_size_for_queue: int = Field(default=100 << 20, ge=1, description="bytes")
+    pull_threshold_size_for_queue: int = Field(
+        default=100, ge=1, le=1024, description="MiB, as ConsumerConfig's"
+    )
     pull_threshold_for_all: int = Field(default=10000, ge=1)
     #: a message that cannot be decoded (#19): "fail" (poll raises UndecodableMessageError naming its
     #: offset once the messages before it were polled; the queue stays there until a seek) or "skip"

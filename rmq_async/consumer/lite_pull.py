@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import anyio
@@ -57,8 +57,11 @@ ConsumeFrom = Literal["CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_FIRST_OFFSET", "
 
 
 class LitePullConsumer:
-    """``async with LitePullConsumer("group", namesrv_addr=...) as c:`` then ``c.assign([...])`` or
-    ``c.subscribe("Topic", "TagA || TagB")``, and ``msgs = await c.poll(timeout)``.
+    """``async with LitePullConsumer("group", namesrv_addr=...) as c:`` (or ``await c.start()`` ...
+    ``await c.stop()``) then ``c.assign([...])`` or ``await c.subscribe("Topic", "TagA || TagB")``, and
+    ``msgs = await c.poll(timeout)`` or ``async for msg in c``. Options have the push consumer's names
+    and units (``pull_threshold_size_for_queue`` in MiB); ``health()`` as the push consumer's;
+    ``beginning_offsets``, ``end_offsets`` and ``offsets_for_times`` over a set of queues.
 
     ``auto_commit`` (default True) commits what earlier polls returned at most every
     ``auto_commit_interval`` seconds, at the start of a poll; otherwise call :meth:`commit`.
@@ -85,7 +88,7 @@ class LitePullConsumer:
         allocate_strategy: str = "AVG",
         pull_batch_size: int = 10,
         pull_threshold_for_queue: int = 1000,
-        pull_threshold_size_for_queue: int = 100 << 20,
+        pull_threshold_size_for_queue: int = 100,
         pull_threshold_for_all: int = 10000,
         on_undecodable: Literal["fail", "skip"] = "fail",
     ) -> None:
@@ -130,7 +133,7 @@ class LitePullConsumer:
         )
         self.buffer = PollBuffer(
             max_queue_count=pull_threshold_for_queue,
-            max_queue_bytes=pull_threshold_size_for_queue,
+            max_queue_bytes=options.pull_threshold_size_for_queue << 20,  # MiB, as the push consumer
             max_total=pull_threshold_for_all,
             auto_commit=auto_commit,
         )
@@ -171,6 +174,17 @@ class LitePullConsumer:
             )
 
     async def __aenter__(self) -> LitePullConsumer:
+        await self.start()
+        return self
+
+    async def start(self) -> None:
+        """Connect and register the group (what entering ``async with`` does); then :meth:`assign` or
+        :meth:`subscribe`, and :meth:`poll`. :meth:`stop` ends it; a stopped consumer is not started
+        again (make a new one)."""
+        if self._closed:
+            raise ClientError("this lite pull consumer was stopped: make a new one")
+        if self.ctx.started:
+            raise ClientError("lite pull consumer already started")
         self._loop = asyncio.get_running_loop()
         name = self.client_config.instance_name
         client = ClientInstance(
@@ -192,10 +206,23 @@ class LitePullConsumer:
         except BaseException:
             await client.__aexit__(None, None, None)
             raise
-        return self
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
+
+    async def stop(self) -> None:
+        """What leaving ``async with`` does: :meth:`close`."""
+        await self.close()
+
+    def __aiter__(self) -> AsyncIterator[MessageExt]:
+        """``async for msg in consumer``: the polled messages one by one, until the consumer is closed
+        (auto commit as with :meth:`poll`)."""
+        return self._messages()
+
+    async def _messages(self) -> AsyncIterator[MessageExt]:
+        while not self._closed:
+            for msg in await self.poll(self.suspend_timeout, max_messages=self.pull_batch_size):
+                yield msg
 
     async def close(self) -> None:
         """Stop pulling, commit (with auto commit), persist offsets synchronously, unregister."""
@@ -407,6 +434,41 @@ class LitePullConsumer:
 
     async def _addr(self, mq: MessageQueue) -> str:
         return await self.client.master_addr(mq.broker_name, mq.topic)
+
+    async def beginning_offsets(self, queues: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
+        """The min offset of each queue (as aiokafka's ``beginning_offsets``), asked concurrently."""
+        return await self._per_queue(queues, self.min_offset)
+
+    async def end_offsets(self, queues: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
+        """The max offset of each queue: the offset the next message will get (``end_offsets``)."""
+        return await self._per_queue(queues, self.max_offset)
+
+    async def offsets_for_times(self, timestamps: Mapping[MessageQueue, int]) -> dict[MessageQueue, int]:
+        """For each queue, :meth:`offset_for_timestamp` at its timestamp (milliseconds since the epoch),
+        asked concurrently (as aiokafka's ``offsets_for_times``, which answers offsets only here)."""
+        out: dict[MessageQueue, int] = {}
+
+        async def one(mq: MessageQueue, ts: int) -> None:
+            out[mq] = await self.offset_for_timestamp(mq, ts)
+
+        async with anyio.create_task_group() as tg:
+            for mq, ts in timestamps.items():
+                tg.start_soon(one, mq, ts)
+        return {mq: out[mq] for mq in timestamps}
+
+    async def _per_queue(
+        self, queues: Iterable[MessageQueue], ask: Callable[[MessageQueue], Awaitable[int]]
+    ) -> dict[MessageQueue, int]:
+        mqs = list(dict.fromkeys(queues))
+        out: dict[MessageQueue, int] = {}
+
+        async def one(mq: MessageQueue) -> None:
+            out[mq] = await ask(mq)
+
+        async with anyio.create_task_group() as tg:
+            for mq in mqs:
+                tg.start_soon(one, mq)
+        return {mq: out[mq] for mq in mqs}
 
     async def min_offset(self, mq: MessageQueue) -> int:
         mq = self._in(mq)

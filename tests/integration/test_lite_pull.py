@@ -277,3 +277,60 @@ async def test_lite_pull_follows_suggest_which_broker_id(
         assert slave.pulls > 0, (
             f"{master.pulls} pulls went to the master, which suggested id 1 each time; none to the slave"
         )
+
+
+async def test_lite_start_stop_async_for_and_bulk_offsets(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    # as a PushConsumer: start()/stop() as well as 'async with', health(), 'async for' over the messages;
+    # and aiokafka's bulk offset queries over a set of queues
+    topic, group = names
+    sent = await produce(cluster.namesrv_addr, topic, 12)
+    lite = LitePullConsumer(
+        group,
+        namesrv_addr=cluster.namesrv_addr,
+        timing=timing,
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+    )
+    await lite.start()
+    try:
+        with pytest.raises(ClientError, match="already started"):
+            await lite.start()
+        await lite.subscribe(topic)
+        keys = []
+        with anyio.fail_after(20):
+            async for msg in lite:
+                keys.append(msg.keys)
+                if len(keys) == 12:
+                    break
+        assert sorted(keys, key=lambda k: int(str(k)[2:])) == [f"k-{i}" for i in range(12)]
+        queues = await lite.fetch_queues(topic)
+        ends = await lite.end_offsets(queues)
+        per_queue = Counter(r.message_queue for r in sent)
+        assert ends == {mq: per_queue[mq] for mq in queues}
+        assert await lite.beginning_offsets(reversed(queues)) == {mq: 0 for mq in reversed(queues)}
+        early = {mq: 1 for mq in queues}  # 1970: before every message
+        assert await lite.offsets_for_times(early) == {mq: 0 for mq in queues}
+        assert lite.health().running
+    finally:
+        await lite.stop()
+    assert not lite.health().running
+    with pytest.raises(ClientError, match="make a new one"):
+        await lite.start()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"group": "a b"}, "group"),
+        ({"group": "g", "consume_from_where": "CONSUME_FROM_NOWHERE"}, "consume_from_where"),
+        ({"group": "g", "pull_threshold_size_for_queue": 100 << 20}, "pull_threshold_size_for_queue"),  # MiB
+    ],
+)
+def test_lite_and_push_validate_the_same_options_alike(kwargs: dict[str, object], field: str) -> None:
+    from rmq_async import PushConsumer
+
+    with pytest.raises(ConfigError, match=field):
+        LitePullConsumer(**kwargs)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=field):
+        PushConsumer(**kwargs)  # type: ignore[arg-type]

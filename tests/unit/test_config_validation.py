@@ -236,7 +236,7 @@ def test_lite_pull_consumer_shares_a_validated_consumer_config() -> None:
         consume_timestamp_ms=1_700_000_000_000,
         allocate_strategy="AVG_BY_CIRCLE",
         pull_batch_size=2000,  # no upper bound, as Java's DefaultLitePullConsumer
-        pull_threshold_size_for_queue=512,  # bytes, as before
+        pull_threshold_size_for_queue=5,  # MiB, as the push consumer's (#25)
     )
     cfg = c.ctx.config
     assert type(cfg) is ConsumerConfig and cfg.model_fields_set >= {"group", "consume_from_where"}
@@ -246,7 +246,7 @@ def test_lite_pull_consumer_shares_a_validated_consumer_config() -> None:
         1_700_000_000_000,
         "AVG_BY_CIRCLE",
     )
-    assert c.pull_batch_size == 2000 and c.buffer.max_queue_bytes == 512
+    assert c.pull_batch_size == 2000 and c.buffer.max_queue_bytes == 5 << 20
 
 
 def test_unknown_field_rejected_by_name() -> None:
