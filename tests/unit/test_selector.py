@@ -25,6 +25,8 @@ from typing import cast
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.consumer_context import make_context, owned
 
 from rmq_async import ConfigError, Selector
@@ -38,7 +40,7 @@ from rmq_async.consumer.queues import QueueTable
 from rmq_async.errors import BrokerError
 from rmq_async.protocol import headers as H
 from rmq_async.protocol.bodies import CheckClientRequestBody, HeartbeatData, SubscriptionData
-from rmq_async.protocol.filter import check_tag_expression
+from rmq_async.protocol.filter import check_tag_expression, parse_tag_expression
 from rmq_async.protocol.mq import MessageQueue
 from rmq_async.protocol.sql92 import FilterSyntaxError
 from rmq_async.protocol.stored import MessageExt
@@ -330,3 +332,35 @@ async def test_filter_data_behind_sends_a_heartbeat_and_pulls_again(code: int) -
     refused = BrokerError(code, "the consumer's consumer filter data not latest", request_code=11)
     _, client, sink, reqs = await _pulls(settings, Selector.sql("a > 5"), [refused, _found(0, ["A"])])
     assert client.heartbeats == 1 and len(reqs) == 3 and [len(b) for b in sink.batches] == [1]
+
+
+_TAGGY = st.text(alphabet="ab| ,*=<>()'\t_-.\u00e9\u3000", max_size=12)
+
+
+@given(_TAGGY)
+@settings(max_examples=300, deadline=None)
+def test_an_accepted_tag_expression_names_tags_that_can_match(expr: str) -> None:
+    """Whatever the string, the check either refuses it with ConfigError or accepts it, and then every
+    message with one of its tags (as Java splits them) is wanted: subscribe-all, or one tag at least,
+    none of them holding a separator, a star, whitespace or a SQL character."""
+    try:
+        check_tag_expression(expr)
+    except ConfigError:
+        return
+    sub_string, tags, codes = parse_tag_expression(expr)
+    if sub_string == "*":
+        assert tags == [] and codes == []
+        return
+    assert tags and len(codes) >= 1
+    for tag in tags:
+        assert not any(ch.isspace() or ch in ",|*=<>()'" for ch in tag), tag
+
+
+@given(st.text(max_size=40))
+@settings(max_examples=300, deadline=None)
+def test_selector_sql_raises_only_config_errors(expr: str) -> None:
+    try:
+        sel = Selector.sql(expr)
+    except ConfigError:
+        return
+    assert sel.expression == expr and sel.is_sql
