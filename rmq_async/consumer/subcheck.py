@@ -4,7 +4,8 @@ The broker keeps ONE subscription per group and topic (the last one a heartbeat 
 filters every member's pulls by it, so members that subscribe differently steal each other's
 messages or lose them. When a member appears in the group's consumer list, we ask it (through the
 broker, GET_CONSUMER_RUNNING_INFO, which Java members answer too) for its subscriptions once, and
-log a clear warning for every topic whose expression differs from ours.
+log a clear warning for every topic whose expression differs from ours. A SQL92 subscription is
+compared with its type (``SQL92 'a > 5'``), so a tag and a SQL92 one of the same text differ.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ..errors import ProtocolError, RocketMQError
 from ..protocol.bodies import ConsumerRunningInfo
 from ..protocol.codes import RequestCode
 from ..protocol.command import RemotingCommand
+from ..protocol.filter import Selector
 from .context import ConsumerContext
 
 __all__ = ["SubscriptionChecker", "differences"]
@@ -49,7 +51,7 @@ class SubscriptionChecker:
 
     async def check(self, broker_addr: str, cids: list[str]) -> None:
         c = self.c
-        ours = c.subscriptions.expressions()
+        ours = {t: str(sel) for t, sel in c.subscriptions.selectors().items()}
         for cid in self.new_members(cids):
             self.checked.add(cid)
             cmd = RemotingCommand.request(
@@ -68,7 +70,9 @@ class SubscriptionChecker:
                 log.debug("running info of %s unavailable: %s", cid, exc)
                 continue
             theirs = {
-                s.topic: s.sub_string for s in info.subscription_set if not s.topic.startswith("%RETRY%")
+                s.topic: str(Selector("SQL92" if s.expression_type == "SQL92" else "TAG", s.sub_string))
+                for s in info.subscription_set
+                if not s.topic.startswith("%RETRY%")
             }
             diff = differences(ours, theirs)
             if diff:

@@ -423,3 +423,24 @@ async def test_spark_source_option_sql(timing: Timing) -> None:
         parse_options({"namesrv": "x:1", "topic": "T", "sql": "a > 1", "tags": "A"}, streaming=False)
     with pytest.raises(ConfigError, match="option 'sql'"):
         parse_options({"namesrv": "x:1", "topic": "T", "sql": "a >"}, streaming=False)
+
+
+async def test_members_subscribing_by_tag_and_by_sql_are_told_apart(timing: Timing) -> None:
+    """The subscription check between members of a group compares the type too: the tag 'vip' and
+    the SQL92 filter 'vip' (a property read as a boolean) are different subscriptions."""
+    async with cluster_with(timing, enable_property_filter=True) as cluster:
+        await cluster.create_topic("SqlMembers", 4)
+
+        def member(selector: Selector | str) -> PushConsumer:
+            return PushConsumer(
+                "sql_members",
+                namesrv_addr=cluster.namesrv_addr,
+                handler=Received().handler,
+                subscriptions={"SqlMembers": selector},
+                timing=timing,
+            )
+
+        async with member("vip") as a, member(Selector.sql("vip")) as b:
+            with anyio.fail_after(10):
+                await a.subcheck.mismatched.wait()
+    assert a.subcheck.mismatches[b.client_id] == {"SqlMembers": ("vip", "SQL92 'vip'")}
