@@ -28,8 +28,8 @@ from rmq_async import (
     OrderlyResult,
     Producer,
     PushConsumer,
+    select_by_key_hash,
 )
-from rmq_async.producer.producer import select_by_key_hash
 
 ORDERS = 10
 STEPS = ("created", "paid", "packed", "shipped", "delivered")

@@ -21,6 +21,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from ..errors import ClientError
 from ..protocol.codes import Prop
+from ..protocol.mq import MessageQueue
 from ..protocol.stored import MessageExt
 from .context import ConsumerContext
 from .process_queue import ProcessQueue
@@ -38,18 +39,25 @@ log = logging.getLogger("rmq_async.consumer")
 class Delivery:
     """One message handed to ``async for`` code. Settle it with :meth:`ack` or :meth:`retry`."""
 
-    __slots__ = ("_key", "_stream", "message", "pq", "settled")
+    __slots__ = ("_key", "_pq", "_stream", "message", "settled")
 
     def __init__(self, stream: DeliveryStream, pq: ProcessQueue, message: MessageExt) -> None:
         self._stream = stream
-        self.pq = pq
-        self.message = message
+        self._pq = pq
+        #: the message (body, keys, tags, properties, queue offset, reconsume times ...)
+        self.message: MessageExt = message
+        #: True once :meth:`ack` or :meth:`retry` settled it (or the consume timeout did)
         self.settled = False
         self._key: int | None = None
 
+    @property
+    def queue(self) -> MessageQueue:
+        """The queue the message came from (as the broker names it)."""
+        return self._pq.mq
+
     def __repr__(self) -> str:
         m = self.message
-        return f"Delivery({m.msg_id} {self.pq.mq} offset={m.queue_offset} settled={self.settled})"
+        return f"Delivery({m.msg_id} {self._pq.mq} offset={m.queue_offset} settled={self.settled})"
 
     async def ack(self) -> None:
         """The message was processed: let the queue's offset move past it."""
@@ -91,7 +99,7 @@ class DeliveryStream:
                 d = await self._recv.receive()
             except (anyio.EndOfStream, anyio.ClosedResourceError):
                 raise StopAsyncIteration from None
-            if d.pq.dropped:
+            if d._pq.dropped:
                 continue
             reset_retry_topic([d.message], self.c.retry_topic, self.c.namespace)
             d.message.set_property(Prop.CONSUME_START_TIMESTAMP, str(int(time.time() * 1000)))
@@ -118,11 +126,11 @@ class DeliveryStream:
         self.unsettled.discard(d)
         if d._key is not None:
             self.c.deadlines.discard(d._key)
-        self.c.stats.consumed(d.pq.mq.topic, 1, 0.0, ok=result is ConsumeResult.SUCCESS)
-        if d.pq.dropped:
+        self.c.stats.consumed(d._pq.mq.topic, 1, 0.0, ok=result is ConsumeResult.SUCCESS)
+        if d._pq.dropped:
             return
-        ctx = ConsumeContext(d.pq.mq, delay_level=delay_level)
-        await self._settle(d.pq, [d.message], result, ctx)
+        ctx = ConsumeContext(d._pq.mq, delay_level=delay_level)
+        await self._settle(d._pq, [d.message], result, ctx)
 
     async def release_unsettled(self) -> None:
         """Leaving the loop: every unsettled delivery is retried, so none is lost."""

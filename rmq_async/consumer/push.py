@@ -566,10 +566,3 @@ class PushConsumer:
         """One rebalance of every subscribed topic (``RebalanceImpl.doRebalance``)."""
         await self.rebalancer.do_rebalance()
 
-    async def compute_pull_from_where(self, mq: MessageQueue) -> int:
-        """``computePullFromWhere``: the committed offset, else by consume_from_where."""
-        return await self.rebalancer.compute_pull_from_where(mq)
-
-    async def drop_queue(self, mq: MessageQueue, *, offset: int | None = None) -> None:
-        """``removeUnnecessaryMessageQueue`` (see :meth:`QueueTable.drop`)."""
-        await self.table.drop(mq, offset=offset)

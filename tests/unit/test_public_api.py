@@ -1,0 +1,85 @@
+"""One public import level (#25): what the README and the examples use comes from ``rmq_async``; the
+sans-IO names from ``rmq_async.protocol``; consumer internals are not on the public objects."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import rmq_async
+import rmq_async.protocol
+from rmq_async.protocol import bodies, headers
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _imports(source: str) -> list[tuple[str, str]]:
+    """(module, name) of every ``from rmq_async... import name`` in ``source``."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rmq_async"):
+            out += [(node.module, alias.name) for alias in node.names]
+    return out
+
+
+def _readme_code() -> str:
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    # a block may hold an excerpt that does not parse on its own: keep its import lines only
+    lines = [
+        ln for b in blocks for ln in b.splitlines() if ln.startswith(("from rmq_async", "import rmq_async"))
+    ]
+    return "\n".join(lines)
+
+
+def test_the_readme_and_the_examples_import_from_rmq_async_itself() -> None:
+    used = _imports(_readme_code())
+    for path in sorted((ROOT / "examples").glob("*.py")):
+        used += _imports(path.read_text())
+    deep = sorted({(m, n) for m, n in used if m not in ("rmq_async", "rmq_async.spark")})
+    assert deep == [], deep  # e.g. rmq_async.producer.producer.select_by_key_hash (before)
+    for module, name in used:
+        if module == "rmq_async":
+            assert name in rmq_async.__all__ and getattr(rmq_async, name) is not None, name
+
+
+def test_the_names_users_need_are_public() -> None:
+    for name in (
+        "select_by_key_hash",
+        "MessageQueueSelector",
+        "RebalanceListener",
+        "Handler",
+        "OrderlyHandler",
+        "DeliveryStream",
+        "ConsumerHealth",
+        "InvalidMessageError",
+        "ServerTLS",
+        "Account",
+        "AclConfig",
+    ):
+        assert name in rmq_async.__all__ and hasattr(rmq_async, name), name
+
+
+def test_the_protocol_package_exports_its_sans_io_names() -> None:
+    p = rmq_async.protocol
+    for name in ("RemotingCommand", "FrameDecoder", "decode_messages", "MessageExt", "PulledMessages",
+                 "RequestCode", "ResponseCode", "encode_properties", "parse_properties", "Message",
+                 "MessageQueue", *headers.__all__, *bodies.__all__):  # fmt: skip
+        assert name in p.__all__ and hasattr(p, name), name
+
+
+def test_importing_rmq_async_does_not_load_the_embedded_broker() -> None:
+    code = "import sys, rmq_async; print(any(m.startswith('rmq_async.embedded') for m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "False"
+
+
+def test_consumer_internals_are_not_on_the_public_objects() -> None:
+    from rmq_async import Delivery, PushConsumer
+
+    for name in ("drop_queue", "compute_pull_from_where"):
+        assert not hasattr(PushConsumer, name), name
+    assert "pq" not in Delivery.__slots__ and isinstance(Delivery.queue, property)
