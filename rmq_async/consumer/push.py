@@ -33,7 +33,7 @@ from ..config import (
     MessageModel,
     Timing,
 )
-from ..errors import ClientError, ConfigError, RocketMQError
+from ..errors import ClientError, ConfigError, MQClientError, RocketMQError
 from ..producer.producer import Producer, ProducerConfig
 from ..protocol.bodies import ConsumerData, SubscriptionData
 from ..protocol.command import RemotingCommand
@@ -92,7 +92,9 @@ class PushConsumer:
     concurrently, unbounded orderly; then the DLQ), ``concurrency`` (20 handlers at once),
     ``post_subscription_when_pull``, ``unit_mode``, ``rebalance_stability_window`` (0 s: off),
     ``orderly_drop_wait`` (1 s), ``offset_store_dir`` (broadcasting: local offsets, default
-    ``~/.rocketmq_offsets``). Or pass them all as ``config=ConsumerConfig(...)``. Timers live in
+    ``~/.rocketmq_offsets``). ``require_namesrv=True``: :meth:`start` raises ``MQClientError`` when no
+    name server answers (default False: as Java, it starts and keeps looking the routes up in the
+    background; :meth:`health` says so). Or pass them all as ``config=ConsumerConfig(...)``. Timers live in
     ``timing=Timing(...)``.
 
     ``orderly=True`` consumes each queue strictly in offset order, one batch at a time, under a broker
@@ -114,6 +116,7 @@ class PushConsumer:
         on_assigned: RebalanceListener | None = None,
         on_revoked: RebalanceListener | None = None,
         orderly: bool = False,
+        require_namesrv: bool = False,
         message_model: MessageModel = "CLUSTERING",
         consume_from_where: ConsumeFrom = "CONSUME_FROM_LAST_OFFSET",
         consume_timestamp: str | int | None = None,
@@ -154,6 +157,8 @@ class PushConsumer:
         self.handler = handler
         # [orderly] per-queue ordering under broker lock leases (``MessageListenerOrderly``)
         self.orderly = orderly
+        # start() fails when no name server answers (default: keep looking in the background, as Java)
+        self.require_namesrv = require_namesrv
         self.strategy = strategy_by_name(self.config.allocate_strategy)
         self.ctx = ConsumerContext(
             group=group,
@@ -483,6 +488,9 @@ class PushConsumer:
                     log.log(
                         level, "no route for %r yet (%s): will retry at the next route refresh", topic, exc
                     )
+            if self.require_namesrv and not any(r.reachable for r in client.namesrv_reach.values()):
+                errors = "; ".join(f"{r.addr}: {r.last_error}" for r in client.namesrv_reach.values())
+                raise MQClientError(f"no name server answered (require_namesrv=True): {errors}")
             # SQL92 subscriptions: a broker with property filters off, or one that cannot compile the
             # expression, fails start() with SubscriptionRefused (checkClientInBroker)
             await check_in_brokers(ctx, ctx.subscriptions.sql())
@@ -565,4 +573,3 @@ class PushConsumer:
     async def do_rebalance(self) -> None:
         """One rebalance of every subscribed topic (``RebalanceImpl.doRebalance``)."""
         await self.rebalancer.do_rebalance()
-

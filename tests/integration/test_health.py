@@ -7,9 +7,10 @@ import json
 import time
 
 import anyio
+import pytest
 from support.integration import Collector, consumer, produce, until
 
-from rmq_async import EmbeddedCluster, LitePullConsumer, PushConsumer, Timing
+from rmq_async import EmbeddedCluster, LitePullConsumer, MQClientError, PushConsumer, Timing
 
 
 async def test_dead_name_server_is_reported_within_one_heartbeat_interval(
@@ -116,3 +117,39 @@ async def test_lite_pull_health_against_a_dead_name_server(names: tuple[str, str
         h = lite.health()
         assert not h.ready and h.namesrvs[0].last_error and h.lag is None
         assert topic in h.unrouted_topics
+
+
+async def test_require_namesrv_makes_start_fail_fast(names: tuple[str, str], timing: Timing) -> None:
+    # the default keeps retrying in the background (as Java; health() says so); require_namesrv=True
+    # is the choice of a producer-like fail-fast start
+    topic, group = names
+    c = PushConsumer(
+        group,
+        namesrv_addr="127.0.0.1:1",
+        handler=Collector(),
+        subscriptions={topic: "*"},
+        timing=timing,
+        require_namesrv=True,
+    )
+    with (
+        anyio.fail_after(timing.request_timeout * 3),
+        pytest.raises(MQClientError, match="no name server answered"),
+    ):
+        await c.start()
+    assert not c.running
+
+
+async def test_require_namesrv_starts_when_a_name_server_answers(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    _, group = names
+    c = PushConsumer(
+        group,
+        namesrv_addr=cluster.namesrv_addr,
+        handler=Collector(),
+        subscriptions={"NotCreatedYet": "*"},  # no such topic: the name server answered all the same
+        timing=timing,
+        require_namesrv=True,
+    )
+    async with c:
+        assert c.running and c.health().namesrv_reachable
