@@ -56,9 +56,13 @@ log = logging.getLogger("rmq_async.spark")
 
 #: rows per Arrow record batch handed to Spark (about: whole pulls are grouped)
 ARROW_BATCH_ROWS = 4096
-#: offsets per pipeline slot: one task and one hand-over per slot, so slots are larger than a pull
-#: (a broker answers at most 32 messages: maxTransferCountOnMessageInMemory)
+#: offsets per pipeline slot at most: one task and one hand-over per slot, so slots are larger than a
+#: pull (a broker answers at most 32 messages: maxTransferCountOnMessageInMemory)...
 SLOT_OFFSETS = 512
+#: ... and about this many body bytes (large messages, short slots)
+SLOT_BYTES = 1 << 20
+#: an Arrow batch is handed to Spark at ARROW_BATCH_ROWS rows or this many bytes of pull bodies
+ARROW_BATCH_BYTES = 64 << 20
 _QUEUE_OFFSET = struct.Struct(">q")  # QUEUEOFFSET, 20 bytes into a stored message
 
 
@@ -282,14 +286,14 @@ class Session:
             elif res.status is PullStatus.NO_MATCHED_MSG:
                 offset = min(max(res.next_begin_offset, offset + 1), hi)
             else:
+                if res.max_offset <= offset:  # the queue ends before the plan said: the range is done
+                    return out  # (slots run ahead, so this one may start past the end)
                 new, warning = resolve_start(
                     key, offset, res.min_offset, res.max_offset, fail_on_data_loss=o.fail_on_data_loss
                 )
                 if warning:
                     log.warning(warning)
-                if new <= offset:  # nothing more to read where the plan said there was
-                    if res.max_offset <= offset:
-                        return out
+                if new <= offset:  # nothing to read where the broker says there is
                     raise RocketMQError(
                         f"pull of {key} at {offset} answered {res.status.value}: {res.remark}"
                     )
@@ -297,32 +301,48 @@ class Session:
         return out
 
     async def pipeline(self, r: Range, depth: int, send: ObjectSendStream[list[Chunk]]) -> None:
-        """Fetch ``r`` in slots of :data:`SLOT_OFFSETS` offsets (each slot by pulls of
-        ``pullBatchSize`` one after the other), ``depth`` slots at a time, and send each slot's bodies
-        in offset order (``send`` is closed at the end, or on failure)."""
-        step = max(SLOT_OFFSETS, self.opts.pull_batch_size)
-        slots = [(s, min(s + step, r.end)) for s in range(r.start, r.end, step)]
-        results: list[list[Chunk]] = [[] for _ in slots]
-        done = [anyio.Event() for _ in slots]
+        """Fetch ``r`` in slots (each slot by pulls of ``pullBatchSize`` one after the other), ``depth``
+        slots at a time, and send each slot's bodies in offset order (``send`` is closed at the end, or
+        on failure). A slot spans about :data:`SLOT_BYTES` of the bytes seen so far per offset, at
+        most :data:`SLOT_OFFSETS` offsets: large messages make short slots, so memory stays bounded."""
         room = anyio.Semaphore(depth)
+        seen = [0, 0]  # body bytes and offsets fetched so far
+        order_send, order_recv = anyio.create_memory_object_stream[tuple[anyio.Event, list[list[Chunk]]]](
+            depth
+        )
 
-        async def one(i: int) -> None:
-            results[i] = await self.fetch(r, *slots[i])
-            done[i].set()
+        async def one(lo: int, hi: int, box: list[list[Chunk]], done: anyio.Event) -> None:
+            chunks = await self.fetch(r, lo, hi)
+            seen[0] += sum(len(c.body) for c in chunks)
+            seen[1] += hi - lo
+            box.append(chunks)
+            done.set()
 
         async def launch() -> None:
-            for i in range(len(slots)):
-                await room.acquire()
-                tg.start_soon(one, i)
+            async with order_send:
+                lo = r.start
+                while lo < r.end:
+                    await room.acquire()
+                    nbytes, offsets = seen
+                    if offsets:
+                        step = max(1, min(SLOT_OFFSETS, SLOT_BYTES * offsets // max(nbytes, 1)))
+                    else:  # nothing seen yet: one pull's worth
+                        step = self.opts.pull_batch_size
+                    hi = min(lo + step, r.end)
+                    box: list[list[Chunk]] = []
+                    done = anyio.Event()
+                    tg.start_soon(one, lo, hi, box, done)
+                    await order_send.send((done, box))
+                    lo = hi
 
         async with send, anyio.create_task_group() as tg:
             tg.start_soon(launch)
-            for i in range(len(slots)):
-                await done[i].wait()
-                room.release()
-                chunks, results[i] = results[i], []
-                if chunks:
-                    await send.send(chunks)
+            async with order_recv:
+                async for done, box in order_recv:
+                    await done.wait()
+                    room.release()
+                    if box[0]:
+                        await send.send(box[0])
 
 
 class Bridge:
@@ -466,16 +486,17 @@ def read_range(opts: SourceOptions, r: Range) -> Iterator[Any]:
 
     try:
         pending: list[Chunk] = []
-        rows = 0
+        rows = nbytes = 0
         while True:
             chunks = portal.call(_drain, receive)
             if not chunks:
                 break
             pending.extend(chunks)
             rows += sum(c.hi - c.lo for c in chunks)  # at most: a pull may answer fewer
-            if rows >= ARROW_BATCH_ROWS:
+            nbytes += sum(len(c.body) for c in chunks)
+            if rows >= ARROW_BATCH_ROWS or nbytes >= ARROW_BATCH_BYTES:
                 batch = build(pending)
-                pending, rows = [], 0
+                pending, rows, nbytes = [], 0, 0
                 if batch.num_rows:
                     yield batch
         _result(fut)

@@ -54,7 +54,7 @@ class SourceOptions:
     pull_batch_size: int
     request_timeout: float
     #: pulls in flight per input partition (option pullsInFlight)
-    pulls_in_flight: int = 4
+    pulls_in_flight: int = 8
     #: fill the properties column (option includeProperties; false leaves it null)
     include_properties: bool = True
     #: at least this many input partitions, large ranges split (option minPartitions, as Kafka's)
@@ -240,7 +240,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         raise _fail("maxTriggerDelay", delay_s, "expected a duration such as 30s, 5m, 1h or 500ms")
     if "maxtriggerdelay" in opts and min_trigger is None:
         raise _fail("maxTriggerDelay", delay_s, "needs minOffsetsPerTrigger")
-    inflight = _positive_int(opts, "pullsInFlight") or 4
+    inflight = _positive_int(opts, "pullsInFlight") or 8
     if inflight > 64:
         raise _fail("pullsInFlight", inflight, "must be at most 64")
     return SourceOptions(
