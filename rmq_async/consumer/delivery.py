@@ -39,14 +39,18 @@ log = logging.getLogger("rmq_async.consumer")
 class Delivery:
     """One message handed to ``async for`` code. Settle it with :meth:`ack` or :meth:`retry`."""
 
-    __slots__ = ("_key", "_pq", "_stream", "message", "settled")
+    __slots__ = {
+        "_key": None,
+        "_pq": None,
+        "_stream": None,
+        "message": "The message (MessageExt: body, keys, tags, properties, queue offset, reconsume times).",
+        "settled": "True once ack() or retry() settled it (or the consume timeout did).",
+    }
 
     def __init__(self, stream: DeliveryStream, pq: ProcessQueue, message: MessageExt) -> None:
         self._stream = stream
         self._pq = pq
-        #: the message (body, keys, tags, properties, queue offset, reconsume times ...)
         self.message: MessageExt = message
-        #: True once :meth:`ack` or :meth:`retry` settled it (or the consume timeout did)
         self.settled = False
         self._key: int | None = None
 

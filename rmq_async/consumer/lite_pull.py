@@ -253,12 +253,14 @@ class LitePullConsumer:
 
     @property
     def client(self) -> ClientInstance:
+        """(internal) The client instance (routes, connections) while running."""
         if not self.ctx.started or self._closed:
             raise ClientError("lite pull consumer is not running (use 'async with')")
         return self.ctx.client
 
     @property
     def offset_store(self) -> RemoteOffsetStore:
+        """(internal) The group's committed offsets on the broker."""
         store = self.buffer.store
         if not isinstance(store, RemoteOffsetStore):
             raise ClientError("lite pull consumer is not started")
@@ -415,6 +417,7 @@ class LitePullConsumer:
                 self.buffer.pause(pq)
 
     def resume(self, queues: Iterable[MessageQueue]) -> None:
+        """Pull ``queues`` again and hand out their buffered messages (after :meth:`pause`)."""
         for mq in queues:
             pq = self.table.pqs.get(self._in(mq))
             if pq is not None:
@@ -422,6 +425,7 @@ class LitePullConsumer:
         self.buffer.wake()
 
     def paused(self) -> set[MessageQueue]:
+        """The queues paused now."""
         return {self._out(mq) for mq, st in self.queues.items() if st.paused}
 
     # -- seeking ----------------------------------------------------------------------------------------
@@ -471,10 +475,12 @@ class LitePullConsumer:
         return {mq: out[mq] for mq in mqs}
 
     async def min_offset(self, mq: MessageQueue) -> int:
+        """The queue's first offset still stored (the broker's min offset)."""
         mq = self._in(mq)
         return await self.client.api.get_min_offset(await self._addr(mq), mq, self.timing.request_timeout)
 
     async def max_offset(self, mq: MessageQueue) -> int:
+        """The offset the queue's next message will get (the broker's max offset)."""
         mq = self._in(mq)
         return await self.client.api.get_max_offset(await self._addr(mq), mq, self.timing.request_timeout)
 
@@ -497,10 +503,12 @@ class LitePullConsumer:
         self._reset(self._owned(mq), offset)
 
     async def seek_to_begin(self, mq: MessageQueue) -> None:
+        """Read ``mq`` from its :meth:`min_offset` next."""
         self._owned(mq)
         self._reset(self._owned(mq), await self.min_offset(mq))
 
     async def seek_to_end(self, mq: MessageQueue) -> None:
+        """Read ``mq`` from its :meth:`max_offset` next: only messages sent from now on."""
         self._owned(mq)
         self._reset(self._owned(mq), await self.max_offset(mq))
 
@@ -562,6 +570,7 @@ class LitePullConsumer:
     # -- rebalance (subscribe mode) ---------------------------------------------------------------------
 
     def rebalance_now(self) -> None:
+        """Rebalance the subscribed topics at once."""
         self.rebalancer.wake()
 
     async def wait_rebalanced(self) -> None:
@@ -575,6 +584,7 @@ class LitePullConsumer:
     # -- ConsumerHandle ---------------------------------------------------------------------------------
 
     def consumer_data(self) -> ConsumerData:
+        """(internal, for the client instance) This consumer in a heartbeat."""
         subs = self.ctx.subscriptions.data() if self._mode == "subscribe" else []
         return ConsumerData(
             group_name=self.group,
@@ -589,9 +599,11 @@ class LitePullConsumer:
         )
 
     def subscribed_topics(self) -> set[str]:
+        """(internal, for the client instance) The subscribed and assigned topics."""
         return self.ctx.subscriptions.topics() | {mq.topic for mq in self._assigned}
 
     async def handle_server_request(self, cmd: RemotingCommand) -> RemotingCommand | None:
+        """(internal, for the client instance) Brokers' requests: none answered by a lite consumer."""
         return None
 
 

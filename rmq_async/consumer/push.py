@@ -229,42 +229,54 @@ class PushConsumer:
 
     @property
     def group(self) -> str:
+        """The consumer group as it goes on the wire (``namespace%group`` with a namespace)."""
         return self.ctx.group
 
     @property
     def retry_topic(self) -> str:
+        """``%RETRY%<group>``: where failed messages come back from (clustering)."""
         return self.ctx.retry_topic
 
     @property
     def namespace(self) -> str | None:
+        """``ClientConfig.namespace`` (None without one)."""
         return self.ctx.namespace
 
     @property
     def max_reconsume_times(self) -> int:
+        """Retries before the DLQ in effect: ``max_reconsume_times``, or 16 (concurrent) / unbounded
+        (orderly) for -1."""
         return self.ctx.max_reconsume_times
 
     @property
     def stats(self) -> ConsumerStats:
+        """Counters: pulled, consumed, failed, per topic; undecodable messages."""
         return self.ctx.stats
 
     @property
     def before_hooks(self) -> list[Hook]:
+        """Append ``fn(msgs, ctx)`` (plain or async) to run before each handler call."""
         return self.ctx.before_hooks
 
     @property
     def after_hooks(self) -> list[Hook]:
+        """Append ``fn(msgs, ctx, result)`` (plain or async) to run after each handler call; what it
+        raises is logged."""
         return self.ctx.after_hooks
 
     @property
     def running(self) -> bool:
+        """Started, and not stopping."""
         return self.ctx.running
 
     @property
     def deadlines(self) -> DeadlineTracker:
+        """(internal) The consume deadlines of running handlers."""
         return self.ctx.deadlines
 
     @property
     def stability(self) -> StabilityWindow:
+        """(internal) The rebalance stability window in use."""
         return self.rebalancer.settings.stability
 
     @property
@@ -274,6 +286,7 @@ class PushConsumer:
 
     @property
     def on_assigned(self) -> RebalanceListener | None:
+        """``fn(topic, queues)`` (plain or async) called after a rebalance gave this member queues."""
         return self.rebalancer.settings.on_assigned
 
     @on_assigned.setter
@@ -282,6 +295,8 @@ class PushConsumer:
 
     @property
     def on_revoked(self) -> RebalanceListener | None:
+        """``fn(topic, queues)`` (plain or async) called after a rebalance took queues away (their
+        offsets committed first)."""
         return self.rebalancer.settings.on_revoked
 
     @on_revoked.setter
@@ -306,31 +321,39 @@ class PushConsumer:
             self.ctx.start_soon(self._after_subscription_change)
 
     def unsubscribe(self, topic: str) -> None:
+        """Stop consuming ``topic``; its queues are dropped (offsets committed) at the next rebalance,
+        at once when running."""
         self.ctx.subscriptions.remove(self.client_config.with_namespace(topic))
         if self.running:
             self.rebalance_now()
 
     @property
     def subscriptions(self) -> dict[str, str]:
+        """``{topic: expression}`` as subscribed (topics as on the wire)."""
         return self.ctx.subscriptions.expressions()
 
     @property
     def client(self) -> ClientInstance:
+        """(internal) The client instance of the current run (routes, connections)."""
         return self.ctx.client
 
     @property
     def client_id(self) -> str:
+        """This member's client id (``ip@instance``), as the broker lists it."""
         return self.client.client_id
 
     @property
     def offset_store(self) -> OffsetStore:
+        """(internal) The committed offsets: the broker's (clustering) or a local file (broadcasting)."""
         return self.ctx.offset_store
 
     @property
     def inner_producer(self) -> Producer:
+        """(internal) The producer of the send-back fallback to ``%RETRY%<group>``."""
         return self.ctx.inner_producer
 
     def assignment(self) -> set[MessageQueue]:
+        """The queues this member owns now (the retry topic's included)."""
         return self.table.assignment()
 
     def set_consume_timeout(self, seconds: float) -> None:
@@ -342,9 +365,11 @@ class PushConsumer:
 
     @property
     def stopping(self) -> bool:
+        """:meth:`stop` has begun."""
         return self.ctx.stopping
 
     def rebalance_now(self) -> None:
+        """Rebalance at once rather than at the next ``rebalance_interval``."""
         self.rebalancer.wake()
 
     async def wait_rebalanced(self) -> None:
@@ -537,12 +562,15 @@ class PushConsumer:
     # -- ConsumerHandle (for the client instance) -----------------------------------------------------
 
     def subscribed_topics(self) -> set[str]:
+        """(internal, for the client instance) The topics subscribed, the retry topic included."""
         return self.ctx.subscriptions.topics()
 
     def subscription(self, topic: str) -> SubscriptionData | None:
+        """(internal) The subscription of ``topic`` as it goes on the wire."""
         return self.ctx.subscriptions.get(topic)
 
     def consumer_data(self) -> ConsumerData:
+        """(internal, for the client instance) This consumer in a heartbeat."""
         return ConsumerData(
             group_name=self.group,
             consume_type="CONSUME_PASSIVELY",
@@ -553,6 +581,7 @@ class PushConsumer:
         )
 
     async def handle_server_request(self, cmd: RemotingCommand) -> RemotingCommand | None:
+        """(internal, for the client instance) Answer a broker's request about this group."""
         return await self.admin.handle(cmd)
 
     async def _after_subscription_change(self) -> None:

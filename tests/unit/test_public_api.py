@@ -83,3 +83,16 @@ def test_consumer_internals_are_not_on_the_public_objects() -> None:
     for name in ("drop_queue", "compute_pull_from_where"):
         assert not hasattr(PushConsumer, name), name
     assert "pq" not in Delivery.__slots__ and isinstance(Delivery.queue, property)
+
+
+def test_every_public_member_of_the_consumers_has_a_docstring() -> None:
+    import inspect
+
+    from rmq_async import Delivery, LitePullConsumer, PushConsumer
+
+    for cls in (PushConsumer, LitePullConsumer, Delivery):
+        assert cls.__doc__, cls
+        missing = [
+            n for n, member in inspect.getmembers(cls) if not n.startswith("_") and not inspect.getdoc(member)
+        ]
+        assert missing == [], (cls.__name__, missing)
