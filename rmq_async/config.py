@@ -52,6 +52,11 @@ __all__ = [
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 #: the same 18 levels, about 1/20, for tests
 FAST_DELAY_LEVELS = "50ms 250ms 500ms 1500ms 3s 6s 9s 12s 15s 18s 21s 24s 27s 30s 60s 90s 180s 360s"
+#: ``DefaultMQPushConsumerImpl.popDelayLevel``: a POP consumer's failed message becomes visible again
+#: after the Nth of these (N = its reconsume times; the last repeats)
+DEFAULT_POP_DELAY_LEVELS = "10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+#: the same 16, about 1/20, for tests
+FAST_POP_DELAY_LEVELS = "500ms 1500ms 3s 6s 9s 12s 15s 18s 21s 24s 27s 30s 60s 90s 180s 360s"
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _LEVEL = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
@@ -149,8 +154,14 @@ class Timing(ConfigModel):
     delay_levels: str = Field(default=DEFAULT_DELAY_LEVELS, description="messageDelayLevel")
     #: slack added to the pull timeout invariant
     pull_timeout_margin: float = Field(default=1.0, ge=0)
+    # POP consumption (5.x)
+    pop_invisible_time: float = Field(
+        default=60.0, gt=0, le=300, description="popInvisibleTime (Java: 5 s .. 300 s)"
+    )
+    pop_delay_levels: str = Field(default=DEFAULT_POP_DELAY_LEVELS, description="popDelayLevel")
+    pop_revive_interval: float = Field(default=1.0, gt=0, description="PopReviveService scan (broker)")
 
-    @field_validator("delay_levels")
+    @field_validator("delay_levels", "pop_delay_levels")
     @classmethod
     def _check_levels(cls, v: str) -> str:
         parse_delay_levels(v)
@@ -176,6 +187,10 @@ class Timing(ConfigModel):
     @property
     def delay_level_seconds(self) -> tuple[float, ...]:
         return parse_delay_levels(self.delay_levels)
+
+    @property
+    def pop_delay_seconds(self) -> tuple[float, ...]:
+        return parse_delay_levels(self.pop_delay_levels)
 
     @classmethod
     def fast(cls, **overrides: Any) -> Timing:
@@ -203,6 +218,9 @@ class Timing(ConfigModel):
             broker_register_interval=1.5,
             delay_levels=FAST_DELAY_LEVELS,
             pull_timeout_margin=0.5,
+            pop_invisible_time=3.0,
+            pop_delay_levels=FAST_POP_DELAY_LEVELS,
+            pop_revive_interval=0.05,
         )
         values.update(overrides)
         return cls(**values)

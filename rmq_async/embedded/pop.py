@@ -1,0 +1,514 @@
+"""POP consumption, broker side (5.x): ``PopMessageProcessor``, ``AckMessageProcessor``,
+``ChangeInvisibleTimeProcessor``, ``QueryAssignmentProcessor`` (with SET_MESSAGE_REQUEST_MODE) and
+``PopReviveService``.
+
+Strategy: a pop reads each queue from the group's pop offset (its consumer offset, advanced at once and
+committed, as the real broker does), scanning the queues from a random start (queue id -1) and, with
+``popFromRetryProbability`` (20 %) first or otherwise when the topic had nothing, the pop retry topic
+``%RETRY%<group>_<topic>`` (v1 name). Every queue a pop took messages from gets a checkpoint: start
+offset, pop time, invisible time, revive queue id and the offsets not acked yet. ACK / BATCH_ACK take
+offsets out of their checkpoint; CHANGE_MESSAGE_INVISIBLETIME moves one offset to a new checkpoint of
+its own (the message's new handle). The revive timer (``pop_revive_interval``) copies what a due
+checkpoint still holds into the pop retry topic, reconsume times + 1 and ``1ST_POP_TIME`` kept, and
+wakes held pops; a pop that returns a retry message re-encodes it with the original topic and a
+broker-made ``POP_CK``. A pop that finds nothing with a poll time is parked in the context's
+:class:`~.holds.HoldService` on every queue it could read (and the retry queue), so a put or a revive
+wakes it; the periodic hold check answers it with 210 when its poll time is over. The request mode
+(401) is kept in memory per topic and group; QUERY_ASSIGNMENT answers POP with queue id -1 to every
+member when ``popShareQueueNum`` is 0 or at least members - 1, else the member's AVG share of this
+broker's queues plus its next ``popShareQueueNum`` neighbours' (PULL: AVG over this broker's queues).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import struct
+import weakref
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import anyio
+
+from ..protocol.codes import RequestCode, ResponseCode
+from ..protocol.command import RemotingCommand
+from ..protocol.mq import MessageQueue
+from ..protocol.pop import (
+    FIRST_POP_TIME,
+    POP_CK,
+    Assignment,
+    ExtraInfo,
+    build_offset_info,
+    decode_batch_ack,
+    decode_query_assignment,
+    decode_set_mode,
+    encode_assignments,
+    pop_retry_topic,
+)
+from .context import BrokerContext, HandlerTable
+from .fields import opt_int, opt_str, req_int, req_str
+from .groups import build_subscription
+from .holds import HeldPull, Rerun
+from .jcompat import faq_suffix, props_decode
+from .server import Connection, Reply
+from .state import RETRY_PREFIX, BrokerState
+from .store import StoredMessage, now_ms
+
+__all__ = ["PopCheckpoint", "PopState", "handlers", "pop_state"]
+
+log = logging.getLogger("rmq_async.embedded")
+
+REVIVE_QUEUE_NUM = 8  # BrokerConfig.reviveQueueNum
+POP_FROM_RETRY_PROBABILITY = 20  # BrokerConfig.popFromRetryProbability (percent)
+_QOFF = struct.Struct(">q")  # a stored message's queue offset, at byte 20
+_HEAD = struct.Struct(">iiiiiqqiq")
+_TAIL = struct.Struct(">iq")
+MAGIC_V1 = -626843481
+
+
+@dataclass(slots=True)
+class PopCheckpoint:
+    """``PopCheckPoint``: what one pop took from one queue, and what is still not acked."""
+
+    group: str
+    topic: str  # the queue's topic (the pop retry topic for retry messages)
+    origin: str  # the topic the consumer popped
+    queue_id: int
+    start: int
+    pop_time: int
+    invisible_time: int
+    revive_qid: int
+    pending: set[int] = field(default_factory=set)
+
+    @property
+    def due(self) -> int:
+        return self.pop_time + self.invisible_time
+
+
+class PopState:
+    """One broker's POP state: request modes, checkpoints, counters."""
+
+    def __init__(self) -> None:
+        self.modes: dict[tuple[str, str], tuple[str, int]] = {}  # (topic, group) -> (mode, share num)
+        self.cks: dict[tuple[str, str, int, int, int], PopCheckpoint] = {}  # group, topic, q, start, pt
+        self.revive_counter = 0
+        self.revived = 0  # messages copied to a pop retry topic
+        self.popped = 0
+        self.acked = 0
+        self.changed = 0
+        self.reviver_started = False
+        #: run the revive scan now (tests); set by :func:`handlers`
+        self.revive_once: Callable[[], int] = lambda: 0
+
+    def next_revive_qid(self) -> int:
+        qid = self.revive_counter % REVIVE_QUEUE_NUM
+        self.revive_counter += 1
+        return qid
+
+    def add_ck(self, ck: PopCheckpoint) -> None:
+        key = (ck.group, ck.topic, ck.queue_id, ck.start, ck.pop_time)
+        old = self.cks.get(key)
+        if old is not None:
+            old.pending |= ck.pending
+        else:
+            self.cks[key] = ck
+
+    def ack(self, group: str, topic: str, queue_id: int, start: int, pop_time: int, offset: int) -> bool:
+        """Take ``offset`` out of its checkpoint; False when it is not there (acked or revived)."""
+        ck = self.cks.get((group, topic, queue_id, start, pop_time))
+        if ck is None or offset not in ck.pending:
+            return False
+        ck.pending.discard(offset)
+        if not ck.pending:
+            del self.cks[(group, topic, queue_id, start, pop_time)]
+        self.acked += 1
+        return True
+
+
+#: by the broker's state (the context is slotted: no weak reference to it)
+_STATES: weakref.WeakKeyDictionary[BrokerState, PopState] = weakref.WeakKeyDictionary()
+
+
+def pop_state(ctx: BrokerContext) -> PopState:
+    """The POP state of the broker with this context (made by :func:`handlers`)."""
+    return _STATES[ctx.state]
+
+
+def _reencode(sm: StoredMessage, topic: str, props: str) -> bytes:
+    """The stored message ``sm`` with another topic and properties (what a pop of a retry message
+    returns: the original topic and a broker-made POP_CK)."""
+    topic_b, props_b = topic.encode(), props.encode()
+    total = (
+        _HEAD.size + len(sm.born_host) + 8 + len(sm.store_host) + _TAIL.size + 4 + len(sm.body)
+        + 1 + len(topic_b) + 2 + len(props_b)
+    )  # fmt: skip
+    out = bytearray()
+    crc = zlib.crc32(sm.body) & 0x7FFFFFFF
+    out += _HEAD.pack(
+        total, MAGIC_V1, crc, sm.queue_id, sm.flag, sm.queue_offset, sm.phys_offset, sm.sys_flag, sm.born_ts
+    )
+    out += sm.born_host + struct.pack(">q", sm.store_ts) + sm.store_host
+    out += _TAIL.pack(sm.reconsume_times, 0) + struct.pack(">i", len(sm.body)) + sm.body
+    out += bytes([len(topic_b)]) + topic_b + struct.pack(">h", len(props_b)) + props_b
+    return bytes(out)
+
+
+def _avg(n_items: int, cids: list[str], me: str) -> list[int]:
+    """``AllocateMessageQueueAveragely`` over item indexes."""
+    if me not in cids or not n_items:
+        return []
+    index, n = cids.index(me), len(cids)
+    mod = n_items % n
+    size = (n_items // n + (1 if index < mod else 0)) if n_items > n else 1
+    start = index * size if mod > 0 and index < mod else index * size + mod
+    return [(start + i) % n_items for i in range(min(size, n_items - start))]
+
+
+def handlers(ctx: BrokerContext) -> HandlerTable:
+    store, state, holds = ctx.store, ctx.state, ctx.holds
+    respond = ctx.respond
+    settings = ctx.settings
+    broker = settings.name
+    faq = faq_suffix(settings.flavour)
+    ps = _STATES[state] = PopState()
+    if settings.flavour != 5:
+        return {}  # a 4.x broker does not know these codes
+
+    def pop_offset(group: str, topic: str, q: int, init_mode: int) -> int:
+        off = state.query_offset(group, topic, q)
+        if off < 0:
+            off = (
+                store.min_offset(topic, q)
+                if init_mode == 0 or topic.startswith(RETRY_PREFIX)
+                else (store.max_offset(topic, q))
+            )
+        return max(off, store.min_offset(topic, q))
+
+    def pop_queue(
+        group: str,
+        topic: str,
+        origin: str,
+        q: int,
+        want: int,
+        codes: frozenset[int] | None,
+        init_mode: int,
+        pop_time: int,
+        invisible: int,
+        revive_qid: int,
+        parts: list[bytes | memoryview],
+        info: list[tuple[bool, int, list[int]]],
+    ) -> tuple[int, int]:
+        """Pop up to ``want`` messages of one queue: (count, rest of the queue)."""
+        offset = pop_offset(group, topic, q, init_mode)
+        end = store.max_offset(topic, q)
+        if want <= 0 or offset >= end:
+            return 0, max(0, end - offset)
+        res = store.get(topic, q, offset, want, codes)
+        if res.status == "OFFSET_TOO_SMALL":
+            offset = res.next_begin
+            res = store.get(topic, q, offset, want, codes)
+        if res.status != "FOUND" and res.status != "NO_MATCHED_MESSAGE":
+            return 0, max(0, end - offset)
+        state.commit_offset(group, topic, q, res.next_begin)
+        if not res.count:
+            return 0, max(0, end - res.next_begin)
+        retry = topic != origin
+        offsets = [_QOFF.unpack_from(p, 20)[0] for p in res.parts]
+        ck = PopCheckpoint(group, topic, origin, q, offsets[0], pop_time, invisible, revive_qid, set(offsets))
+        ps.add_ck(ck)
+        if retry:
+            for p, off in zip(res.parts, offsets, strict=True):
+                sm = StoredMessage(bytes(p))
+                props = props_decode(sm.props)
+                props.setdefault(FIRST_POP_TIME, str(pop_time))
+                props[POP_CK] = str(
+                    ExtraInfo(offsets[0], pop_time, invisible, revive_qid, "1", broker, q, off)
+                )
+                parts.append(_reencode(sm, origin, ctx.encode_props(props)))
+        else:
+            parts.extend(res.parts)
+        info.append((retry, q, offsets))
+        return res.count, max(0, end - res.next_begin)
+
+    def pop_message(conn: Connection, cmd: RemotingCommand, park: bool = True) -> Reply:
+        group = req_str(cmd, "consumerGroup")
+        topic = req_str(cmd, "topic")
+        queue_id = req_int(cmd, "queueId")
+        max_nums = req_int(cmd, "maxMsgNums")
+        invisible = req_int(cmd, "invisibleTime")
+        poll_ms = req_int(cmd, "pollTime")
+        born = req_int(cmd, "bornTime")
+        init_mode = opt_int(cmd, "initMode", 0) or 0
+        empty: dict[str, str] = {}
+        if max_nums > 32:
+            return respond(cmd, ResponseCode.SYSTEM_ERROR, "the broker's maxMsgNums is 32", empty)
+        ctx.find_group(group)
+        tc = state.topics.get(topic)
+        if tc is None:
+            return respond(
+                cmd,
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic[{topic}] not exist, apply first please! {faq}",
+                empty,
+            )
+        if not tc.perm & 4:
+            return respond(
+                cmd, ResponseCode.NO_PERMISSION, f"the topic[{topic}] peeking message is forbidden"
+            )
+        if queue_id >= tc.read:
+            return respond(
+                cmd,
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:[{tc.read}] "
+                f"consumer:[/{conn.addr}]",
+            )
+        try:
+            sub = build_subscription(topic, opt_str(cmd, "exp") or "*", opt_str(cmd, "expType"))
+        except ValueError:
+            return respond(
+                cmd, ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed"
+            )
+        pop_time = now_ms()
+        revive_qid = ps.next_revive_qid()
+        retry_topic = pop_retry_topic(topic, group)
+        has_retry = retry_topic in state.topics
+        parts: list[bytes | memoryview] = []
+        info: list[tuple[bool, int, list[int]]] = []
+        want, rest = max_nums, 0
+        retry_first = has_retry and random.randrange(100) < POP_FROM_RETRY_PROBABILITY
+        if retry_first:
+            n, r = pop_queue(
+                group, retry_topic, topic, 0, want, None, 0, pop_time, invisible, revive_qid, parts, info
+            )
+            want, rest = want - n, rest + r
+        queues = (
+            [queue_id]
+            if queue_id >= 0
+            else [(s + i) % tc.read for s in [random.randrange(tc.read)] for i in range(tc.read)]
+        )
+        for q in queues:
+            n, r = pop_queue(
+                group,
+                topic,
+                topic,
+                q,
+                want,
+                sub.codes,
+                init_mode,
+                pop_time,
+                invisible,
+                revive_qid,
+                parts,
+                info,
+            )
+            want, rest = want - n, rest + r
+        if has_retry and not retry_first and want == max_nums:
+            n, r = pop_queue(
+                group, retry_topic, topic, 0, want, None, 0, pop_time, invisible, revive_qid, parts, info
+            )
+            want, rest = want - n, rest + r
+        start_info, msg_info = build_offset_info(info)
+        ext = {
+            "popTime": str(pop_time),
+            "invisibleTime": str(invisible),
+            "reviveQid": str(revive_qid),
+            "restNum": str(rest),
+            "startOffsetInfo": start_info,
+            "msgOffsetInfo": msg_info,
+        }
+        if parts:
+            ps.popped += max_nums - want
+            ensure_reviver()
+            return respond(cmd, ResponseCode.SUCCESS, "FOUND", ext), parts
+        deadline = born + poll_ms if park else int(cmd.ext_fields.get("_deadline", "0"))
+        remaining = deadline - now_ms()
+        if poll_ms > 0 and remaining > 0:
+            cmd.ext_fields["_deadline"] = str(deadline)
+            rerun = _rerun_for(_Token())
+            for t, q in [(topic, q) for q in queues] + [(retry_topic, 0)]:
+                holds.hold(
+                    t, q, HeldPull(conn, cmd, pop_offset(group, t, q, init_mode), remaining, None, rerun)
+                )
+            return None
+        cmd.ext_fields.pop("_deadline", None)
+        return respond(cmd, ResponseCode.POLLING_TIMEOUT, "NO_MESSAGE_IN_QUEUE", ext)
+
+    def _rerun_for(token: _Token) -> Rerun:
+        def rerun(conn: Connection, cmd: RemotingCommand) -> Reply:
+            if token.done:
+                return None
+            token.done = True
+            try:
+                return pop_message(conn, cmd, False)
+            except Exception as exc:  # pragma: no cover - the header was checked before parking
+                return respond(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+
+        return rerun
+
+    def check_queue(
+        conn: Connection, cmd: RemotingCommand, topic: str, q: int, offset: int
+    ) -> RemotingCommand | None:
+        tc = state.topics.get(topic)
+        if tc is None:
+            return respond(
+                cmd, ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please! {faq}"
+            )
+        if q < 0 or q >= tc.read:
+            return respond(
+                cmd,
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"queueId[{q}] is illegal, topic:[{topic}] topicConfig.readQueueNums:[{tc.read}] "
+                f"consumer:[/{conn.addr}]",
+            )
+        lo, hi = store.min_offset(topic, q), store.max_offset(topic, q)
+        if offset < lo or offset >= hi:
+            return respond(
+                cmd,
+                ResponseCode.NO_MESSAGE,
+                f"offset is illegal, key:{topic}@{q}, commit:{offset}, store:{lo}~{hi}",
+            )
+        return None
+
+    def ack_message(conn: Connection, cmd: RemotingCommand) -> Reply:
+        group = req_str(cmd, "consumerGroup")
+        topic = req_str(cmd, "topic")
+        q = req_int(cmd, "queueId")
+        offset = req_int(cmd, "offset")
+        info = ExtraInfo.parse(req_str(cmd, "extraInfo"))
+        bad = check_queue(conn, cmd, topic, q, offset)
+        if bad is not None:
+            return bad
+        ps.ack(group, topic, q, info.ck_offset, info.pop_time, offset)
+        return respond(cmd, ResponseCode.SUCCESS)
+
+    def batch_ack(conn: Connection, cmd: RemotingCommand) -> Reply:
+        _, acks = decode_batch_ack(cmd.body)
+        for a in acks:
+            topic = pop_retry_topic(a.topic, a.group, a.retry == "2") if a.retry in ("1", "2") else a.topic
+            for off in a.offsets:
+                ps.ack(a.group, topic, a.queue_id, a.start_offset, a.pop_time, off)
+        return respond(cmd, ResponseCode.SUCCESS)
+
+    def change_invisible(conn: Connection, cmd: RemotingCommand) -> Reply:
+        group = req_str(cmd, "consumerGroup")
+        topic = req_str(cmd, "topic")
+        q = req_int(cmd, "queueId")
+        offset = req_int(cmd, "offset")
+        invisible = req_int(cmd, "invisibleTime")
+        info = ExtraInfo.parse(req_str(cmd, "extraInfo"))
+        bad = check_queue(conn, cmd, topic, q, offset)
+        if bad is not None:
+            return bad
+        old = ps.cks.get((group, topic, q, info.ck_offset, info.pop_time))
+        origin = old.origin if old is not None else topic
+        if ps.ack(group, topic, q, info.ck_offset, info.pop_time, offset):
+            ps.acked -= 1  # moved to a checkpoint of its own, not acked
+        pop_time = now_ms()
+        while (group, topic, q, offset, pop_time) in ps.cks:
+            pop_time += 1  # a handle names one checkpoint: not the pop's of the same millisecond
+        revive_qid = ps.next_revive_qid()
+        ps.add_ck(PopCheckpoint(group, topic, origin, q, offset, pop_time, invisible, revive_qid, {offset}))
+        ps.changed += 1
+        ensure_reviver()
+        ext = {"popTime": str(pop_time), "invisibleTime": str(invisible), "reviveQid": str(revive_qid)}
+        return respond(cmd, ResponseCode.SUCCESS, "not set any response code", ext)
+
+    def set_mode(conn: Connection, cmd: RemotingCommand) -> Reply:
+        topic, group, mode, share = decode_set_mode(cmd.body)
+        if topic.startswith(RETRY_PREFIX):
+            return respond(cmd, ResponseCode.NO_PERMISSION, "retry topic is not allowed to set mode")
+        if topic not in state.topics:
+            return respond(cmd, ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        ps.modes[(topic, group)] = (mode, share)
+        return respond(cmd, ResponseCode.SUCCESS)
+
+    def query_assignment(conn: Connection, cmd: RemotingCommand) -> Reply:
+        body = decode_query_assignment(cmd.body)
+        topic, group, me = body["topic"], body["consumerGroup"], body["clientId"]
+        tc = state.topics.get(topic)
+        out: list[Assignment] = []
+        if tc is not None:
+            g = ctx.consumers.get(group)
+            cids = sorted(g.client_ids()) if g is not None else []
+            mode, share = ps.modes.get((topic, group), ("PULL", 0))
+            if topic.startswith(RETRY_PREFIX):
+                mode = "PULL"
+            if body["messageModel"] == "BROADCASTING":
+                out = [Assignment(MessageQueue(topic, broker, q), mode) for q in range(tc.read)]
+            elif mode == "POP" and (share <= 0 or share >= len(cids) - 1):
+                out = [Assignment(MessageQueue(topic, broker, -1), "POP")]
+            elif mode == "POP" and me in cids:
+                mine: set[int] = set()
+                i = cids.index(me)
+                for j in range(share + 1):
+                    mine.update(_avg(tc.read, cids, cids[(i + j) % len(cids)]))
+                out = [Assignment(MessageQueue(topic, broker, q), "POP") for q in sorted(mine)]
+            else:
+                out = [Assignment(MessageQueue(topic, broker, q), "PULL") for q in _avg(tc.read, cids, me)]
+        return respond(cmd, ResponseCode.SUCCESS, None, None, encode_assignments(out))
+
+    def revive_once() -> int:
+        """Copy what every due checkpoint still holds into its pop retry topic; the number copied."""
+        now = now_ms()
+        n = 0
+        due = sorted((ck.due, i, key) for i, (key, ck) in enumerate(ps.cks.items()) if ck.due <= now)
+        for _, _, key in due:  # the earliest due first (PopReviveService: by revive offset)
+            ck = ps.cks.pop(key)
+            retry_topic = ck.topic if ck.topic != ck.origin else pop_retry_topic(ck.origin, ck.group)
+            ctx.create_topic_in_back_method(retry_topic, 1, 6)
+            for off in sorted(ck.pending):
+                res = store.get(ck.topic, ck.queue_id, off, 1, None)
+                if res.status != "FOUND":
+                    continue
+                sm = StoredMessage(bytes(res.parts[0]))
+                props = props_decode(sm.props)
+                props.pop(POP_CK, None)
+                props.setdefault(FIRST_POP_TIME, str(ck.pop_time))
+                ctx.put(
+                    retry_topic,
+                    0,
+                    sm.body,
+                    sm.flag,
+                    props,
+                    ctx.encode_props(props),
+                    sm.sys_flag,
+                    sm.born_ts,
+                    store.store_host,
+                    sm.reconsume_times + 1,
+                )
+                n += 1
+        ps.revived += n
+        return n
+
+    async def revive_loop() -> None:
+        while True:
+            await anyio.sleep(settings.timing.pop_revive_interval)
+            try:
+                revive_once()
+            except Exception:  # pragma: no cover - logged, the timer goes on
+                log.exception("pop revive failed")
+
+    def ensure_reviver() -> None:
+        if not ps.reviver_started:
+            ps.reviver_started = True
+            ctx.spawn(revive_loop)
+
+    ps.revive_once = revive_once
+    return {
+        RequestCode.POP_MESSAGE: pop_message,
+        RequestCode.ACK_MESSAGE: ack_message,
+        RequestCode.BATCH_ACK_MESSAGE: batch_ack,
+        RequestCode.CHANGE_MESSAGE_INVISIBLETIME: change_invisible,
+        RequestCode.SET_MESSAGE_REQUEST_MODE: set_mode,
+        RequestCode.QUERY_ASSIGNMENT: query_assignment,
+    }
+
+
+class _Token:
+    """One parked pop, registered on several queues: answered once."""
+
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = False
