@@ -485,38 +485,65 @@ MessageModel = Literal["CLUSTERING", "BROADCASTING"]
 class ConsumerConfig(ConfigModel):
     """``DefaultMQPushConsumer`` settings with the Java defaults (timers live in :class:`Timing`)."""
 
-    group: str = Field(min_length=1, max_length=255, pattern=r"^[%|a-zA-Z0-9_-]+$")
-    message_model: MessageModel = "CLUSTERING"
-    consume_from_where: ConsumeFrom = "CONSUME_FROM_LAST_OFFSET"
-    #: ``yyyyMMddHHmmss`` (Java ``consumeTimestamp``) or epoch milliseconds; default: half an hour ago
-    consume_timestamp: str | int | None = None
+    group: str = Field(
+        min_length=1,
+        max_length=255,
+        pattern=r"^[%|a-zA-Z0-9_-]+$",
+        description="the consumer group: letters, digits, _ - % |, up to 255 characters",
+    )
+    message_model: MessageModel = Field(
+        default="CLUSTERING",
+        description="CLUSTERING: the group's members share the queues; BROADCASTING: each gets every message",
+    )
+    consume_from_where: ConsumeFrom = Field(
+        default="CONSUME_FROM_LAST_OFFSET",
+        description="where a group with no committed offset starts (one with offsets goes on from them)",
+    )
+    consume_timestamp: str | int | None = Field(
+        default=None,
+        description="CONSUME_FROM_TIMESTAMP: yyyyMMddHHmmss (Java consumeTimestamp) or epoch milliseconds; "
+        "None: half an hour before the consumer was made",
+    )
     allocate_strategy: str = Field(
         default="AVG", description="AVG, AVG_BY_CIRCLE, CONSISTENT_HASH, CONFIG, MACHINE_ROOM"
     )
-    pull_batch_size: int = Field(default=32, ge=1, le=1024)
+    pull_batch_size: int = Field(default=32, ge=1, le=1024, description="messages per pull")
     consume_batch_max_size: int = Field(default=1, ge=1, le=1024, description="consumeMessageBatchMaxSize")
-    pull_threshold_for_queue: int = Field(default=1000, ge=1, le=65535)
-    pull_threshold_size_for_queue: int = Field(default=100, ge=1, le=1024, description="MiB")
+    pull_threshold_for_queue: int = Field(
+        default=1000, ge=1, le=65535, description="cached messages per queue before its pulls wait"
+    )
+    pull_threshold_size_for_queue: int = Field(
+        default=100, ge=1, le=1024, description="MiB of cached bodies per queue before its pulls wait"
+    )
     pull_threshold_for_topic: int = Field(
         default=-1, ge=-1, le=6553500, description="-1: no topic-level limit"
     )
     pull_threshold_size_for_topic: int = Field(default=-1, ge=-1, le=102400, description="MiB; -1: no limit")
-    consume_concurrently_max_span: int = Field(default=2000, ge=1, le=65535)
+    consume_concurrently_max_span: int = Field(
+        default=2000, ge=1, le=65535, description="offsets between a queue's oldest and newest cached message"
+    )
     max_reconsume_times: int = Field(
         default=-1, ge=-1, description="-1: 16 for concurrent, unbounded for orderly"
     )
     concurrency: int = Field(
         default=20, ge=1, le=10000, description="handlers running at once (consumeThreadMin)"
     )
-    post_subscription_when_pull: bool = False
-    unit_mode: bool = False
-    #: seconds a new member list must stay unchanged before allocation uses it (0: off, as Java)
-    rebalance_stability_window: float = Field(default=0.0, ge=0)
+    post_subscription_when_pull: bool = Field(
+        default=False, description="send the subscription with every pull (Java postSubscriptionWhenPull)"
+    )
+    unit_mode: bool = Field(default=False, description="Java unitMode (unit-set deployments)")
+    rebalance_stability_window: float = Field(
+        default=0.0,
+        ge=0,
+        description="seconds a new member list must stay unchanged before allocation uses it (0: off)",
+    )
     #: orderly: seconds a consume task keeps a queue before yielding (MAX_TIME_CONSUME_CONTINUOUSLY)
     #: (the time slice itself is ``Timing.orderly_time_slice``)
     #: orderly: seconds a rebalance waits for a queue's running handler before dropping it (Java's
     #: ``consumeLock.tryLock(1000 ms)``); past it, the queue is unlocked once the handler has ended
-    orderly_drop_wait: float = Field(default=1.0, ge=0)
+    orderly_drop_wait: float = Field(
+        default=1.0, ge=0, description="orderly: seconds a rebalance waits for a queue's running handler"
+    )
     offset_store_dir: str | None = Field(
         default=None, description="broadcasting: local offsets dir (~/.rocketmq_offsets)"
     )
@@ -581,27 +608,39 @@ class LitePullConfig(ConfigModel):
     names and units as :class:`ConsumerConfig` and Java: seconds, MiB, epoch milliseconds);
     :meth:`consumer_config` is what the consumer parts it shares with the push consumer read."""
 
-    group: str = Field(min_length=1, max_length=255, pattern=r"^[%|a-zA-Z0-9_-]+$")
-    auto_commit: bool = True
-    auto_commit_interval: float = Field(default=5.0, ge=0, description="seconds")
-    consume_from_where: Literal[
-        "CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_FIRST_OFFSET", "CONSUME_FROM_TIMESTAMP"
-    ] = "CONSUME_FROM_LAST_OFFSET"
-    #: epoch milliseconds; None: half an hour before the consumer was made
-    consume_timestamp_ms: int | None = Field(default=None, ge=0)
+    group: str = Field(
+        min_length=1,
+        max_length=255,
+        pattern=r"^[%|a-zA-Z0-9_-]+$",
+        description="the consumer group: letters, digits, _ - % |, up to 255 characters",
+    )
+    auto_commit: bool = Field(default=True, description="commit what earlier polls returned, at a poll")
+    auto_commit_interval: float = Field(default=5.0, ge=0, description="seconds between auto commits")
+    consume_from_where: ConsumeFrom = Field(
+        default="CONSUME_FROM_LAST_OFFSET",
+        description="where a group with no committed offset starts (one with offsets goes on from them)",
+    )
+    consume_timestamp_ms: int | None = Field(
+        default=None, ge=0, description="epoch milliseconds; None: half an hour before the consumer was made"
+    )
     allocate_strategy: str = Field(
         default="AVG", description="AVG, AVG_BY_CIRCLE, CONSISTENT_HASH, CONFIG, MACHINE_ROOM"
     )
-    pull_batch_size: int = Field(default=10, ge=1)
-    pull_threshold_for_queue: int = Field(default=1000, ge=1)
+    pull_batch_size: int = Field(default=10, ge=1, description="messages per pull")
+    pull_threshold_for_queue: int = Field(
+        default=1000, ge=1, description="buffered messages per queue before its pulls wait"
+    )
     pull_threshold_size_for_queue: int = Field(
         default=100, ge=1, le=1024, description="MiB, as ConsumerConfig's"
     )
-    pull_threshold_for_all: int = Field(default=10000, ge=1)
-    #: a message that cannot be decoded (#19): "fail" (poll raises UndecodableMessageError naming its
-    #: offset once the messages before it were polled; the queue stays there until a seek) or "skip"
-    #: (an ERROR log record, and the queue goes on)
-    on_undecodable: Literal["fail", "skip"] = "fail"
+    pull_threshold_for_all: int = Field(
+        default=10000, ge=1, description="buffered messages of all queues before pulls wait"
+    )
+    on_undecodable: Literal["fail", "skip"] = Field(
+        default="fail",
+        description="a message that cannot be decoded: fail (poll raises UndecodableMessageError naming its "
+        "offset after the messages before it; the queue stays until a seek) or skip (an ERROR record)",
+    )
 
     @field_validator("allocate_strategy")
     @classmethod

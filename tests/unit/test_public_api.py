@@ -96,3 +96,10 @@ def test_every_public_member_of_the_consumers_has_a_docstring() -> None:
             n for n, member in inspect.getmembers(cls) if not n.startswith("_") and not inspect.getdoc(member)
         ]
         assert missing == [], (cls.__name__, missing)
+
+
+def test_every_consumer_option_is_described() -> None:
+    from rmq_async import ConsumerConfig, LitePullConfig
+
+    for cls in (ConsumerConfig, LitePullConfig):
+        assert [n for n, f in cls.model_fields.items() if not f.description] == [], cls.__name__
