@@ -243,6 +243,7 @@ class _Progress:
     no end known (a count and a rate)."""
 
     def __init__(self, total: int | None, label: str, *, enabled: bool) -> None:
+        self.enabled = enabled
         self._bar: Any = None
         if enabled:
             from rich.progress import Progress
@@ -306,36 +307,47 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
     t_first: float | None = None
     t_last = time.perf_counter()
     done = anyio.Event()
-    activity = anyio.Event()
+    wake = anyio.Event()  # set with done, and when the last awaited retry came (rare: no cost per message)
+
+    # the per-message work below is kept small: `consume --count N` is meant to run near the no-op
+    # handler's rate of `rmq-async bench push` (#25)
+    fail_every = args.fail_every
+    printing = args.print or args.print_body
+    search = _TRAILING_INT.search
 
     async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
-        nonlocal consumed, first_delivery, t_first, t_last, activity, order_violations
-        for m in msgs:
-            key = m.keys or m.msg_id
-            if key not in first_seen:
-                first_seen.add(key)
-                first_delivery += 1
-                if args.fail_every and first_delivery % args.fail_every == 0:
-                    if not args.broadcast:
-                        awaited_retries.update(m.keys or m.msg_id for m in msgs)
-                    return ConsumeResult.RECONSUME_LATER
+        nonlocal consumed, first_delivery, t_first, t_last, order_violations
+        if fail_every:
+            for m in msgs:
+                key = m.keys or m.msg_id
+                if key not in first_seen:
+                    first_seen.add(key)
+                    first_delivery += 1
+                    if first_delivery % fail_every == 0:
+                        if not args.broadcast:
+                            awaited_retries.update(m.keys or m.msg_id for m in msgs)
+                        return ConsumeResult.RECONSUME_LATER
         now = time.perf_counter()
-        t_first = t_first or now
+        if t_first is None:
+            t_first = now
         t_last = now
         for m in msgs:
             key = m.keys or m.msg_id
-            awaited_retries.discard(key)
+            if awaited_retries:
+                awaited_retries.discard(key)
+                if not awaited_retries:
+                    wake.set()
             seen[key] = seen.get(key, 0) + 1
             consumed += 1
-            idx = _TRAILING_INT.search(key)
-            if idx is not None and m.reconsume_times == 0:
+            if m.reconsume_times == 0 and (idx := search(key)) is not None:
                 q = (m.broker_name, m.topic, m.queue_id)
                 prev = last_index.get(q)
                 if prev is None or m.queue_offset > prev[0]:
-                    if prev is not None and int(idx.group(1)) < prev[1]:
+                    index = int(idx.group(1))
+                    if prev is not None and index < prev[1]:
                         order_violations += 1
-                    last_index[q] = (m.queue_offset, int(idx.group(1)))
-            if args.print or args.print_body:
+                    last_index[q] = (m.queue_offset, index)
+            if printing:
                 line: dict[str, Any] = {
                     "topic": m.topic,
                     "queue_id": m.queue_id,
@@ -348,11 +360,11 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
                 if args.print_body:
                     line["body"] = m.body.decode("utf-8", errors="replace")
                 print(json.dumps(line), flush=True)
-        progress.advance(len(msgs))
-        activity.set()
-        activity = anyio.Event()
+        if progress.enabled:
+            progress.advance(len(msgs))
         if args.count and len(seen) >= args.count:
             done.set()
+            wake.set()
         return ConsumeResult.SUCCESS
 
     try:
@@ -380,7 +392,7 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
     async def on_signal() -> None:
         await stop.event.wait()
         done.set()
-        activity.set()
+        wake.set()
 
     try:
         async with anyio.create_task_group() as tg:
@@ -400,12 +412,16 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
                 except RocketMQError as exc:
                     tg.cancel_scope.cancel()
                     return _fail(f"cannot reach the cluster: {exc}")
+            if t_first is None:
+                t_last = time.perf_counter()  # the idle time runs from here, or the last message
             while not done.is_set():
-                ev = activity
                 idle = max(args.idle_exit, _RETRY_WAIT) if awaited_retries else args.idle_exit
-                with anyio.move_on_after(idle) as scope:
-                    await ev.wait()
-                if scope.cancelled_caught:
+                left = t_last + idle - time.perf_counter()  # t_last: the last consumed message
+                if left > 0:
+                    with anyio.move_on_after(left):
+                        await wake.wait()  # done, or the awaited retries came: the idle time changes
+                    wake = anyio.Event()
+                else:
                     if awaited_retries:
                         log.warning(
                             "%d messages failed on purpose were not redelivered within %.0f s",
