@@ -45,6 +45,7 @@ __all__ = [
     "ProducerConfig",
     "TLSConfig",
     "Timing",
+    "TraceConfig",
     "parse_delay_levels",
 ]
 
@@ -385,6 +386,27 @@ class TLSConfig(ConfigModel):
         )
 
 
+class TraceConfig(ConfigModel):
+    """Message trace (Java ``enableMsgTrace`` / ``customizedTraceTopic``), off by default as in Java.
+
+    Producers write a ``Pub`` record per send, push consumers a ``SubBefore`` and a ``SubAfter`` per
+    handler call, batched by an inner producer to ``topic`` (None: ``RMQ_SYS_TRACE_TOPIC``), readable
+    by ``mqadmin queryMsgTraceById`` and the dashboard. A full queue drops records (counted), it never
+    slows consumption; shutdown flushes what is queued within ``flush_timeout`` seconds."""
+
+    enabled: bool = False
+    topic: str | None = Field(default=None, min_length=1, max_length=127)
+    #: contexts queued at most (Java: 2048)
+    queue_size: int = Field(default=2048, ge=1)
+    #: contexts per send round (Java's batchNum, capped at 20)
+    batch_size: int = Field(default=20, ge=1, le=20)
+    #: characters of records per trace message (Java: 128000)
+    max_message_size: int = Field(default=128000, ge=1024, le=4 * 1024 * 1024)
+    #: seconds a context may wait before it is sent even without a full batch (Java: 5 s)
+    flush_interval: float = Field(default=1.0, gt=0)
+    flush_timeout: float = Field(default=5.0, gt=0)
+
+
 class ClientConfig(ConfigModel):
     """What every client (consumer or producer) needs to reach a cluster (Java ``ClientConfig``).
 
@@ -427,6 +449,8 @@ class ClientConfig(ConfigModel):
     #: TLS for every connection; None: from ``RMQ_TLS`` and the other ``RMQ_TLS_*`` variables if set,
     #: else plain TCP (see :meth:`effective_tls`); True: ``TLSConfig()``; False: plain, whatever the env
     tls: TLSConfig | Literal[False] | None = None
+    #: message trace (off by default); ``True`` is ``TraceConfig(enabled=True)``
+    trace: TraceConfig = Field(default_factory=TraceConfig)
 
     @field_validator("namesrv_addr")
     @classmethod
@@ -459,6 +483,13 @@ class ClientConfig(ConfigModel):
     @classmethod
     def _tls_shorthand(cls, v: Any) -> Any:
         return TLSConfig() if v is True else v
+
+    @field_validator("trace", mode="before")
+    @classmethod
+    def _trace_shorthand(cls, v: Any) -> Any:
+        if v is True or v is False:
+            return TraceConfig(enabled=v)
+        return v
 
     def effective_tls(self) -> TLSConfig | None:
         """``tls``, else that of the environment (:meth:`TLSConfig.from_env`), else None (plain TCP)."""

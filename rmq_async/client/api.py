@@ -88,6 +88,8 @@ class SendResult:
     queue_offset: int
     transaction_id: str | None = None
     region_id: str | None = None
+    #: the broker's ``TRACE_ON`` answer: False only when it says "false" (``processSendResponse``)
+    trace_on: bool = True
 
 
 class MQClientAPI:
@@ -190,7 +192,39 @@ class MQClientAPI:
             queue_offset=rh.queue_offset,
             transaction_id=rh.transaction_id,
             region_id=resp.ext_fields.get("MSG_REGION") or "DefaultRegion",  # processSendResponse
+            trace_on=resp.ext_fields.get("TRACE_ON") != "false",
         )
+
+    async def query_message(
+        self,
+        addr: str,
+        topic: str,
+        key: str,
+        max_num: int,
+        begin_ms: int,
+        end_ms: int,
+        timeout: float,
+        *,
+        unique_key: bool = False,
+    ) -> list[MessageExt]:
+        """QUERY_MESSAGE (12) by key (``MQClientAPIImpl.queryMessage``): the stored messages of
+        ``topic`` indexed under ``key`` in ``[begin_ms, end_ms]``; none found (22): ``[]``."""
+        ext = {
+            "topic": topic,
+            "key": key,
+            "maxNum": str(max_num),
+            "beginTimestamp": str(begin_ms),
+            "endTimestamp": str(end_ms),
+        }
+        if unique_key:
+            ext["_UNIQUE_KEY_QUERY"] = "true"
+        cmd = self._cmd(RequestCode.QUERY_MESSAGE, ext)
+        resp = await self._call(addr, cmd, timeout)
+        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+            return []
+        if resp.code != ResponseCode.SUCCESS:
+            raise self._fail(resp, cmd, addr)
+        return list(decode_messages(resp.body or b""))
 
     async def consumer_send_msg_back(
         self, addr: str, header: H.ConsumerSendMsgBackRequestHeader, timeout: float

@@ -16,12 +16,14 @@ from typing import Any
 import anyio.abc
 
 from ..client.instance import ClientInstance
-from ..config import ClientConfig, ConsumerConfig, Timing
+from ..config import ClientConfig, ConsumerConfig, ProducerConfig, Timing
 from ..errors import ClientError
 from ..producer.producer import Producer
 from ..protocol.bodies import SubscriptionData
 from ..protocol.filter import SQL92, SUB_ALL, TAG, Selector, parse_tag_expression
 from ..protocol.stored import MessageExt
+from ..trace.dispatcher import TraceDispatcher, TraceSender
+from ..trace.hooks import ConsumeTracer
 from .deadlines import DeadlineTracker
 from .offset_store import OffsetStore
 from .sendback import send_back
@@ -166,6 +168,15 @@ class ConsumerContext:
         self.stats = stats or ConsumerStats()
         self.before_hooks: list[Hook] = []
         self.after_hooks: list[Hook] = []
+        #: message trace (``ClientConfig.trace``): a SubBefore/SubAfter per handler call, through the
+        #: two hooks below; its dispatcher starts in the run's task group with the first handler call
+        self.tracer: ConsumeTracer | None = None
+        self._trace_tg: anyio.abc.TaskGroup | None = None
+        if client_config.trace.enabled:
+            dispatcher = TraceDispatcher(group, "CONSUME", client_config.trace)
+            self.tracer = ConsumeTracer(dispatcher, group, self.timing.consume_timeout)
+            self.before_hooks.append(self._trace_before)
+            self.after_hooks.append(self.tracer.after)
         #: per-message consume deadlines; its ``timeout`` is THE consume timeout
         self.deadlines = DeadlineTracker(self.timing.consume_timeout)
         #: a graceful stop has begun: start nothing new
@@ -236,6 +247,25 @@ class ConsumerContext:
             return False
         tg.start_soon(fn, *args)
         return True
+
+    # -- message trace ------------------------------------------------------------------------------
+
+    def _trace_before(self, batch: list[MessageExt], ctx: object) -> None:
+        tracer = self.tracer
+        assert tracer is not None
+        tg = self._tg
+        if tg is not None and self._trace_tg is not tg:
+            self._trace_tg = tg
+            tg.start_soon(tracer.dispatcher.run, self._trace_sender)
+        tracer.before(batch, ctx)
+
+    def _trace_sender(self, group: str) -> TraceSender:
+        """The inner trace producer (Java's: 5 s send timeout), on the consumer's client."""
+        return Producer(
+            config=ProducerConfig(group=group, send_timeout=5.0),
+            client_config=self.client_config,
+            client=self.client,
+        )
 
     # -- shared operations --------------------------------------------------------------------------
 

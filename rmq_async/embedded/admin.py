@@ -1,5 +1,5 @@
 """Offset and admin requests (``ConsumerManageProcessor``, ``AdminBrokerProcessor``,
-``QueryMessageProcessor.viewMessageById``).
+``QueryMessageProcessor.viewMessageById``; ``queryMessage`` by key is in ``query.py``).
 
 Strategy: small synchronous handlers over the store and the broker state. QUERY_CONSUMER_OFFSET of a
 never-committed queue follows ``ConsumerManageProcessor.queryConsumerOffset``: 4.9.8 answers 0 while
@@ -18,6 +18,7 @@ from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
 from .context import BrokerContext, HandlerTable
 from .fields import opt_int, opt_str, req_int, req_str
+from .query import query_message_handler
 from .server import Connection, Reply
 from .state import TopicConfig
 
@@ -143,4 +144,5 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
         RequestCode.GET_EARLIEST_MSG_STORETIME: earliest_time,
         RequestCode.VIEW_MESSAGE_BY_ID: view_message,
         RequestCode.UPDATE_AND_CREATE_TOPIC: create_topic,
+        RequestCode.QUERY_MESSAGE: query_message_handler(ctx),  # by key: query.py
     }

@@ -77,6 +77,8 @@ class Broker:
         advertised_addr: str | None = None,
         enable_property_filter: bool = False,
         filter_support_retry: bool = False,
+        trace_topic_enable: bool = False,
+        trace_topic: str = "RMQ_SYS_TRACE_TOPIC",
     ) -> None:
         self.settings = s = BrokerSettings(
             name,
@@ -90,6 +92,8 @@ class Broker:
             parse_delay_levels(delay_levels or timing.delay_levels),
             enable_property_filter=enable_property_filter,
             filter_support_retry=filter_support_retry,
+            trace_topic_enable=trace_topic_enable,
+            trace_topic=trace_topic,
         )
         self.name = name
         self.requested_port = port
@@ -105,6 +109,7 @@ class Broker:
             auto_create=auto_create_topic,
             schedule_queues=max(18, len(s.delay_levels)),
             data_dir=data_dir,
+            trace_topic=trace_topic if trace_topic_enable else None,
         )
         self.consumers = ConsumerManager(self._notify_ids_changed)
         self.producers = ProducerManager()

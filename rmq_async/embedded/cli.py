@@ -62,6 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="filter retry topics by the group's SQL92 filter too (filterSupportRetry; 4.x flavour)",
     )
+    parser.add_argument(
+        "--trace-topic-enable",
+        action="store_true",
+        help="create the message trace topic RMQ_SYS_TRACE_TOPIC at start (traceTopicEnable)",
+    )
     parser.add_argument("--exit-on-stdin-eof", action="store_true", help="stop when stdin is closed")
     parser.add_argument(
         "--acl-file",
@@ -139,6 +144,7 @@ async def run(args: argparse.Namespace) -> int:
         auto_create_topic=not args.no_auto_create_topic,
         enable_property_filter=args.enable_property_filter,
         filter_support_retry=args.filter_support_retry,
+        trace_topic_enable=args.trace_topic_enable,
         acl=_acl(args),
         tls=server_tls(args),
     )

@@ -90,6 +90,7 @@ class EmbeddedCluster:
         tls: ServerTLS | None = None,
         enable_property_filter: bool = False,
         filter_support_retry: bool = False,
+        trace_topic_enable: bool = False,
     ) -> None:
         if flavour not in (4, 5):
             raise ValueError(f"flavour must be 4 or 5, not {flavour!r}")
@@ -108,6 +109,8 @@ class EmbeddedCluster:
         #: the brokers' ``enablePropertyFilter`` (SQL92 subscriptions) and ``filterSupportRetry``
         self.enable_property_filter = enable_property_filter
         self.filter_support_retry = filter_support_retry
+        #: the brokers' ``traceTopicEnable``: ``RMQ_SYS_TRACE_TOPIC`` exists from the start
+        self.trace_topic_enable = trace_topic_enable
         #: ACL accounts every broker enforces (None: off); a path is read as a ``plain_acl.yml``
         self.acl = AclConfig.coerce(acl) if acl is not None else None
         self.namesrv_addr = ""
@@ -251,6 +254,7 @@ class EmbeddedCluster:
             advertised_addr=self._advertised.get(i),
             enable_property_filter=self.enable_property_filter,
             filter_support_retry=self.filter_support_retry,
+            trace_topic_enable=self.trace_topic_enable,
         )
         if old is not None:
             b.faults = old.faults
@@ -391,6 +395,8 @@ class EmbeddedCluster:
             args.append("--enable-property-filter")
         if self.filter_support_retry:
             args.append("--filter-support-retry")
+        if self.trace_topic_enable:
+            args.append("--trace-topic-enable")
         if self.tls is not None:  # the key password, if any, goes in the environment (_child_env)
             args += ["--tls-mode", self.tls.mode, "--tls-client-auth", self.tls.client_auth]
             for flag, value in (

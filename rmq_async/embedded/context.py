@@ -72,6 +72,9 @@ class BrokerSettings:
     enable_property_filter: bool = False
     #: ``BrokerConfig.filterSupportRetry``: filter the retry topic too (4.x; see ``filters.py``)
     filter_support_retry: bool = False
+    #: ``BrokerConfig.traceTopicEnable`` / ``msgTraceTopicName``: create the trace topic at start
+    trace_topic_enable: bool = False
+    trace_topic: str = "RMQ_SYS_TRACE_TOPIC"
     version: int = field(init=False)  # the broker's MQVersion, written in every command
     delay_ms: tuple[int, ...] = field(init=False)
 

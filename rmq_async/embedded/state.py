@@ -105,6 +105,7 @@ class BrokerState:
         auto_create: bool,
         schedule_queues: int,
         data_dir: Path | None,
+        trace_topic: str | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.topics: dict[str, TopicConfig] = {}
@@ -123,6 +124,8 @@ class BrokerState:
         self.topics["OFFSET_MOVED_EVENT"] = TopicConfig("OFFSET_MOVED_EVENT", 1, 1)
         self.topics[SCHEDULE_TOPIC] = TopicConfig(SCHEDULE_TOPIC, schedule_queues, schedule_queues)
         self.topics[f"{cluster}_REPLY_TOPIC"] = TopicConfig(f"{cluster}_REPLY_TOPIC", 1, 1)
+        if trace_topic is not None:  # traceTopicEnable: one queue, a system topic
+            self.topics[trace_topic] = TopicConfig(trace_topic, 1, 1)
         self.system_topics = frozenset(self.topics) | {TBW102}
         self._load()
 

@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 
 from ..client.api import SendResult
-from ..client.instance import ClientInstance, pid_instance_name
+from ..client.instance import INNER_PRODUCER_GROUP, ClientInstance, pid_instance_name
 from ..config import ClientConfig, ProducerConfig
 from ..errors import AuthError, BrokerError, ClientError, MQClientError, RemotingError, TopicNotExist
 from ..protocol import headers as H
@@ -30,6 +30,9 @@ from ..protocol.message import CompressionType, Message, compress_body, compress
 from ..protocol.mq import MessageQueue
 from ..protocol.msgid import new_uniq_id
 from ..protocol.properties import encode_properties
+from ..trace.dispatcher import TraceDispatcher, TraceSender
+from ..trace.encoder import GROUP_NAME_PREFIX
+from ..trace.hooks import SendTracer
 
 __all__ = ["MessageQueueSelector", "Producer", "ProducerConfig", "TopicPublishInfo", "select_by_key_hash"]
 
@@ -112,6 +115,15 @@ class Producer:
         self._counter = itertools.count(random.randrange(1 << 16))
         self._started = False
         self._route_listening = False
+        #: message trace (``ClientConfig.trace``); never for the inner producers (send-back, trace)
+        self.tracer: SendTracer | None = None
+        trace = self._client_config.trace
+        if (
+            trace.enabled
+            and self.config.group != INNER_PRODUCER_GROUP
+            and not self.config.group.startswith(GROUP_NAME_PREFIX)
+        ):
+            self.tracer = SendTracer(TraceDispatcher(self.group, "PRODUCE", trace), self.group)
 
     @property
     def client(self) -> ClientInstance:
@@ -141,6 +153,23 @@ class Producer:
                 self._route_listening = False
             raise
         self._started = True
+        if self.tracer is not None:
+            self._client.spawn(self._run_tracer)
+
+    async def _run_tracer(self) -> None:
+        assert self.tracer is not None
+        await self.tracer.dispatcher.run(self._trace_sender)
+
+    def _trace_sender(self, group: str) -> TraceSender:
+        """The inner trace producer (Java's: 5 s send timeout, 128 KB messages), on this client."""
+        assert self._client is not None
+        return Producer(
+            config=ProducerConfig(
+                group=group, send_timeout=5.0, max_message_size=self.config.max_message_size
+            ),
+            client_config=self._client_config,
+            client=self._client,
+        )
 
     def _instance_name(self) -> str:
         name = self._client_config.instance_name
@@ -151,6 +180,8 @@ class Producer:
             return
         self._started = False
         client = self._client
+        if self.tracer is not None:
+            await self.tracer.dispatcher.close()  # flush what is queued (bounded)
         client.unregister_producer_local(self.group)
         with anyio.move_on_after(self._client_config.timing.request_timeout, shield=True):
             await client.unregister_everywhere(producer_group=self.group)
@@ -304,11 +335,12 @@ class Producer:
         body, props, sys_flag, uniq = self._prepare(msg, self.compress_type_for(info))
         if queue is not None or selector is not None:
             mq = queue if queue is not None else selector(list(info.queues), msg, arg)  # type: ignore[misc]
-            res = await self._send_to(mq, self._header(msg, mq, props, sys_flag), body, deadline, uniq)
+            header = self._header(msg, mq, props, sys_flag)
+            res = await self._send_to(mq, header, body, deadline, uniq, msg=msg)
             assert res is not None
             return res
         return await self._send_retrying(
-            topic, info, lambda mq: self._header(msg, mq, props, sys_flag), body, deadline, uniq
+            topic, info, lambda mq: self._header(msg, mq, props, sys_flag), body, deadline, uniq, msg=msg
         )
 
     async def _send_retrying(
@@ -321,6 +353,7 @@ class Producer:
         msg_id: str,
         *,
         batch: bool = False,
+        msg: Message | None = None,
     ) -> SendResult:
         """Rotate queues, retrying on another broker after a retriable failure, within the deadline."""
         last_broker: str | None = None
@@ -328,7 +361,7 @@ class Producer:
         for attempt in range(1 + self.config.retries):
             mq = info.select(next(self._counter), last_broker)
             try:
-                res = await self._send_to(mq, header_for(mq), body, deadline, msg_id, batch=batch)
+                res = await self._send_to(mq, header_for(mq), body, deadline, msg_id, batch=batch, msg=msg)
                 assert res is not None
                 return res
             except AuthError:
@@ -357,13 +390,22 @@ class Producer:
         *,
         batch: bool = False,
         oneway: bool = False,
+        msg: Message | None = None,
     ) -> SendResult | None:
         client = self.client
         addr = await client.master_addr(mq.broker_name, mq.topic)
         left = deadline - time.monotonic()
         if left <= 0:
             raise MQClientError(f"send to {mq} timed out before it could be sent")
-        return await client.api.send(addr, mq, header, body, left, batch=batch, oneway=oneway, msg_id=msg_id)
+        tracer = self.tracer
+        if tracer is None or oneway:
+            return await client.api.send(
+                addr, mq, header, body, left, batch=batch, oneway=oneway, msg_id=msg_id
+            )
+        tc = tracer.before(msg, mq.topic, len(body), addr)
+        res = await client.api.send(addr, mq, header, body, left, batch=batch, msg_id=msg_id)
+        tracer.after(tc, res)
+        return res
 
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
         """Send without waiting for an answer (no retries, as in Java)."""
