@@ -152,7 +152,10 @@ async def _produce(args: argparse.Namespace) -> int:
     producer = Producer(
         config=cfg,
         client_config=ClientConfig(
-            namesrv_addr=_namesrv(args), credentials=credentials_from_args(args), **tls_options(args)
+            namesrv_addr=_namesrv(args),
+            credentials=credentials_from_args(args),
+            trace=args.trace,
+            **tls_options(args),
         ),
     )
     try:
@@ -373,7 +376,10 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
             handler=handler,
             subscriptions={args.topic: _selector(args)},
             client_config=ClientConfig(
-                namesrv_addr=_namesrv(args), credentials=credentials_from_args(args), **tls_options(args)
+                namesrv_addr=_namesrv(args),
+                credentials=credentials_from_args(args),
+                trace=args.trace,
+                **tls_options(args),
             ),
             message_model="BROADCASTING" if args.broadcast else "CLUSTERING",
             consume_from_where=where,
@@ -521,6 +527,12 @@ _FROM_HELP = (
 )
 
 
+_TRACE_HELP = (
+    "write the message trace (Java's enableMsgTrace) to RMQ_SYS_TRACE_TOPIC, readable by mqadmin "
+    "queryMsgTraceById (the broker needs traceTopicEnable=true or topic auto-creation)"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="rmq-async", description="asyncio RocketMQ client tools")
     p.add_argument("--version", action="version", version=f"rmq-async {__version__}")
@@ -619,6 +631,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--concurrency", type=positive, default=64, metavar="C", help="sends in flight (default: %(default)s)"
     )
     pr.add_argument("--quiet", action="store_true", help="no progress line on a terminal")
+    pr.add_argument("--trace", action="store_true", help=_TRACE_HELP)
     add_tls_arguments(pr)
     add_credential_arguments(pr)
 
@@ -681,6 +694,7 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument(
         "--orderly", action="store_true", help="orderly consumption (per-queue order under broker locks)"
     )
+    co.add_argument("--trace", action="store_true", help=_TRACE_HELP)
     co.add_argument(
         "--fail-every",
         type=count,

@@ -5,16 +5,17 @@ without slowing consumption; stopping flushes what is queued."""
 
 from __future__ import annotations
 
+import sys
 import time
 
 import anyio
 import pytest
-from support.integration import Collector, consumer
+from support.integration import Collector, child_env, consumer
 
 from rmq_async import EmbeddedCluster, Message, Producer, Timing
 from rmq_async.client.instance import ClientInstance
 from rmq_async.config import ClientConfig, TraceConfig
-from rmq_async.trace import RMQ_SYS_TRACE_TOPIC, query_messages_by_key, query_trace
+from rmq_async.trace import RMQ_SYS_TRACE_TOPIC, decode, query_messages_by_key, query_trace
 
 
 def _traced(cluster: EmbeddedCluster, timing: Timing, **kw: object) -> ClientConfig:
@@ -70,8 +71,9 @@ async def test_full_queue_drops_and_counts_without_slowing_consumption(timing: T
                 return n / took, c.ctx.tracer
 
         # a queue of 4 contexts and a flush interval far away: nearly everything is dropped
-        cfg = _traced(cluster, timing, queue_size=4)
-        cfg = cfg.model_copy(update={"trace": TraceConfig(enabled=True, queue_size=4, flush_interval=30.0)})
+        cfg = _traced(cluster, timing).model_copy(
+            update={"trace": TraceConfig(enabled=True, queue_size=4, flush_interval=30.0)}
+        )
         plain, _ = await rate(ClientConfig(namesrv_addr=cluster.namesrv_addr, timing=timing), "trace_off_cg")
         traced, tracer = await rate(cfg, "trace_full_cg")
         assert tracer is not None
@@ -93,3 +95,49 @@ async def test_stop_flushes_what_is_queued(timing: Timing) -> None:
             with anyio.fail_after(10):
                 records = await query_trace(client, res.msg_id)
             assert [r.trace_type for r in records] == ["Pub"]
+
+
+async def test_cli_produce_and_consume_with_trace_on_a_process_cluster(timing: Timing) -> None:
+    # rmq-async embedded --trace-topic-enable (process=True runs it), produce --trace, consume --trace
+    async with EmbeddedCluster(timing=timing, process=True, trace_topic_enable=True) as cluster:
+        ns = cluster.namesrv_addr
+        base = [sys.executable, "-m", "rmq_async.cli", "--no-uvloop"]
+        consume_opts = ["--count", "3", "--idle-exit", "2", "--trace", "--quiet"]
+        with anyio.fail_after(60):
+            out = await anyio.run_process(
+                [
+                    *base,
+                    "produce",
+                    "--namesrv",
+                    ns,
+                    "--topic",
+                    "TraceCli",
+                    "--count",
+                    "3",
+                    "--trace",
+                    "--quiet",
+                ],
+                env=child_env(),
+                check=False,
+            )
+            assert out.returncode == 0, out.stderr.decode()[-2000:]
+            out = await anyio.run_process(
+                [
+                    *base,
+                    "consume",
+                    "--namesrv",
+                    ns,
+                    "--topic",
+                    "TraceCli",
+                    "--group",
+                    "trace_cli_cg",
+                    *consume_opts,
+                ],
+                env=child_env(),
+                check=False,
+            )
+            assert out.returncode == 0, out.stderr.decode()[-2000:]
+        async with ClientInstance(ClientConfig(namesrv_addr=ns, timing=timing)) as client:
+            msgs = await query_messages_by_key(client, RMQ_SYS_TRACE_TOPIC, "k-1")
+            kinds = {r.trace_type for m in msgs for r in decode(m.body.decode()) if r.beans[0].keys == "k-1"}
+            assert kinds == {"Pub", "SubBefore", "SubAfter"}, kinds
