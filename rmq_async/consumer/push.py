@@ -49,6 +49,7 @@ from .delivery import DeliveryStream
 from .health import ConsumerHealth, consumer_health
 from .offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
 from .orderly import OrderlyConsumeService  # [orderly]
+from .pop import PopService
 from .process_queue import ProcessQueue
 from .pulling import PullLoop, PullSettings
 from .queues import QueueTable
@@ -135,6 +136,7 @@ class PushConsumer:
         rebalance_stability_window: float = 0.0,
         orderly_drop_wait: float = 1.0,
         offset_store_dir: str | None = None,
+        client_rebalance: bool = True,
     ) -> None:
         options: dict[str, Any] = {k: v for k, v in locals().items() if k in CONSUMER_OPTION_DEFAULTS}
         changed = sorted(k for k, v in options.items() if v != CONSUMER_OPTION_DEFAULTS[k])
@@ -157,6 +159,10 @@ class PushConsumer:
         self.handler = handler
         # [orderly] per-queue ordering under broker lock leases (``MessageListenerOrderly``)
         self.orderly = orderly
+        # [pop] False: the broker assigns (5.x); its POP-mode queues are popped (consumer/pop.py)
+        self.client_rebalance = client_rebalance
+        if not client_rebalance and (orderly or handler is None):
+            raise ConfigError("client_rebalance=False (POP) needs a concurrent handler (no orderly POP)")
         # start() fails when no name server answers (default: keep looking in the background, as Java)
         self.require_namesrv = require_namesrv
         self.strategy = strategy_by_name(self.config.allocate_strategy)
@@ -216,6 +222,10 @@ class PushConsumer:
             on_illegal_offset=rebalancer.wake,
         )
         table.attach(self.consume_service, self.puller.run)
+        self.pop: PopService | None = None
+        if not self.client_rebalance:  # [pop]
+            self.pop = PopService(ctx, cast(Handler, self.handler), lambda: self.timing.consume_timeout)
+        rebalancer.settings.assign = self.pop.assign if self.pop is not None else None
         self.admin = ConsumerAdmin(
             ctx,
             table,
@@ -544,8 +554,12 @@ class PushConsumer:
         self.table.stop_pulling()  # keep the process queues for the offsets
         service = self.consume_service
         service.close()
+        if self.pop is not None:  # [pop] stop popping; what was popped and not consumed comes back
+            self.pop.close()
         with anyio.move_on_after(self.timing.shutdown_timeout) as waited:
             await service.wait_idle()
+            if self.pop is not None:
+                await self.pop.wait_idle()
         self._gave_up = waited.cancelled_caught
         mqs = list(self.pqs)
         with anyio.move_on_after(self.timing.request_timeout * 2):
@@ -580,7 +594,7 @@ class PushConsumer:
             unit_mode=self.config.unit_mode,
         )
 
-    async def handle_server_request(self, cmd: RemotingCommand) -> RemotingCommand | None:
+    async def _handle_server_request(self, cmd: RemotingCommand) -> RemotingCommand | None:
         """(internal, for the client instance) Answer a broker's request about this group."""
         return await self.admin.handle(cmd)
 

@@ -87,6 +87,9 @@ class RebalanceSettings:
     #: called with (broker address, member ids) for members never seen before (the subscription check)
     on_new_members: Callable[[str, list[str]], Coroutine[Any, Any, None]] | None = None
     new_members: Callable[[list[str]], list[str]] | None = None
+    #: the broker assigns (``client_rebalance=False``, POP): the PULL-mode queues of a topic, or None
+    #: to allocate that topic here (``RebalanceImpl.tryQueryAssignment``)
+    assign: Callable[[str], Coroutine[Any, Any, set[MessageQueue] | None]] | None = None
 
 
 class Rebalancer:
@@ -157,6 +160,16 @@ class Rebalancer:
         topics = sorted(c.subscriptions.topics())
         all_locked = True
         for topic in topics:
+            if self.settings.assign is not None and c.clustering:
+                try:
+                    assigned = await self.settings.assign(topic)
+                except RocketMQError as exc:
+                    level = logging.DEBUG if c.stopping else logging.WARNING
+                    log.log(level, "rebalance of %s for group %s: no assignment: %s", topic, c.group, exc)
+                    continue
+                if assigned is not None:
+                    all_locked &= await self._apply(topic, assigned)
+                    continue
             try:
                 mq_all = await c.client.subscribe_queues(topic)
             except RocketMQError as exc:

@@ -1,0 +1,174 @@
+"""POP consumption (#23): PushConsumer(client_rebalance=False) on the embedded 5.x cluster."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+
+import anyio
+import pytest
+from support.integration import Collector, consumer, produce, until
+
+from rmq_async import ConsumeContext, ConsumeResult, EmbeddedCluster, MessageExt, Timing
+from rmq_async.cli_admin import set_consume_mode
+from rmq_async.embedded.pop import pop_state
+
+
+@pytest.fixture
+async def cluster5(timing: Timing) -> AsyncIterator[EmbeddedCluster]:
+    async with EmbeddedCluster(brokers=1, queues=4, timing=timing, flavour=5) as c:
+        yield c
+
+
+async def _pop_mode(cluster: EmbeddedCluster, topic: str, group: str, share: int = 0) -> None:
+    await cluster.create_topic(topic, 4)
+    answers = await set_consume_mode(topic, group, "POP", share, namesrv_addr=cluster.namesrv_addr)
+    assert answers and all(code == 0 for code, _ in answers.values()), answers
+
+
+async def test_pop_consumes_everything_and_acks(
+    cluster5: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, group = names
+    await _pop_mode(cluster5, topic, group)
+    await produce(cluster5.namesrv_addr, topic, 100)
+    col = Collector()
+    async with consumer(cluster5, group, topic, col, timing, client_rebalance=False) as c:
+        await col.wait_unique(100)
+        pop = c.pop
+        assert pop is not None
+        with anyio.fail_after(10):
+            await until(lambda: pop.stats.acked >= 100)
+        # the topic is popped (queue id -1), the retry topic pulled as before; no POP queue owned
+        assert {mq.queue_id for mq in pop.queues} == {-1}
+        assert {mq.topic for mq in c.assignment()} == {f"%RETRY%{group}"}
+    assert col.duplicates == 0
+    ps = pop_state(cluster5.brokers[0].context)
+    assert not any(ck.pending for ck in ps.cks.values())  # every handle acked on the broker
+
+
+async def test_sixteen_consumers_on_four_queues_all_receive(
+    cluster5: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, group = names
+    await _pop_mode(cluster5, topic, group)
+    per: list[Collector] = [Collector() for _ in range(16)]
+    async with AsyncExitStack() as stack:
+        for i, col in enumerate(per):
+            c = consumer(cluster5, group, topic, col, timing, client_rebalance=False, instance_name=f"pop{i}")
+            await stack.enter_async_context(c)
+        await anyio.sleep(timing.rebalance_interval)  # every member holds a pop
+        total = 0
+        with anyio.fail_after(30):
+            while not all(col.unique for col in per):
+                await produce(cluster5.namesrv_addr, topic, 16, start=total)
+                total += 16
+                await anyio.sleep(0.05)
+        seen: Counter[str] = Counter()
+        with anyio.fail_after(15):
+            while len(seen) < total:
+                seen = Counter(k for col in per for k in col.seen.elements())
+                await anyio.sleep(0.05)
+    assert set(seen) == {f"k-{i}" for i in range(total)}
+    assert all(col.unique for col in per), [col.unique for col in per]
+
+
+async def test_failures_come_back_with_the_pop_backoff(
+    cluster5: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, group = names
+    await _pop_mode(cluster5, topic, group)
+    await produce(cluster5.namesrv_addr, topic, 6)
+    first: dict[str, float] = {}
+    again: dict[str, tuple[float, int, str | None]] = {}
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
+        m = msgs[0]
+        key = m.keys or ""
+        if key not in first:
+            first[key] = time.monotonic()
+            if key in ("k-1", "k-4"):
+                return ConsumeResult.RECONSUME_LATER
+        elif key not in again:
+            again[key] = (time.monotonic(), m.reconsume_times, m.get_property("POP_CK"))
+        return ConsumeResult.SUCCESS
+
+    async with consumer(cluster5, group, topic, handler, timing, client_rebalance=False) as c:
+        with anyio.fail_after(20):
+            await until(lambda: set(again) == {"k-1", "k-4"})
+        assert c.pop is not None and c.pop.stats.invisible_changed == 2
+        await anyio.sleep(timing.pop_delay_seconds[1] + 0.5)  # nothing else comes back
+    first_level = timing.pop_delay_seconds[0]  # popDelayLevel[reconsumeTimes 0]
+    for key in ("k-1", "k-4"):
+        t, reconsume, handle = again[key]
+        assert t - first[key] >= first_level * 0.9
+        assert reconsume == 1
+        assert handle is not None and handle.split(" ")[4] == "1"  # from the pop retry topic (v1)
+    assert set(again) == {"k-1", "k-4"}
+
+
+async def test_a_handler_slower_than_the_invisible_time_is_redelivered(names: tuple[str, str]) -> None:
+    timing = Timing.fast(pop_invisible_time=0.6)
+    topic, group = names
+    async with EmbeddedCluster(brokers=1, queues=4, timing=timing, flavour=5) as cluster:
+        await _pop_mode(cluster, topic, group)
+        await produce(cluster.namesrv_addr, topic, 4)
+        seen: Counter[str] = Counter()
+
+        async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+            key = msgs[0].keys or ""
+            seen[key] += 1
+            if key == "k-2" and seen[key] == 1:
+                await anyio.sleep(1.5)  # longer than the invisible time
+
+        async with consumer(cluster, group, topic, handler, timing, client_rebalance=False) as c:
+            with anyio.fail_after(15):
+                await until(lambda: seen["k-2"] >= 2 and len(seen) >= 4)
+            pop = c.pop
+            assert pop is not None
+            with anyio.fail_after(5):
+                await until(lambda: pop.stats.late >= 1)
+            assert pop.stats.revived_seen >= 1
+    assert set(seen) == {f"k-{i}" for i in range(4)}
+    assert seen["k-2"] >= 2
+
+
+async def test_members_join_leave_and_crash_nothing_lost(
+    cluster5: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    """A member that dies without acking (its task group cancelled, as a kill) leaves its popped
+    messages to the invisible time: they come back to the others."""
+    topic, group = names
+    await _pop_mode(cluster5, topic, group)
+    seen: Counter[str] = Counter()
+    hold = anyio.Event()
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+        for m in msgs:
+            seen[m.keys or ""] += 1
+
+    async def stuck(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+        await hold.wait()  # never acks
+
+    a = consumer(cluster5, group, topic, handler, timing, client_rebalance=False, instance_name="a")
+    crash = consumer(cluster5, group, topic, stuck, timing, client_rebalance=False, instance_name="crash")
+    async with a:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(crash.start)
+            await anyio.sleep(timing.rebalance_interval)
+            await produce(cluster5.namesrv_addr, topic, 40)
+            b = consumer(cluster5, group, topic, handler, timing, client_rebalance=False, instance_name="b")
+            async with b:  # joins, then leaves
+                await produce(cluster5.namesrv_addr, topic, 40, start=40)
+                await anyio.sleep(0.3)
+            await produce(cluster5.namesrv_addr, topic, 40, start=80)
+            tg.cancel_scope.cancel()
+        # the crashed member: its connections cut without a goodbye, no acks
+        if crash._supervisor is not None:
+            crash._supervisor.cancel()
+        with anyio.fail_after(30):
+            await until(lambda: len(seen) >= 120)
+    assert set(seen) == {f"k-{i}" for i in range(120)}
+    assert pop_state(cluster5.brokers[0].context).revived > 0  # the crashed member's, popped again
