@@ -56,7 +56,7 @@ class ConsumerHandle(Protocol):
 
     def rebalance_now(self) -> None: ...
 
-    async def handle_server_request(self, cmd: RemotingCommand) -> RemotingCommand | None: ...
+    async def _handle_server_request(self, cmd: RemotingCommand) -> RemotingCommand | None: ...
 
 
 _SIOCGIFADDR = 0x8915  # Linux
@@ -489,7 +489,7 @@ class ClientInstance:
                 f"The Consumer Group <{group}> not exist in this consumer",
                 language=self.config.language,
             )
-        resp = await consumer.handle_server_request(cmd)
+        resp = await consumer._handle_server_request(cmd)
         if resp is None and not cmd.is_oneway:
             return cmd.make_response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,

@@ -602,7 +602,7 @@ class LitePullConsumer:
         """(internal, for the client instance) The subscribed and assigned topics."""
         return self.ctx.subscriptions.topics() | {mq.topic for mq in self._assigned}
 
-    async def handle_server_request(self, cmd: RemotingCommand) -> RemotingCommand | None:
+    async def _handle_server_request(self, cmd: RemotingCommand) -> RemotingCommand | None:
         """(internal, for the client instance) Brokers' requests: none answered by a lite consumer."""
         return None
 

@@ -93,7 +93,7 @@ class _GroupHandle:
     def rebalance_now(self) -> None:
         return None
 
-    async def handle_server_request(self, cmd: RemotingCommand) -> RemotingCommand | None:
+    async def _handle_server_request(self, cmd: RemotingCommand) -> RemotingCommand | None:
         return None
 
 
