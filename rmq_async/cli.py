@@ -385,6 +385,7 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
             consume_from_where=where,
             consume_timestamp=args.timestamp,
             orderly=args.orderly,  # the handler's results map onto SUCCESS / SUSPEND_CURRENT_QUEUE_A_MOMENT
+            client_rebalance=not args.pop,  # --pop: the 5.x broker assigns and the topic is popped
         )
     except ConfigError as exc:  # the group, the timestamp ...
         raise UsageError(f"bad consumer settings: {exc}") from None
@@ -539,7 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common_flags(p, None)
     common = Parser(add_help=False)
     _common_flags(common, argparse.SUPPRESS)
-    sub = p.add_subparsers(dest="command", required=True, metavar="{embedded,bench,produce,consume}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{embedded,bench,produce,consume,admin}")
     raw = argparse.RawDescriptionHelpFormatter
 
     emb = sub.add_parser(
@@ -694,6 +695,12 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument(
         "--orderly", action="store_true", help="orderly consumption (per-queue order under broker locks)"
     )
+    co.add_argument(
+        "--pop",
+        action="store_true",
+        help="POP consumption (5.x: client_rebalance=False): the brokers hand any queue's messages to any "
+        "member; switch the group first with 'rmq-async admin set-consume-mode --mode POP'",
+    )
     co.add_argument("--trace", action="store_true", help=_TRACE_HELP)
     co.add_argument(
         "--fail-every",
@@ -718,6 +725,11 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--quiet", action="store_true", help="no progress line on a terminal")
     add_tls_arguments(co)
     add_credential_arguments(co)
+    from . import cli_admin
+
+    cli_admin.add_arguments(
+        sub.add_parser("admin", help="cluster administration (as mqadmin)", parents=[common])
+    )
     return p
 
 
@@ -743,6 +755,10 @@ def main(argv: list[str] | None = None) -> int:
             return _run(lambda: _produce(args), use_uvloop)
         if args.command == "consume":
             return _run(lambda: _consume(args), use_uvloop)
+        if args.command == "admin":
+            from . import cli_admin
+
+            return _run(lambda: cli_admin.run(args, _namesrv(args)), use_uvloop)
     except KeyboardInterrupt:
         return 130
     except (UsageError, ConfigError) as exc:
