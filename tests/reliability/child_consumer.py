@@ -1,10 +1,11 @@
 """A push consumer in its own process for the SIGKILL scenarios (started by exec, killed with SIGKILL).
 
-Usage: ``python child_consumer.py NAMESRV GROUP TOPIC INSTANCE [concurrent|orderly]``. Prints
+Usage: ``python child_consumer.py NAMESRV GROUP TOPIC INSTANCE [concurrent|orderly|pop]``. Prints
 ``READY`` once started, then one line per message, flushed before the handler returns SUCCESS: a
 line printed is a message the handler saw; a message acknowledged was printed first.
 
-* concurrent (the default): ``SEEN <msg_id>``, printed when the handler is called.
+* concurrent (the default): ``SEEN <msg_id>``, printed when the handler is called; ``pop`` the same,
+  with ``client_rebalance=False`` (POP consumption on a 5.x broker, #23).
 * orderly (``orderly=True``, handler returns ``OrderlyResult.SUCCESS``): ``OSEEN <msg_id> <queue id>
   <keys> <call no> <call start> <call end>`` printed after the handler's work, with no await between
   the print and the return, so a printed batch is one that completed (a batch cancelled at its lease
@@ -62,6 +63,7 @@ async def main(namesrv: str, group: str, topic: str, instance: str, mode: str = 
         consume_from_where="CONSUME_FROM_FIRST_OFFSET",
         concurrency=4,
         orderly=orderly,
+        client_rebalance=mode != "pop",
     ):
         out.write("READY\n")
         out.flush()
