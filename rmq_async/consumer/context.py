@@ -18,6 +18,7 @@ import anyio.abc
 from ..client.instance import ClientInstance
 from ..config import ClientConfig, ConsumerConfig, ProducerConfig, Timing
 from ..errors import ClientError
+from ..otel import ConsumeObserver, telemetry
 from ..producer.producer import Producer
 from ..protocol.bodies import SubscriptionData
 from ..protocol.filter import SQL92, SUB_ALL, TAG, Selector, parse_tag_expression
@@ -171,6 +172,9 @@ class ConsumerContext:
         #: message trace (``ClientConfig.trace``): a SubBefore/SubAfter per handler call, through the
         #: two hooks below; its dispatcher starts in the run's task group with the first handler call
         self.tracer: ConsumeTracer | None = None
+        #: OpenTelemetry metrics and spans: set by :meth:`attach` when the application has set a
+        #: provider (the pull loop and two consume hooks feed it); None: nothing recorded, no cost
+        self.observer: ConsumeObserver | None = None
         self._trace_tg: anyio.abc.TaskGroup | None = None
         if client_config.trace.enabled:
             dispatcher = TraceDispatcher(group, "CONSUME", client_config.trace)
@@ -206,6 +210,12 @@ class ConsumerContext:
         self._client = client
         self._offset_store = offset_store
         self._inner_producer = inner_producer
+        if self.observer is None:
+            tel = telemetry()
+            if tel is not None:
+                obs = self.observer = ConsumeObserver(tel, self.group, client.client_id, self)
+                self.before_hooks.append(obs.before)
+                self.after_hooks.append(obs.after)
 
     def set_task_group(self, tg: anyio.abc.TaskGroup | None) -> None:
         self._tg = tg

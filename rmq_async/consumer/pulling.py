@@ -206,6 +206,7 @@ class PullLoop:
         sink = self.sink
         gate = sink.before_pull if sink.gates_pulls else None
         stats = c.stats
+        observer = c.observer  # OpenTelemetry (None unless a provider is set): one test per pull
         monotonic = time.monotonic
         broker_id = pq.broker_id  # a local copy: the queue's is written only on a change
         lite = s.lite_pull
@@ -347,6 +348,8 @@ class PullLoop:
                 return
             if res.status is PullStatus.FOUND:
                 stats.pulled(mq.topic, len(res.messages), now - t0)
+                if observer is not None:
+                    observer.pulled(pq, res.messages, now - t0)
                 # the tags are filtered with the subscription the pull was made with, as Java's
                 # processPullResult does with its request's SubscriptionData
                 found = res.messages

@@ -77,6 +77,8 @@ async def send_back(c: RetryTarget, m: MessageExt, delay_level: int) -> bool:
         )
         await client.api.consumer_send_msg_back(addr, h, client.timing.request_timeout)
         c.stats.sent_back += 1
+        if delay_level < 0 or m.reconsume_times >= c.max_reconsume_times:
+            c.stats.to_dlq += 1  # the broker puts it in %DLQ% (SendMessageProcessor)
         return True
     except RocketMQError as exc:
         log.warning("send-back of %s failed (%s): falling back to a send to %s", m.msg_id, exc, c.retry_topic)
@@ -92,6 +94,8 @@ async def send_back(c: RetryTarget, m: MessageExt, delay_level: int) -> bool:
         msg = Message(c.retry_topic, m.body, properties=props, flag=m.flag, delay_level=3 + m.reconsume_times)
         await c.inner_producer.send(msg)
         c.stats.sent_back += 1
+        if m.reconsume_times + 1 > c.max_reconsume_times:
+            c.stats.to_dlq += 1
         return True
     except (RocketMQError, ValueError) as exc:
         log.error("fallback send of %s to %s failed (%s): retrying locally", m.msg_id, c.retry_topic, exc)
@@ -122,4 +126,5 @@ async def send_to_dlq(c: RetryTarget, m: MessageExt, limit: int) -> bool:
         c.group,
     )
     c.stats.sent_back += 1
+    c.stats.to_dlq += 1
     return True

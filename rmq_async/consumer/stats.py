@@ -42,6 +42,9 @@ class ConsumerStats:
     def __init__(self) -> None:
         self.topics: dict[str, TopicStats] = {}
         self.sent_back = 0
+        #: send-backs the broker moves to the DLQ (reconsume times at the maximum, or delay level -1)
+        #: and orderly moves to it (the undecodable ones are in ``undecodable_to_dlq``)
+        self.to_dlq = 0
         self.local_retries = 0
         #: messages that could not be decoded (#19): each logged at ERROR; push consumers move them to
         #: the DLQ (``undecodable_to_dlq`` done, ``undecodable_retries`` failed send-backs retried)

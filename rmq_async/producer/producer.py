@@ -22,6 +22,7 @@ from ..client.api import SendResult
 from ..client.instance import INNER_PRODUCER_GROUP, ClientInstance, pid_instance_name
 from ..config import ClientConfig, ProducerConfig
 from ..errors import AuthError, BrokerError, ClientError, MQClientError, RemotingError, TopicNotExist
+from ..otel import SendObserver, telemetry
 from ..protocol import headers as H
 from ..protocol.bodies import TopicRouteData
 from ..protocol.codes import Perm, Prop, ResponseCode
@@ -117,6 +118,8 @@ class Producer:
         self._route_listening = False
         #: message trace (``ClientConfig.trace``); never for the inner producers (send-back, trace)
         self.tracer: SendTracer | None = None
+        #: OpenTelemetry (set at start when the application has set a provider): send spans, send cost
+        self.otel: SendObserver | None = None
         trace = self._client_config.trace
         if (
             trace.enabled
@@ -153,6 +156,8 @@ class Producer:
                 self._route_listening = False
             raise
         self._started = True
+        tel = telemetry()
+        self.otel = SendObserver(tel, self._client.client_id) if tel is not None else None
         if self.tracer is not None:
             self._client.spawn(self._run_tracer)
 
@@ -333,6 +338,36 @@ class Producer:
         topic = self._ns(msg.topic)
         info = await self.publish_info(topic)
         body, props, sys_flag, uniq = self._prepare(msg, self.compress_type_for(info))
+        otel = self.otel
+        if otel is None:
+            return await self._send_prepared(
+                msg, topic, info, body, props, sys_flag, uniq, deadline, queue, selector, arg
+            )
+        token = otel.start(msg.topic, props)  # a span's traceparent goes into props
+        try:
+            res = await self._send_prepared(
+                msg, topic, info, body, props, sys_flag, uniq, deadline, queue, selector, arg
+            )
+        except BaseException as exc:
+            otel.end(token, msg.topic, uniq, exc)
+            raise
+        otel.end(token, msg.topic, uniq, None)
+        return res
+
+    async def _send_prepared(
+        self,
+        msg: Message,
+        topic: str,
+        info: TopicPublishInfo,
+        body: bytes,
+        props: dict[str, str],
+        sys_flag: int,
+        uniq: str,
+        deadline: float,
+        queue: MessageQueue | None,
+        selector: MessageQueueSelector | None,
+        arg: Any,
+    ) -> SendResult:
         if queue is not None or selector is not None:
             mq = queue if queue is not None else selector(list(info.queues), msg, arg)  # type: ignore[misc]
             header = self._header(msg, mq, props, sys_flag)

@@ -1,0 +1,151 @@
+"""OpenTelemetry with the SDK's in-memory reader and exporter (test dependency only): every instrument
+reports, consumer spans link to the producer spans across the broker, and nothing is recorded (no
+hook, no observer) without a provider."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import anyio
+import pytest
+from support.integration import consumer
+
+pytest.importorskip("opentelemetry.sdk")
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from rmq_async import (
+    ConsumeContext,
+    ConsumeResult,
+    EmbeddedCluster,
+    Message,
+    MessageExt,
+    Producer,
+    Timing,
+    otel,
+)
+
+INSTRUMENTS = {
+    "rocketmq_send_cost_time",
+    "rocketmq_delivery_latency",
+    "rocketmq_await_time",
+    "rocketmq_process_time",
+    "rocketmq_pull_latency",
+    "rocketmq_consumer_cached_messages",
+    "rocketmq_consumer_cached_bytes",
+    "rocketmq_consumer_lag",
+    "rocketmq_consumer_send_backs",
+    "rocketmq_consumer_dlq_moves",
+    "rocketmq_consumer_decode_failures",
+}
+
+
+@pytest.fixture
+def sdk() -> Iterator[tuple[InMemoryMetricReader, InMemorySpanExporter]]:
+    reader = InMemoryMetricReader()
+    exporter = InMemorySpanExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(exporter))
+    mp = MeterProvider(metric_readers=[reader])
+    otel.use_providers(mp, tp)
+    try:
+        yield reader, exporter
+    finally:
+        otel.use_providers()
+        mp.shutdown()
+        tp.shutdown()
+
+
+def _points(reader: InMemoryMetricReader) -> dict[str, list[object]]:
+    data = reader.get_metrics_data()
+    out: dict[str, list[object]] = {}
+    assert data is not None
+    for rm in data.resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                out.setdefault(metric.name, []).extend(metric.data.data_points)
+    return out
+
+
+async def test_every_instrument_reports_and_spans_cross_the_broker(
+    sdk: tuple[InMemoryMetricReader, InMemorySpanExporter], timing: Timing
+) -> None:
+    reader, exporter = sdk
+    failed: set[str] = set()
+
+    done: set[str] = set()
+    all_done = anyio.Event()
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
+        key = msgs[0].keys or ""
+        if key == "k-0" and key not in failed:
+            failed.add(key)
+            return ConsumeResult.RECONSUME_LATER  # one send-back
+        done.add(key)
+        if len(done) == 4:
+            all_done.set()
+        return ConsumeResult.SUCCESS
+
+    async with EmbeddedCluster(timing=timing) as cluster:
+        async with Producer("otel_pg", namesrv_addr=cluster.namesrv_addr) as p:
+            assert p.otel is not None
+            for i in range(4):
+                await p.send(Message("OtelT", b"x", keys=f"k-{i}"))
+        c = consumer(cluster, "otel_cg", "OtelT", handler, timing)
+        async with c:
+            with anyio.fail_after(20):
+                await all_done.wait()
+            assert c.ctx.observer is not None
+            points = _points(reader)  # read while the consumer runs (cached messages, lag)
+    assert set(points) >= INSTRUMENTS, INSTRUMENTS - set(points)
+    send_backs = points["rocketmq_consumer_send_backs"]
+    assert any(getattr(pt, "value", 0) >= 1 for pt in send_backs)
+    for name, pts in points.items():
+        for pt in pts:
+            attrs = dict(pt.attributes or {})  # type: ignore[attr-defined]
+            assert not any(str(v).startswith("k-") for v in attrs.values()), (name, attrs)  # never a key
+            if name != "rocketmq_send_cost_time":
+                assert attrs["consumer_group"] == "otel_cg"
+    spans = exporter.get_finished_spans()
+    sends = [s for s in spans if s.kind is SpanKind.PRODUCER]
+    processes = [s for s in spans if s.kind is SpanKind.CONSUMER]
+    assert len(sends) == 4 and len(processes) >= 5  # k-0 twice
+    send_ids = {s.context.span_id for s in sends}
+    for s in processes:
+        assert [link.context.span_id for link in s.links] and all(
+            link.context.span_id in send_ids for link in s.links
+        )
+        assert s.links[0].context.trace_id in {x.context.trace_id for x in sends}
+
+
+async def test_nothing_without_a_provider(timing: Timing) -> None:
+    otel.use_providers()
+    assert otel.telemetry() is None  # the API's default (proxy) providers only
+    async with EmbeddedCluster(timing=timing) as cluster:
+        async with Producer("otel_pg2", namesrv_addr=cluster.namesrv_addr) as p:
+            assert p.otel is None
+            res = await p.send(Message("OtelN", b"x", keys="k"))
+
+        async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+            return None
+
+        c = consumer(cluster, "otel_cg2", "OtelN", handler, timing)
+        async with c:
+            assert c.ctx.observer is None and not c.ctx.before_hooks and not c.ctx.after_hooks
+    assert res.msg_id
+
+
+def test_global_providers_are_found_and_the_api_defaults_are_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    otel.use_providers()
+    assert otel.telemetry() is None
+    mp = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    monkeypatch.setattr(otel._metrics, "get_meter_provider", lambda: mp)
+    t = otel.telemetry()
+    assert t is not None and t.metrics and t.tracer is None
+    assert otel.telemetry() is t  # cached per provider pair
+    mp.shutdown()
