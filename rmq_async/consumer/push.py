@@ -44,7 +44,6 @@ from .allocate import strategy_by_name
 from .brokercheck import check_in_brokers
 from .concurrently import ConcurrentConsumeService
 from .context import ConsumerContext, Subscriptions
-from .deadlines import DeadlineTracker
 from .delivery import DeliveryStream
 from .health import ConsumerHealth, consumer_health
 from .offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
@@ -280,16 +279,6 @@ class PushConsumer:
         return self.ctx.running
 
     @property
-    def deadlines(self) -> DeadlineTracker:
-        """(internal) The consume deadlines of running handlers."""
-        return self.ctx.deadlines
-
-    @property
-    def stability(self) -> StabilityWindow:
-        """(internal) The rebalance stability window in use."""
-        return self.rebalancer.settings.stability
-
-    @property
     def pqs(self) -> dict[MessageQueue, ProcessQueue]:
         """The owned process queues (read only: the queue table writes them)."""
         return self.table.pqs
@@ -356,11 +345,6 @@ class PushConsumer:
     def offset_store(self) -> OffsetStore:
         """(internal) The committed offsets: the broker's (clustering) or a local file (broadcasting)."""
         return self.ctx.offset_store
-
-    @property
-    def inner_producer(self) -> Producer:
-        """(internal) The producer of the send-back fallback to ``%RETRY%<group>``."""
-        return self.ctx.inner_producer
 
     def assignment(self) -> set[MessageQueue]:
         """The queues this member owns now (the retry topic's included)."""
@@ -612,7 +596,3 @@ class PushConsumer:
         while True:
             await anyio.sleep(self.timing.persist_interval)
             await self.offset_store.persist_all(list(self.assignment()))
-
-    async def do_rebalance(self) -> None:
-        """One rebalance of every subscribed topic (``RebalanceImpl.doRebalance``)."""
-        await self.rebalancer.do_rebalance()

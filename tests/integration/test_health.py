@@ -55,8 +55,8 @@ async def test_missing_topic_and_a_live_one(
         assert all(b.reachable and b.last_ok is not None for b in h.brokers) and h.brokers
         assert h.lag == 0 and all(q.last_pull is not None and q.max_offset is not None for q in h.queues)
         assert h.members[topic] == 1
-        c.unsubscribe("NoSuchTopicHere")
-        await c.do_rebalance()
+        c.unsubscribe("NoSuchTopicHere")  # and rebalances at once
+        await c.wait_rebalanced()
         h = c.health()
         assert h.ready and h.reasons == () and h.unrouted_topics == {}, h.reasons
     assert not c.health().ready and c.health().reasons[0] == "not running"

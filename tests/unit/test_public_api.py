@@ -80,7 +80,8 @@ def test_importing_rmq_async_does_not_load_the_embedded_broker() -> None:
 def test_consumer_internals_are_not_on_the_public_objects() -> None:
     from rmq_async import Delivery, LitePullConsumer, PushConsumer
 
-    for name in ("drop_queue", "compute_pull_from_where", "handle_server_request"):
+    for name in ("drop_queue", "compute_pull_from_where", "handle_server_request", "deadlines", "stability",
+                 "inner_producer", "do_rebalance"):  # fmt: skip
         assert not hasattr(PushConsumer, name), name
     assert not hasattr(LitePullConsumer, "handle_server_request")
     assert "pq" not in Delivery.__slots__ and isinstance(Delivery.queue, property)
