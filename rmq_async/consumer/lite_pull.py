@@ -577,10 +577,6 @@ class LitePullConsumer:
         """Wait for the next completed rebalance (subscribe mode)."""
         await self.rebalancer.wait_rebalanced()
 
-    async def do_rebalance(self) -> None:
-        """One rebalance of every subscribed topic (``RebalanceLitePullImpl``)."""
-        await self.rebalancer.do_rebalance()
-
     # -- ConsumerHandle ---------------------------------------------------------------------------------
 
     def consumer_data(self) -> ConsumerData:

@@ -84,6 +84,7 @@ def test_consumer_internals_are_not_on_the_public_objects() -> None:
                  "inner_producer", "do_rebalance"):  # fmt: skip
         assert not hasattr(PushConsumer, name), name
     assert not hasattr(LitePullConsumer, "handle_server_request")
+    assert not hasattr(LitePullConsumer, "do_rebalance")  # rebalance_now() + wait_rebalanced()
     assert "pq" not in Delivery.__slots__ and isinstance(Delivery.queue, property)
 
 
