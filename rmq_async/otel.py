@@ -42,6 +42,8 @@ except ImportError:  # pragma: no cover - the extra is not installed
 _PENDING_MAX = 65536
 _SUCCESS_NAMES = frozenset({"CONSUME_SUCCESS", "SUCCESS", "COMMIT"})
 _SEND_BUCKETS = (1.0, 5.0, 10.0, 20.0, 50.0, 200.0, 500.0)
+_AWAIT_BUCKETS = (1.0, 5.0, 20.0, 100.0, 1000.0, 5000.0, 10000.0)
+_PROCESS_BUCKETS = (1.0, 5.0, 10.0, 100.0, 1000.0, 10000.0, 60000.0)
 
 
 def _meter_provider_set() -> bool:
@@ -119,18 +121,28 @@ class Telemetry:
         if meter_provider is None:
             return
         m = meter_provider.get_meter("rmq_async")
-        h = m.create_histogram
-        self.send_cost = h("rocketmq_send_cost_time", "ms", "send duration (answered or failed)")
-        self.delivery_latency = h("rocketmq_delivery_latency", "ms", "broker store time to the pull's answer")
-        self.await_time = h("rocketmq_await_time", "ms", "the pull's answer to the handler call")
-        self.process_time = h("rocketmq_process_time", "ms", "handler call duration")
-        self.pull_latency = h("rocketmq_pull_latency", "ms", "pull request round trip (found messages)")
-        m.create_observable_gauge("rocketmq_consumer_cached_messages", [self._cached_messages], "1")
+
+        def h(name: str, description: str, buckets: tuple[float, ...]) -> Any:
+            # the buckets of the 5.x clients (an advisory: the application's views may override it)
+            return m.create_histogram(name, "ms", description, explicit_bucket_boundaries_advisory=buckets)
+
+        self.send_cost = h("rocketmq_send_cost_time", "send duration (answered or failed)", _SEND_BUCKETS)
+        self.delivery_latency = h(
+            "rocketmq_delivery_latency", "broker store time to the pull's answer", _SEND_BUCKETS
+        )
+        self.await_time = h("rocketmq_await_time", "the pull's answer to the handler call", _AWAIT_BUCKETS)
+        self.process_time = h("rocketmq_process_time", "handler call duration", _PROCESS_BUCKETS)
+        self.pull_latency = h(
+            "rocketmq_pull_latency", "pull request round trip (found messages)", _SEND_BUCKETS
+        )
+        m.create_observable_gauge("rocketmq_consumer_cached_messages", [self._cached_messages], "{message}")
         m.create_observable_gauge("rocketmq_consumer_cached_bytes", [self._cached_bytes], "By")
-        m.create_observable_gauge("rocketmq_consumer_lag", [self._lag], "1", "max offset - committed offset")
-        m.create_observable_counter("rocketmq_consumer_send_backs", [self._send_backs], "1")
-        m.create_observable_counter("rocketmq_consumer_dlq_moves", [self._dlq_moves], "1")
-        m.create_observable_counter("rocketmq_consumer_decode_failures", [self._decode_failures], "1")
+        m.create_observable_gauge(
+            "rocketmq_consumer_lag", [self._lag], "{message}", "max offset - committed offset"
+        )
+        m.create_observable_counter("rocketmq_consumer_send_backs", [self._send_backs], "{message}")
+        m.create_observable_counter("rocketmq_consumer_dlq_moves", [self._dlq_moves], "{message}")
+        m.create_observable_counter("rocketmq_consumer_decode_failures", [self._decode_failures], "{message}")
 
     # -- observed when read --------------------------------------------------------------------------
 

@@ -144,7 +144,7 @@ def test_global_providers_are_found_and_the_api_defaults_are_not(monkeypatch: py
     otel.use_providers()
     assert otel.telemetry() is None
     mp = MeterProvider(metric_readers=[InMemoryMetricReader()])
-    monkeypatch.setattr(otel._metrics, "get_meter_provider", lambda: mp)
+    monkeypatch.setattr("opentelemetry.metrics.get_meter_provider", lambda: mp)
     t = otel.telemetry()
     assert t is not None and t.metrics and t.tracer is None
     assert otel.telemetry() is t  # cached per provider pair
