@@ -20,6 +20,7 @@ then 30.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -30,7 +31,7 @@ import anyio.abc
 
 from ..client.instance import ClientInstance, pid_instance_name
 from ..config import ClientConfig, LitePullConfig, Timing, unwrap_namespace, wrap_namespace
-from ..errors import AuthError, ClientError, ConfigError
+from ..errors import AuthError, ClientError, ConfigError, MQClientError, RocketMQError
 from ..protocol.bodies import ConsumerData
 from ..protocol.command import RemotingCommand
 from ..protocol.filter import Selector
@@ -91,6 +92,7 @@ class LitePullConsumer:
         pull_threshold_size_for_queue: int = 100,
         pull_threshold_for_all: int = 10000,
         on_undecodable: Literal["fail", "skip"] = "fail",
+        require_namesrv: bool = False,
     ) -> None:
         options = LitePullConfig(  # checked as a PushConsumer's options are (ConfigError)
             group=group,
@@ -106,6 +108,8 @@ class LitePullConsumer:
             on_undecodable=on_undecodable,
         )
         self.on_undecodable = options.on_undecodable
+        # start() fails when no name server answers (default: look in the background, as Java)
+        self.require_namesrv = require_namesrv
         if client_config is None:
             client_config = ClientConfig(namesrv_addr=namesrv_addr, timing=timing or Timing())
         elif timing is not None:
@@ -198,12 +202,20 @@ class LitePullConsumer:
             client.register_consumer(self)
             # with ACL keys: a wrong or unknown key, or a group without SUB, fails here (AuthError)
             await client.check_access("TBW102")  # the default topic: its route names the brokers
+            if self.require_namesrv:
+                # "no such topic" is an answer; no answer at all is what the check below is for
+                with contextlib.suppress(RocketMQError):
+                    await client.update_route("TBW102")
+                if not any(r.reachable for r in client.namesrv_reach.values()):
+                    errors = "; ".join(f"{r.addr}: {r.last_error}" for r in client.namesrv_reach.values())
+                    raise MQClientError(f"no name server answered (require_namesrv=True): {errors}")
             client.auth_errors.add_listener(lambda _err: self.buffer.wake())  # poll() raises it
             tg = anyio.create_task_group()
             await tg.__aenter__()
             self.ctx.set_task_group(tg)
             tg.start_soon(self._persist_loop)
         except BaseException:
+            self._closed = True  # a failed start leaves nothing running (make a new consumer to retry)
             await client.__aexit__(None, None, None)
             raise
 

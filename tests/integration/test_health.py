@@ -153,3 +153,14 @@ async def test_require_namesrv_starts_when_a_name_server_answers(
     )
     async with c:
         assert c.running and c.health().namesrv_reachable
+
+
+async def test_lite_require_namesrv_makes_start_fail_fast(names: tuple[str, str], timing: Timing) -> None:
+    _, group = names
+    lite = LitePullConsumer(group, namesrv_addr="127.0.0.1:1", timing=timing, require_namesrv=True)
+    with (
+        anyio.fail_after(timing.request_timeout * 3),
+        pytest.raises(MQClientError, match="no name server answered"),
+    ):
+        await lite.start()
+    assert not lite.health().running
