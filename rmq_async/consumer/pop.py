@@ -125,6 +125,7 @@ class PopService:
         self.queues: dict[MessageQueue, _PopQueue] = {}
         self.stats = PopStats()
         self.limiter = anyio.CapacityLimiter(ctx.config.concurrency)  # the consume workers
+        self.levels = ctx.timing.pop_delay_seconds  # parsed once
         self._client_side: set[str] = set()  # topics whose brokers do not answer 400
         self._idle = anyio.Event()
         self._running = 0
@@ -271,16 +272,16 @@ class PopService:
         c = self.c
         self._running += 1
         try:
-            async with self.limiter:
+            async with self.limiter:  # a worker slot for the handler only (Java acks asynchronously)
                 if c.stopping:
                     return  # left to the invisible time
                 if _now_ms() >= due_ms:
                     self.stats.expired += 1
                     return
                 result, rt = await self._run_handler(pq.mq, batch)
-                if _now_ms() >= due_ms:
-                    self.stats.late += 1
-                await self._settle(pq.mq, batch, result, rt)
+            if _now_ms() >= due_ms:
+                self.stats.late += 1
+            await self._settle(pq.mq, batch, result, rt)
         finally:
             pq.settled(len(batch))
             self._running -= 1
@@ -338,7 +339,7 @@ class PopService:
         if failed:
             c.stats.consumed(mq.topic, len(failed), rt, ok=False)
         jobs: list[Awaitable[None]] = [self.ack(m) for m in ok]
-        levels = c.timing.pop_delay_seconds
+        levels = self.levels
         for m in failed:
             if m.reconsume_times >= c.max_reconsume_times:
                 age = _now_ms() - m.born_timestamp
