@@ -161,7 +161,7 @@ async def run_push(p: dict[str, Any]) -> dict[str, Any]:
         raise
 
     def cached() -> tuple[int, int]:
-        pqs = list(consumer.pqs.values())
+        pqs = list(consumer.table.pqs.values())
         return sum(pq.count for pq in pqs), sum(pq.msg_bytes for pq in pqs)
 
     async def open_gate_later() -> None:

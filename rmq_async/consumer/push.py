@@ -49,7 +49,6 @@ from .health import ConsumerHealth, consumer_health
 from .offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
 from .orderly import OrderlyConsumeService  # [orderly]
 from .pop import PopService
-from .process_queue import ProcessQueue
 from .pulling import PullLoop, PullSettings
 from .queues import QueueTable
 from .rebalance import StabilityWindow
@@ -279,11 +278,6 @@ class PushConsumer:
         return self.ctx.running
 
     @property
-    def pqs(self) -> dict[MessageQueue, ProcessQueue]:
-        """The owned process queues (read only: the queue table writes them)."""
-        return self.table.pqs
-
-    @property
     def on_assigned(self) -> RebalanceListener | None:
         """``fn(topic, queues)`` (plain or async) called after a rebalance gave this member queues."""
         return self.rebalancer.settings.on_assigned
@@ -341,11 +335,6 @@ class PushConsumer:
         """This member's client id (``ip@instance``), as the broker lists it."""
         return self.client.client_id
 
-    @property
-    def offset_store(self) -> OffsetStore:
-        """(internal) The committed offsets: the broker's (clustering) or a local file (broadcasting)."""
-        return self.ctx.offset_store
-
     def assignment(self) -> set[MessageQueue]:
         """The queues this member owns now (the retry topic's included)."""
         return self.table.assignment()
@@ -383,7 +372,7 @@ class PushConsumer:
             client=ctx.client if ctx.started else None,
             topics=self.subscribed_topics() - {self.retry_topic},
             retry_topic=self.retry_topic,
-            pqs=self.pqs,
+            pqs=self.table.pqs,
             committed=store.read_memory if store is not None else lambda mq: -1,
             members=self.rebalancer.members,
             clustering=self.config.clustering,
@@ -545,9 +534,9 @@ class PushConsumer:
             if self.pop is not None:
                 await self.pop.wait_idle()
         self._gave_up = waited.cancelled_caught
-        mqs = list(self.pqs)
+        mqs = list(self.table.pqs)
         with anyio.move_on_after(self.timing.request_timeout * 2):
-            await self.offset_store.persist_all(mqs, sync=True)
+            await self.ctx.offset_store.persist_all(mqs, sync=True)
         # [orderly] offsets are on the broker: release the queue locks (sync 42)
         await service.shutdown()
         self.client.unregister_consumer_local(self.group)
@@ -595,4 +584,4 @@ class PushConsumer:
     async def _persist_loop(self) -> None:
         while True:
             await anyio.sleep(self.timing.persist_interval)
-            await self.offset_store.persist_all(list(self.assignment()))
+            await self.ctx.offset_store.persist_all(list(self.assignment()))

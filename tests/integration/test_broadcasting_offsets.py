@@ -77,7 +77,7 @@ async def test_broadcasting_offset_illegal_keeps_the_corrected_offset(
 
     def on_assigned(t: str, mqs: set[MessageQueue]) -> None:
         if mq in mqs:
-            starts.append(c.pqs[mq].next_offset)
+            starts.append(c.table.pqs[mq].next_offset)
 
     c = consumer(
         cluster,
@@ -113,7 +113,8 @@ async def test_broadcasting_offset_illegal_keeps_the_corrected_offset(
         await produce(cluster.namesrv_addr, topic, 5, start=10)  # offsets 10..14
         broker.faults.clear()
         c.rebalance_now()
-        await alive_until(c, lambda: until(lambda: mq in c.pqs and c.offset_store.read_memory(mq) >= 15))
+        committed = c.ctx.offset_store.read_memory
+        await alive_until(c, lambda: until(lambda: mq in c.table.pqs and committed(mq) >= 15))
         missing = sorted({f"k-{i}" for i in range(10, 15)} - set(col.seen))
         assert not missing, (
             f"queue restarted at {starts[1:]} instead of the corrected offset 10: "

@@ -42,9 +42,9 @@ async def _orderly_until_lease_lost(
         consume_from_where="CONSUME_FROM_FIRST_OFFSET",
     )
     await c.start()
-    await alive_until(c, lambda: until(lambda: len(seen) >= 10 and c.offset_store.read_memory(mq) == 10))
+    await alive_until(c, lambda: until(lambda: len(seen) >= 10 and c.ctx.offset_store.read_memory(mq) == 10))
     broker.faults.drop(RequestCode.LOCK_BATCH_MQ)
-    pq = c.pqs[mq]
+    pq = c.table.pqs[mq]
     svc = c.consume_service
     assert isinstance(svc, OrderlyConsumeService)
     await alive_until(c, lambda: until(lambda: not svc.lease_valid(pq)))
@@ -56,7 +56,7 @@ async def _orderly_until_lease_lost(
 
 async def _relocked(cluster: EmbeddedCluster, c: PushConsumer, mq: MessageQueue) -> None:
     cluster.brokers[0].faults.clear()
-    pq = c.pqs[mq]
+    pq = c.table.pqs[mq]
     svc = c.consume_service
     assert isinstance(svc, OrderlyConsumeService)
 
@@ -85,7 +85,7 @@ async def test_orderly_relock_does_not_move_the_committed_offset_back(
         # the broker has an older offset than ours (the last persist/pull piggy-back was earlier)
         await commit_offset(cluster.brokers[0].addr, group, topic, 0, 5)
         await _relocked(cluster, c, mq)
-        memory = c.offset_store.read_memory(mq)
+        memory = c.ctx.offset_store.read_memory(mq)
         assert memory == 10, (
             f"k-0..k-9 consumed (offset 10), but after re-locking the committed offset is {memory}: "
             "the broker's older offset replaced ours and will be persisted"

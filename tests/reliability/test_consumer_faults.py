@@ -47,7 +47,7 @@ async def test_handlers_that_raise_or_hang(
     async with consumer(cluster.namesrv_addr, group, topic, handler, timing) as c:
         c.set_consume_timeout(0.3)
         await ledger.wait_all(30)
-        cached = sum(pq.count for pq in c.pqs.values())
+        cached = sum(pq.count for pq in c.table.pqs.values())
     assert cached == 0
     ledger.record(attempts=sum(attempts.values()), raised=n // 3, hung=n // 3)
 
@@ -67,7 +67,7 @@ async def test_slow_handlers_memory_bounded_by_thresholds(
         assert c is not None
         with anyio.move_on_after(0.002):
             await never.wait()  # slow: 2 ms per message, 4 at a time
-        for pq in c.pqs.values():
+        for pq in c.table.pqs.values():
             peak["count"] = max(peak["count"], pq.count)
         return await ledger.handler(msgs, ctx)
 

@@ -81,7 +81,7 @@ def test_consumer_internals_are_not_on_the_public_objects() -> None:
     from rmq_async import Delivery, LitePullConsumer, PushConsumer
 
     for name in ("drop_queue", "compute_pull_from_where", "handle_server_request", "deadlines", "stability",
-                 "inner_producer", "do_rebalance"):  # fmt: skip
+                 "inner_producer", "do_rebalance", "pqs", "offset_store"):  # fmt: skip
         assert not hasattr(PushConsumer, name), name
     assert not hasattr(LitePullConsumer, "handle_server_request")
     assert not hasattr(LitePullConsumer, "do_rebalance")  # rebalance_now() + wait_rebalanced()
