@@ -50,9 +50,9 @@ class ConsumerHandle(Protocol):
     @property
     def group(self) -> str: ...
 
-    def consumer_data(self) -> ConsumerData: ...
+    def _consumer_data(self) -> ConsumerData: ...
 
-    def subscribed_topics(self) -> set[str]: ...
+    def _subscribed_topics(self) -> set[str]: ...
 
     def rebalance_now(self) -> None: ...
 
@@ -239,7 +239,7 @@ class ClientInstance:
     def _topics_in_use(self) -> set[str]:
         topics = set(self._extra_topics)
         for c in self._consumers.values():
-            topics |= c.subscribed_topics()
+            topics |= c._subscribed_topics()
         return topics
 
     async def fetch_route(self, topic: str) -> TopicRouteData:
@@ -382,7 +382,7 @@ class ClientInstance:
     def heartbeat_data(self) -> HeartbeatData:
         return HeartbeatData(
             client_id=self.client_id,
-            consumer_data_set=[c.consumer_data() for c in self._consumers.values()],
+            consumer_data_set=[c._consumer_data() for c in self._consumers.values()],
             # every Java client instance runs an inner producer (for send-back fallbacks) and lists it
             producer_data_set=[
                 ProducerData(group_name=g) for g in sorted(self._producers | {INNER_PRODUCER_GROUP})

@@ -591,7 +591,7 @@ class LitePullConsumer:
 
     # -- ConsumerHandle ---------------------------------------------------------------------------------
 
-    def consumer_data(self) -> ConsumerData:
+    def _consumer_data(self) -> ConsumerData:
         """(internal, for the client instance) This consumer in a heartbeat."""
         subs = self.ctx.subscriptions.data() if self._mode == "subscribe" else []
         return ConsumerData(
@@ -606,7 +606,7 @@ class LitePullConsumer:
             unit_mode=False,
         )
 
-    def subscribed_topics(self) -> set[str]:
+    def _subscribed_topics(self) -> set[str]:
         """(internal, for the client instance) The subscribed and assigned topics."""
         return self.ctx.subscriptions.topics() | {mq.topic for mq in self._assigned}
 

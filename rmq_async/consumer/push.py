@@ -370,7 +370,7 @@ class PushConsumer:
             running=self.running,
             group=self.group,
             client=ctx.client if ctx.started else None,
-            topics=self.subscribed_topics() - {self.retry_topic},
+            topics=self._subscribed_topics() - {self.retry_topic},
             retry_topic=self.retry_topic,
             pqs=self.table.pqs,
             committed=store.read_memory if store is not None else lambda mq: -1,
@@ -487,7 +487,7 @@ class PushConsumer:
             ctx.attach(client, store, producer)
             await producer.start()
             client.register_consumer(self)
-            for topic in self.subscribed_topics():
+            for topic in self._subscribed_topics():
                 try:
                     await client.update_route(topic)
                 except RocketMQError as exc:
@@ -548,7 +548,7 @@ class PushConsumer:
 
     # -- ConsumerHandle (for the client instance) -----------------------------------------------------
 
-    def subscribed_topics(self) -> set[str]:
+    def _subscribed_topics(self) -> set[str]:
         """(internal, for the client instance) The topics subscribed, the retry topic included."""
         return self.ctx.subscriptions.topics()
 
@@ -556,7 +556,7 @@ class PushConsumer:
         """(internal) The subscription of ``topic`` as it goes on the wire."""
         return self.ctx.subscriptions.get(topic)
 
-    def consumer_data(self) -> ConsumerData:
+    def _consumer_data(self) -> ConsumerData:
         """(internal, for the client instance) This consumer in a heartbeat."""
         return ConsumerData(
             group_name=self.group,
@@ -572,7 +572,7 @@ class PushConsumer:
         return await self.admin.handle(cmd)
 
     async def _after_subscription_change(self) -> None:
-        await self.client.update_route_quietly(self.subscribed_topics())
+        await self.client.update_route_quietly(self._subscribed_topics())
         try:
             await check_in_brokers(self.ctx, self.ctx.subscriptions.sql())
         except RocketMQError as exc:  # running: the pulls of that topic are refused until it is fixed

@@ -78,7 +78,7 @@ class _GroupHandle:
             sub_version=int(time.time() * 1000), expression_type="TAG" if sql is None else "SQL92",
         )  # fmt: skip
 
-    def consumer_data(self) -> ConsumerData:
+    def _consumer_data(self) -> ConsumerData:
         return ConsumerData(
             group_name=self.group,
             consume_type="CONSUME_ACTIVELY",
@@ -87,7 +87,7 @@ class _GroupHandle:
             subscription_data_set=[self._sub],
         )
 
-    def subscribed_topics(self) -> set[str]:
+    def _subscribed_topics(self) -> set[str]:
         return {self._sub.topic}
 
     def rebalance_now(self) -> None:

@@ -49,7 +49,7 @@ async def test_assign_poll_seek_commit(
         q0 = mqs[0]
         await c.assign([q0])
         assert c.assignment() == {q0}
-        data = c.consumer_data()
+        data = c._consumer_data()
         assert data.consume_type == "CONSUME_ACTIVELY" and data.subscription_data_set == []
         got = await poll_until(c, 10)
         assert [m.queue_offset for m in got] == list(range(10))

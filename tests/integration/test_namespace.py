@@ -113,7 +113,7 @@ def test_namespace_wraps_the_group_and_topics_as_java_does() -> None:
         handler=Collector(),
         subscriptions={"ReviewNs": "*"},
     )
-    data = c.consumer_data()
+    data = c._consumer_data()
     topics = sorted(s.topic for s in data.subscription_data_set)
     assert (data.group_name, topics) == (
         "ns%review_ns_group",

@@ -81,9 +81,11 @@ def test_consumer_internals_are_not_on_the_public_objects() -> None:
     from rmq_async import Delivery, LitePullConsumer, PushConsumer
 
     for name in ("drop_queue", "compute_pull_from_where", "handle_server_request", "deadlines", "stability",
-                 "inner_producer", "do_rebalance", "pqs", "offset_store"):  # fmt: skip
+                 "inner_producer", "do_rebalance", "pqs", "offset_store", "consumer_data",
+                 "subscribed_topics"):  # fmt: skip
         assert not hasattr(PushConsumer, name), name
-    assert not hasattr(LitePullConsumer, "handle_server_request")
+    for name in ("handle_server_request", "consumer_data", "subscribed_topics"):
+        assert not hasattr(LitePullConsumer, name), name
     assert not hasattr(LitePullConsumer, "do_rebalance")  # rebalance_now() + wait_rebalanced()
     assert "pq" not in Delivery.__slots__ and isinstance(Delivery.queue, property)
 
