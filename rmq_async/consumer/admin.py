@@ -44,6 +44,8 @@ class ConsumerAdmin:
     strategy_name: str
     handler: Handler | None = None
     orderly_handler: OrderlyHandler | None = None
+    #: [pop] the POP settings and counters for the running info (``client_rebalance=False``)
+    pop_props: Callable[[], dict[str, str]] | None = None
 
     def running_info(self) -> ConsumerRunningInfo:
         c = self.ctx
@@ -70,6 +72,8 @@ class ConsumerAdmin:
             "language": "PYTHON",
             "pid": str(os.getpid()),
         }
+        if self.pop_props is not None:
+            props.update(self.pop_props())
         mq_table = {}
         for mq, pq in self.table.pqs.items():
             info = pq.info()

@@ -104,6 +104,9 @@ class ConsumerHealth:
     auth_errors: tuple[Mapping[str, Any], ...] = ()
     #: messages that could not be decoded
     undecodable: UndecodableCounts = field(default_factory=UndecodableCounts)
+    #: POP consumption (``client_rebalance=False``): popped, acked, invisible-time changes, revived
+    #: messages seen again ..., and per pop queue the popped messages not settled yet; empty otherwise
+    pop: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def namesrv_reachable(self) -> bool:
@@ -157,6 +160,8 @@ def consumer_health(
     members: Mapping[str, int],
     clustering: bool,
     stats: ConsumerStats,
+    pop: Mapping[str, Any] | None = None,
+    popped_topics: set[str] | frozenset[str] = frozenset(),
 ) -> ConsumerHealth:
     """Put one :class:`ConsumerHealth` together (no I/O). ``topics``: the user's topics (subscribed,
     or those of the assigned queues); ``committed(mq)``: the committed offset in memory, -1 unknown."""
@@ -192,7 +197,7 @@ def consumer_health(
         reasons.append(f"no name server answered ({errors})" if namesrvs else "no client yet")
     for topic, why in unrouted.items():
         reasons.append(f"topic {topic!r} has no route: {why}")
-    owned_topics = {q.queue.topic for q in queues}
+    owned_topics = {q.queue.topic for q in queues} | popped_topics  # a popped topic owns no queue
     for topic in sorted(topics):
         if not running or topic in unrouted or topic in owned_topics or client is None:
             continue
@@ -222,4 +227,5 @@ def consumer_health(
         members=dict(members),
         auth_errors=auth,
         undecodable=undecodable,
+        pop=dict(pop or {}),
     )

@@ -89,6 +89,9 @@ class PopStats:
     #: failed messages acked without consuming after ``max_reconsume_times`` (Java's checkNeedAckOrDelay)
     dropped: int = 0
 
+    def as_dict(self) -> dict[str, int]:
+        return dict(vars(self))
+
 
 class _PopQueue:
     """One POP-mode assignment: its loop's cancel scope and its flow control."""
@@ -180,6 +183,30 @@ class PopService:
         for pq in self.queues.values():
             pq.scope.cancel()
         self.queues.clear()
+
+    def topics(self) -> set[str]:
+        """The topics popped now (their queues are the broker's, none is owned here)."""
+        return {mq.topic for mq in self.queues}
+
+    def snapshot(self) -> dict[str, object]:
+        """For ``health()``: the counters and, per pop queue, the popped messages not settled yet."""
+        return {
+            **self.stats.as_dict(),
+            "queues": {str(mq): pq.inflight for mq, pq in sorted(self.queues.items())},
+        }
+
+    def running_props(self) -> dict[str, str]:
+        """GET_CONSUMER_RUNNING_INFO properties (``mqadmin consumerStatus``): POP settings, counters."""
+        t = self.c.timing
+        props = {
+            "clientRebalance": "false",
+            "popInvisibleTime": str(int(t.pop_invisible_time * 1000)),
+            "popBatchNums": str(POP_BATCH),
+            "popThresholdForQueue": str(POP_THRESHOLD),
+            "popQueues": ",".join(str(mq) for mq in sorted(self.queues)),
+        }
+        props.update({f"pop.{k}": str(v) for k, v in self.stats.as_dict().items()})
+        return props
 
     async def wait_idle(self) -> None:
         while self._running:

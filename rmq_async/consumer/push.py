@@ -222,7 +222,7 @@ class PushConsumer:
         table.attach(self.consume_service, self.puller.run)
         self.pop: PopService | None = None
         if not self.client_rebalance:  # [pop]
-            self.pop = PopService(ctx, cast(Handler, self.handler), lambda: self.timing.consume_timeout)
+            self.pop = PopService(ctx, cast(Handler, self.handler), lambda: ctx.deadlines.timeout)
         rebalancer.settings.assign = self.pop.assign if self.pop is not None else None
         self.admin = ConsumerAdmin(
             ctx,
@@ -231,6 +231,7 @@ class PushConsumer:
             self.strategy.name,
             handler=None if self.orderly else cast(Handler | None, self.handler),
             orderly_handler=cast(OrderlyHandler | None, self.handler) if self.orderly else None,
+            pop_props=self.pop.running_props if self.pop is not None else None,
         )
 
     # -- the shared state, by the names it has always had -------------------------------------------
@@ -377,6 +378,8 @@ class PushConsumer:
             members=self.rebalancer.members,
             clustering=self.config.clustering,
             stats=ctx.stats,
+            pop=self.pop.snapshot() if self.pop is not None else None,
+            popped_topics=self.pop.topics() if self.pop is not None else frozenset(),
         )
 
     # -- lifecycle --------------------------------------------------------------------------------

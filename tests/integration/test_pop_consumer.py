@@ -44,6 +44,17 @@ async def test_pop_consumes_everything_and_acks(
         # the topic is popped (queue id -1), the retry topic pulled as before; no POP queue owned
         assert {mq.queue_id for mq in pop.queues} == {-1}
         assert {mq.topic for mq in c.assignment()} == {f"%RETRY%{group}"}
+        # health: ready although the popped topic owns no queue; the POP counters
+        health = c.health()
+        assert health.ready, health.reasons
+        assert health.pop["popped"] == 100 and health.pop["acked"] == 100
+        assert health.pop["invisible_changed"] == 0 and list(health.pop["queues"]) == [
+            str(mq) for mq in pop.queues
+        ]
+        assert health.as_dict()["pop"]["acked"] == 100
+        props = c.admin.running_info().properties  # what mqadmin consumerStatus reads
+        assert props["clientRebalance"] == "false" and props["pop.acked"] == "100"
+        assert props["popInvisibleTime"] == str(int(timing.pop_invisible_time * 1000))
     assert col.duplicates == 0
     ps = pop_state(cluster5.brokers[0].context)
     assert not any(ck.pending for ck in ps.cks.values())  # every handle acked on the broker
