@@ -99,6 +99,14 @@ class PushConsumer:
     ``orderly=True`` consumes each queue strictly in offset order, one batch at a time, under a broker
     lock (clustering); the handler gets an ``OrderlyContext`` and returns an ``OrderlyResult``
     (see :mod:`rmq_async.consumer.orderly`).
+
+    ``client_rebalance=False`` (Java's ``setClientRebalance(false)``, 5.x brokers): the brokers
+    assign instead of the members. A topic whose group was switched to POP (``rmq-async admin
+    set-consume-mode --mode POP``, ``mqadmin setConsumeMode``) is popped: any member gets messages of
+    any queue, so a group may have more members than queues; each message is acked, or made visible
+    again later on failure (``Timing.pop_invisible_time``, Java's pop delay levels), and nothing
+    commits offsets. Other topics, and the group's retry topic, are consumed as before. Concurrent
+    handlers only (see :mod:`rmq_async.consumer.pop`).
     """
 
     def __init__(

@@ -94,6 +94,7 @@ async def test_failures_come_back_with_the_pop_backoff(
     await produce(cluster5.namesrv_addr, topic, 6)
     first: dict[str, float] = {}
     again: dict[str, tuple[float, int, str | None]] = {}
+    third: dict[str, tuple[float, int]] = {}
 
     async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
         m = msgs[0]
@@ -104,12 +105,16 @@ async def test_failures_come_back_with_the_pop_backoff(
                 return ConsumeResult.RECONSUME_LATER
         elif key not in again:
             again[key] = (time.monotonic(), m.reconsume_times, m.get_property("POP_CK"))
+            if key == "k-4":
+                return ConsumeResult.RECONSUME_LATER  # fails again: the second level
+        elif key == "k-4" and key not in third:
+            third[key] = (time.monotonic(), m.reconsume_times)
         return ConsumeResult.SUCCESS
 
     async with consumer(cluster5, group, topic, handler, timing, client_rebalance=False) as c:
         with anyio.fail_after(20):
-            await until(lambda: set(again) == {"k-1", "k-4"})
-        assert c.pop is not None and c.pop.stats.invisible_changed == 2
+            await until(lambda: set(again) == {"k-1", "k-4"} and "k-4" in third)
+        assert c.pop is not None and c.pop.stats.invisible_changed == 3
         await anyio.sleep(timing.pop_delay_seconds[1] + 0.5)  # nothing else comes back
     first_level = timing.pop_delay_seconds[0]  # popDelayLevel[reconsumeTimes 0]
     for key in ("k-1", "k-4"):
@@ -118,6 +123,9 @@ async def test_failures_come_back_with_the_pop_backoff(
         assert reconsume == 1
         assert handle is not None and handle.split(" ")[4] == "1"  # from the pop retry topic (v1)
     assert set(again) == {"k-1", "k-4"}
+    # the second failure waits the second level (reconsume times 1), and comes back with 2
+    t3, reconsume3 = third["k-4"]
+    assert t3 - again["k-4"][0] >= timing.pop_delay_seconds[1] * 0.9 and reconsume3 == 2
 
 
 async def test_a_handler_slower_than_the_invisible_time_is_redelivered(names: tuple[str, str]) -> None:
