@@ -52,7 +52,7 @@ from .groups import build_subscription
 from .holds import HeldPull, Rerun
 from .jcompat import faq_suffix, props_decode
 from .server import Connection, Reply
-from .state import RETRY_PREFIX, BrokerState
+from .state import RETRY_PREFIX, BrokerState, load_json, save_json
 from .store import StoredMessage, now_ms
 
 __all__ = ["PopCheckpoint", "PopState", "handlers", "pop_state"]
@@ -174,6 +174,12 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
     ps = _STATES[state] = PopState()
     if settings.flavour != 5:
         return {}  # a 4.x broker does not know these codes
+    # MessageRequestModeManager: config/messageRequestMode.json, by topic then group
+    modes_file = settings.data_dir / "config" / "messageRequestMode.json" if settings.data_dir else None
+    if modes_file is not None:
+        for topic, by_group in ((load_json(modes_file) or {}).get("messageRequestModeMap") or {}).items():
+            for group, m in by_group.items():
+                ps.modes[(topic, group)] = (str(m.get("mode", "PULL")), int(m.get("popShareQueueNum", 0)))
 
     def pop_offset(group: str, topic: str, q: int, init_mode: int) -> int:
         off = state.query_offset(group, topic, q)
@@ -421,6 +427,16 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
         if topic not in state.topics:
             return respond(cmd, ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
         ps.modes[(topic, group)] = (mode, share)
+        if modes_file is not None:
+            table: dict[str, dict[str, dict[str, object]]] = {}
+            for (t, g), (m, n) in sorted(ps.modes.items()):
+                table.setdefault(t, {})[g] = {
+                    "consumerGroup": g,
+                    "mode": m,
+                    "popShareQueueNum": n,
+                    "topic": t,
+                }
+            save_json(modes_file, {"messageRequestModeMap": table})
         return respond(cmd, ResponseCode.SUCCESS)
 
     def query_assignment(conn: Connection, cmd: RemotingCommand) -> Reply:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -202,3 +203,15 @@ def test_codes_seen_in_the_captures() -> None:
             if r is not None and q.code in REPLAYED:
                 codes[q.code].add(r.code)
     assert codes[200050] == {0, 210} and codes[200051] == {0, 208, 13} and codes[401] == {0, 16, 17}
+
+
+async def test_request_modes_survive_a_broker_restart(tmp_path: Path) -> None:
+    """SET_MESSAGE_REQUEST_MODE is kept in config/messageRequestMode.json (MessageRequestModeManager)."""
+    body = b'{"consumerGroup":"g","mode":"POP","popShareQueueNum":2,"topic":"PopKeep"}'
+    async with EmbeddedCluster(queues=2, timing=Timing(), flavour=5, data_dir=tmp_path) as cluster:
+        await cluster.create_topic("PopKeep", 2)
+        async with RawClient(cluster.brokers[0].addr, version=479) as c:
+            assert (await c.request(401, None, body)).code == 0
+    assert sorted(p.name for p in tmp_path.rglob("messageRequestMode.json")) == ["messageRequestMode.json"]  # noqa: ASYNC240
+    async with EmbeddedCluster(queues=2, timing=Timing(), flavour=5, data_dir=tmp_path) as cluster:
+        assert pop_state(cluster.brokers[0].context).modes[("PopKeep", "g")] == ("POP", 2)
