@@ -191,3 +191,18 @@ async def test_members_join_leave_and_crash_nothing_lost(
             await until(lambda: len(seen) >= 120)
     assert set(seen) == {f"k-{i}" for i in range(120)}
     assert pop_state(cluster5.brokers[0].context).revived > 0  # the crashed member's, popped again
+
+
+async def test_a_4x_broker_falls_back_to_client_side_rebalance(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    """A broker without QUERY_ASSIGNMENT (4.x answers 3): the topic is allocated and pulled here,
+    as Java's tryQueryAssignment falls back."""
+    topic, group = names
+    await produce(cluster.namesrv_addr, topic, 40)
+    col = Collector()
+    async with consumer(cluster, group, topic, col, timing, client_rebalance=False) as c:
+        await col.wait_unique(40)
+        assert c.pop is not None and not c.pop.queues
+        assert {mq.topic for mq in c.assignment()} == {topic, f"%RETRY%{group}"}
+        assert c.health().ready
