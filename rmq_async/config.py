@@ -154,7 +154,7 @@ class Timing(ConfigModel):
     broker_register_interval: float = Field(default=30.0, gt=0, description="registerNameServerPeriod")
     delay_levels: str = Field(default=DEFAULT_DELAY_LEVELS, description="messageDelayLevel")
     #: slack added to the pull timeout invariant
-    pull_timeout_margin: float = Field(default=1.0, ge=0)
+    pull_timeout_margin: float = Field(default=1.0, ge=0, description="seconds added to the pull timeout")
     # POP consumption (5.x)
     pop_invisible_time: float = Field(
         default=60.0, gt=0, le=300, description="popInvisibleTime (Java: 5 s .. 300 s)"
@@ -290,9 +290,9 @@ class Credentials(ConfigModel):
     secret (brokers name it in their refusals).
     """
 
-    access_key: str = Field(min_length=1)
-    secret_key: SecretStr
-    security_token: SecretStr | None = None
+    access_key: str = Field(min_length=1, description="AccessKey (not a secret: brokers name it)")
+    secret_key: SecretStr = Field(description="SecretKey: signs the requests, never shown")
+    security_token: SecretStr | None = Field(default=None, description="SecurityToken (STS), if any")
 
     @field_validator("secret_key")
     @classmethod
@@ -347,15 +347,17 @@ class TLSConfig(ConfigModel):
     ``cert_file`` + ``key_file`` (+ ``key_password``) present a client certificate (mutual TLS).
     """
 
-    verify: bool = True
+    verify: bool = Field(default=True, description="verify the server's certificate (False: tests only)")
     ca_file: str | None = Field(default=None, description="tls.client.trustCertPath; None: the system store")
-    check_hostname: bool = True
+    check_hostname: bool = Field(default=True, description="check the certificate names the server")
     cert_file: str | None = Field(
         default=None, description="tls.client.certPath (PEM chain, may hold the key)"
     )
     key_file: str | None = Field(default=None, description="tls.client.keyPath (PEM)")
     key_password: SecretStr | None = Field(default=None, description="tls.client.keyPassword")
-    server_hostname: str | None = None
+    server_hostname: str | None = Field(
+        default=None, description="the name the certificate must carry (None: the address's host)"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -414,13 +416,23 @@ class ClientConfig(ConfigModel):
     ``NAMESRV_ADDR`` environment variable is used, as the Java client does.
     """
 
-    namesrv_addr: str | None = None
+    namesrv_addr: str | None = Field(
+        default=None, description="name server(s), host:port[;host:port...]; None: $NAMESRV_ADDR"
+    )
     client_ip: str | None = Field(default=None, description="defaults to this host's address")
-    instance_name: str = Field(default="DEFAULT", min_length=1)
-    unit_name: str | None = None
-    namespace: str | None = None
-    timing: Timing = Field(default_factory=Timing)
-    serialize_type: Literal["JSON", "ROCKETMQ"] = "JSON"
+    instance_name: str = Field(
+        default="DEFAULT",
+        min_length=1,
+        description="the client id's instance part (DEFAULT: a consumer takes pid#time, as Java)",
+    )
+    unit_name: str | None = Field(default=None, description="Java unitName (unit-set deployments)")
+    namespace: str | None = Field(
+        default=None, description="groups and topics go on the wire as namespace%name (withNamespace)"
+    )
+    timing: Timing = Field(default_factory=Timing, description="every timer (Java's defaults)")
+    serialize_type: Literal["JSON", "ROCKETMQ"] = Field(
+        default="JSON", description="how request headers are encoded"
+    )
     language: Literal[
         "JAVA",
         "CPP",
@@ -435,22 +447,28 @@ class ClientConfig(ConfigModel):
         "PHP",
         "OMS",
         "RUST",
-    ] = "PYTHON"
+    ] = Field(default="PYTHON", description="the language code in request headers")
     #: the header ``version``: 409 is the 4.9.8 client's; name servers format routes and brokers forward
     #: admin requests by it
-    version: int = Field(default=409, ge=0, le=32767)
+    version: int = Field(default=409, ge=0, le=32767, description="the header version (409: 4.9.8's)")
     #: pull and lite-pull clients are "stream" clients: ``@STREAM`` id suffix and ``ReqT`` on requests
-    stream: bool = False
+    stream: bool = Field(default=False, description="a pull client (@STREAM id suffix, ReqT on requests)")
     #: consecutive request timeouts after which a connection is considered half-open and closed
-    max_timeouts: int = Field(default=3, ge=1)
+    max_timeouts: int = Field(
+        default=3, ge=1, description="request timeouts in a row before a connection is closed as half-open"
+    )
     #: ACL credentials; None: from ``RMQ_ACCESS_KEY`` / ``RMQ_SECRET_KEY`` / ``RMQ_SECURITY_TOKEN`` if set,
     #: else requests go unsigned (see :meth:`effective_credentials`)
-    credentials: Credentials | None = None
+    credentials: Credentials | None = Field(
+        default=None, description="ACL keys; None: from $RMQ_ACCESS_KEY ..."
+    )
     #: TLS for every connection; None: from ``RMQ_TLS`` and the other ``RMQ_TLS_*`` variables if set,
     #: else plain TCP (see :meth:`effective_tls`); True: ``TLSConfig()``; False: plain, whatever the env
-    tls: TLSConfig | Literal[False] | None = None
+    tls: TLSConfig | Literal[False] | None = Field(
+        default=None, description="TLS for every connection; None: from $RMQ_TLS ...; False: plain TCP"
+    )
     #: message trace (off by default); ``True`` is ``TraceConfig(enabled=True)``
-    trace: TraceConfig = Field(default_factory=TraceConfig)
+    trace: TraceConfig = Field(default_factory=TraceConfig, description="message trace (off by default)")
 
     @field_validator("namesrv_addr")
     @classmethod
@@ -694,21 +712,31 @@ class ProducerConfig(ConfigModel):
     """``DefaultMQProducer`` settings with the Java defaults."""
 
     group: str = Field(
-        default="DEFAULT_PRODUCER", min_length=1, max_length=255, pattern=r"^[%|a-zA-Z0-9_-]+$"
+        default="DEFAULT_PRODUCER",
+        min_length=1,
+        max_length=255,
+        pattern=r"^[%|a-zA-Z0-9_-]+$",
+        description="the producer group (transactions and the broker's producer table use it)",
     )
     send_timeout: float = Field(default=3.0, gt=0, description="sendMsgTimeout")
     retries: int = Field(default=2, ge=0, description="retryTimesWhenSendFailed")
-    max_message_size: int = Field(default=4 * 1024 * 1024, gt=0, le=4 * 1024 * 1024)
+    max_message_size: int = Field(
+        default=4 * 1024 * 1024, gt=0, le=4 * 1024 * 1024, description="bytes of body a send allows"
+    )
     compress_threshold: int = Field(default=4 * 1024, ge=0, description="compressMsgBodyOverHowmuch")
     #: ``compressLevel``: zlib 1-9, ZSTD 1-22 (LZ4 ignores it, as in Java)
-    compress_level: int = Field(default=5, ge=1, le=22)
+    compress_level: int = Field(default=5, ge=1, le=22, description="zlib 1-9, ZSTD 1-22 (LZ4: unused)")
     #: ``compressType`` (5.x): ZLIB, LZ4 or ZSTD. A 4.x cluster (its name server's routes lack 5.x's
     #: ``enableActingMaster``) gets zlib whatever is set here: 4.x consumers read only zlib reliably
-    compress_type: Literal["ZLIB", "LZ4", "ZSTD"] = "ZLIB"
+    compress_type: Literal["ZLIB", "LZ4", "ZSTD"] = Field(
+        default="ZLIB", description="bodies of compress_threshold bytes or more (a 4.x cluster: zlib)"
+    )
     default_topic_queue_nums: int = Field(
         default=4, ge=1, description="queues of a topic the broker auto-creates"
     )
-    create_topic_key: str = Field(default="TBW102", min_length=1)
+    create_topic_key: str = Field(
+        default="TBW102", min_length=1, description="the topic whose route auto-creates new topics"
+    )
 
     @field_validator("compress_type", mode="before")
     @classmethod

@@ -103,8 +103,16 @@ def test_every_public_member_of_the_consumers_has_a_docstring() -> None:
         assert missing == [], (cls.__name__, missing)
 
 
-def test_every_consumer_option_is_described() -> None:
-    from rmq_async import ConsumerConfig, LitePullConfig
+def test_every_config_field_is_described() -> None:
+    from rmq_async import (
+        ClientConfig,
+        ConsumerConfig,
+        Credentials,
+        LitePullConfig,
+        ProducerConfig,
+        Timing,
+        TLSConfig,
+    )
 
-    for cls in (ConsumerConfig, LitePullConfig):
+    for cls in (ConsumerConfig, LitePullConfig, ClientConfig, ProducerConfig, Timing, TLSConfig, Credentials):
         assert [n for n, f in cls.model_fields.items() if not f.description] == [], cls.__name__
