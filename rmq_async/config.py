@@ -407,6 +407,9 @@ class TraceConfig(ConfigModel):
     #: seconds a context may wait before it is sent even without a full batch (Java: 5 s)
     flush_interval: float = Field(default=1.0, gt=0)
     flush_timeout: float = Field(default=5.0, gt=0)
+    #: the share of the event loop's time the dispatcher may take while records keep coming (it rests
+    #: after each send round in proportion); 1: no rest. Records it cannot send are dropped, counted
+    loop_share: float = Field(default=0.1, gt=0, le=1)
 
 
 class ClientConfig(ConfigModel):

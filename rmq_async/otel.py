@@ -251,9 +251,19 @@ class _ConsumerSide(Protocol):
 
 class ConsumeObserver:
     """A consumer's metrics (pull, delivery, await, process; the observed gauges and counters) and its
-    process spans; ``pulled`` is called by the pull loop, ``before`` / ``after`` are consume hooks."""
+    process spans; ``pulled`` is called by the pull loop, ``before`` / ``after`` observe handler calls."""
 
-    __slots__ = ("__weakref__", "_attrs", "_ctx", "_pending", "_queues", "_recv", "client_id", "group", "t")
+    __slots__ = (
+        "__weakref__",
+        "_attrs",
+        "_ctx",
+        "_queues",
+        "_recv",
+        "_status_attrs",
+        "client_id",
+        "group",
+        "t",
+    )
 
     def __init__(self, t: Telemetry, group: str, client_id: str, ctx: _ConsumerSide) -> None:
         self.t = t
@@ -263,7 +273,7 @@ class ConsumeObserver:
         self._attrs: dict[str | None, dict[str, str]] = {}
         self._queues: dict[Any, _Queue] = {}
         self._recv: dict[int, float] = {}
-        self._pending: dict[int, tuple[Any, float, Any]] = {}
+        self._status_attrs: dict[tuple[str, bool], dict[str, str]] = {}
         t.consumers.add(self)
 
     @property
@@ -302,9 +312,10 @@ class ConsumeObserver:
             record(max(0.0, now_ms - m.store_timestamp), attrs)
             recv[id(m)] = now
 
-    def before(self, batch: list[Any], ctx: object = None) -> None:
+    def before(self, batch: list[Any]) -> object:
+        """Before a handler call (an observer, :mod:`.consumer.observe`): await times, the span."""
         if not batch:
-            return
+            return None
         now = time.monotonic()
         first = batch[0]
         if self.t.metrics:
@@ -338,24 +349,24 @@ class ConsumeObserver:
                     "messaging.batch.message_count": len(batch),
                 },
             )
-        pending = self._pending
-        if len(pending) >= _PENDING_MAX:
-            del pending[next(iter(pending))]
-        pending[id(first)] = (first, now, span)
+        return (first.topic, now, span)
 
-    def after(self, batch: list[Any], ctx: object = None, result: object = None) -> None:
-        if not batch:
+    def after(self, token: object, batch: list[Any], result: object, error: BaseException | None) -> None:
+        if not isinstance(token, tuple):
             return
-        entry = self._pending.pop(id(batch[0]), None)
-        if entry is None or entry[0] is not batch[0]:
-            return
-        _, t0, span = entry
+        topic, t0, span = token
         name = getattr(result, "value", "CONSUME_SUCCESS") if result is not None else "CONSUME_SUCCESS"
-        ok = name in _SUCCESS_NAMES
+        ok = error is None and name in _SUCCESS_NAMES
         if self.t.metrics:
-            attrs = dict(self.attrs(batch[0].topic), invocation_status="success" if ok else "failure")
+            attrs = self._status_attrs.get((topic, ok))
+            if attrs is None:
+                attrs = dict(self.attrs(topic), invocation_status="success" if ok else "failure")
+                self._status_attrs[(topic, ok)] = attrs
             self.t.process_time.record((time.monotonic() - t0) * 1000, attrs)
         if span is not None:
-            if not ok:
+            if error is not None:
+                span.record_exception(error)
+                span.set_status(_trace.Status(_trace.StatusCode.ERROR, type(error).__name__))
+            elif not ok:
                 span.set_status(_trace.Status(_trace.StatusCode.ERROR, str(name)))
             span.end()

@@ -26,6 +26,7 @@ from ..protocol.stored import MessageExt
 from ..trace.dispatcher import TraceDispatcher, TraceSender
 from ..trace.hooks import ConsumeTracer
 from .deadlines import DeadlineTracker
+from .observe import HandlerObserver, observed
 from .offset_store import OffsetStore
 from .sendback import send_back
 from .stats import ConsumerStats
@@ -169,18 +170,21 @@ class ConsumerContext:
         self.stats = stats or ConsumerStats()
         self.before_hooks: list[Hook] = []
         self.after_hooks: list[Hook] = []
-        #: message trace (``ClientConfig.trace``): a SubBefore/SubAfter per handler call, through the
-        #: two hooks below; its dispatcher starts in the run's task group with the first handler call
+        #: what watches handler calls (:mod:`.observe`): the services call :meth:`observed`'s wrapper
+        #: of their handler; empty (the default), they call the handler itself
+        self.observers: list[HandlerObserver] = []
+        self._observed: tuple[object, Any] | None = None
+        #: message trace (``ClientConfig.trace``): a SubBefore/SubAfter per handler call; its dispatcher
+        #: starts in the run's task group with the first handler call
         self.tracer: ConsumeTracer | None = None
         #: OpenTelemetry metrics and spans: set by :meth:`attach` when the application has set a
-        #: provider (the pull loop and two consume hooks feed it); None: nothing recorded, no cost
+        #: provider (fed by the pull loop and as an observer); None: nothing recorded, no cost
         self.observer: ConsumeObserver | None = None
         self._trace_tg: anyio.abc.TaskGroup | None = None
         if client_config.trace.enabled:
             dispatcher = TraceDispatcher(group, "CONSUME", client_config.trace)
             self.tracer = ConsumeTracer(dispatcher, group, self.timing.consume_timeout)
-            self.before_hooks.append(self._trace_before)
-            self.after_hooks.append(self.tracer.after)
+            self.observers.append(self.tracer)
         #: per-message consume deadlines; its ``timeout`` is THE consume timeout
         self.deadlines = DeadlineTracker(self.timing.consume_timeout)
         #: a graceful stop has begun: start nothing new
@@ -213,9 +217,9 @@ class ConsumerContext:
         if self.observer is None:
             tel = telemetry()
             if tel is not None:
-                obs = self.observer = ConsumeObserver(tel, self.group, client.client_id, self)
-                self.before_hooks.append(obs.before)
-                self.after_hooks.append(obs.after)
+                self.observer = ConsumeObserver(tel, self.group, client.client_id, self)
+                self.observers.append(self.observer)
+                self._observed = None
 
     def set_task_group(self, tg: anyio.abc.TaskGroup | None) -> None:
         self._tg = tg
@@ -260,14 +264,21 @@ class ConsumerContext:
 
     # -- message trace ------------------------------------------------------------------------------
 
-    def _trace_before(self, batch: list[MessageExt], ctx: object) -> None:
+    def observed(self, handler: Any) -> Any:
+        """``handler`` as the services call it: itself without observers, else wrapped by them
+        (:func:`.observe.observed`, made once per handler). A service asks once per batch it takes."""
+        if not self.observers:
+            return handler
         tracer = self.tracer
-        assert tracer is not None
-        tg = self._tg
-        if tg is not None and self._trace_tg is not tg:
-            self._trace_tg = tg
-            tg.start_soon(tracer.dispatcher.run, self._trace_sender)
-        tracer.before(batch, ctx)
+        if tracer is not None and self._trace_tg is not self._tg and self._tg is not None:
+            self._trace_tg = self._tg  # the trace dispatcher runs in this run's task group
+            self._tg.start_soon(tracer.dispatcher.run, self._trace_sender)
+        cached = self._observed
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = observed(handler, self.observers)
+        self._observed = (handler, wrapped)
+        return wrapped
 
     def _trace_sender(self, group: str) -> TraceSender:
         """The inner trace producer (Java's: 5 s send timeout), on the consumer's client."""

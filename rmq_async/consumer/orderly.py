@@ -427,7 +427,7 @@ class OrderlyConsumeService:
     ) -> OrderlyResult:
         if self.handler is None:
             return await self._deliver(pq, st, batch[0])
-        raw = await self.handler(batch, ctx)
+        raw = await self.c.observed(self.handler)(batch, ctx)  # itself unless traced or observed
         if raw is None or raw is OrderlyResult.SUCCESS or raw is ConsumeResult.SUCCESS:
             return OrderlyResult.SUCCESS
         if isinstance(raw, OrderlyResult):

@@ -8,7 +8,11 @@ or the consumer's task group) wakes when a batch is full or after ``flush_interv
 ``batch_size`` contexts, groups them by (traced topic, trace topic) as Java does, joins their records
 into messages of at most ``max_message_size`` characters whose keys are the traced msg ids and keys,
 and sends each to a queue of a broker that hosts the trace topic (any queue when the route names none).
-When cancelled it flushes what is queued, bounded by ``flush_timeout`` and shielded.
+When cancelled it flushes what is queued, bounded by ``flush_timeout`` and shielded. While records
+keep coming faster than they can be sent, it rests after each round so that it takes at most
+``loop_share`` of the event loop's time (measured as wall time, the send's wait included): on one
+thread every microsecond it spends is taken from consumption, so an overloaded trace drops more records
+rather than slowing the consumer (Java's dispatcher runs on threads of its own).
 
 The producer comes from a factory (``TraceSender``), so this module does not import the producer
 (which imports it).
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -29,7 +34,7 @@ from ..protocol.message import Message
 from ..protocol.mq import MessageQueue
 from .encoder import RMQ_SYS_TRACE_TOPIC, TraceContext, encode, trace_producer_group
 
-__all__ = ["TraceDispatcher", "TraceSender", "next_trace_group"]
+__all__ = ["LazyRecord", "TraceDispatcher", "TraceSender", "next_trace_group"]
 
 log = logging.getLogger("rmq_async.trace")
 
@@ -39,6 +44,12 @@ _counter = itertools.count(1)
 def next_trace_group(group: str, kind: str) -> str:
     """The next inner trace producer's group (``genGroupNameForTrace``; a per-process counter)."""
     return trace_producer_group(group, kind, next(_counter))
+
+
+class LazyRecord(Protocol):
+    """A queued record whose context is built when it is sent (a consumed batch's SubBefore/After)."""
+
+    def context(self) -> TraceContext | None: ...
 
 
 class TraceSender(Protocol):
@@ -78,7 +89,7 @@ class TraceDispatcher:
         self.group = group
         self.kind = kind  # PRODUCE or CONSUME
         self.topic = config.topic or RMQ_SYS_TRACE_TOPIC
-        self._queue: deque[TraceContext] = deque()
+        self._queue: deque[TraceContext | LazyRecord] = deque()
         self._size = config.queue_size
         self._batch = min(config.batch_size, 20)  # Java caps batchNum at 20
         self._max_size = config.max_message_size
@@ -96,13 +107,20 @@ class TraceDispatcher:
     def __len__(self) -> int:
         return len(self._queue)
 
+    def full(self) -> bool:
+        return len(self._queue) >= self._size or self._closed
+
     def append(self, ctx: TraceContext) -> bool:
         """Queue ``ctx``; False (dropped, counted) when the queue is full or the dispatcher closed."""
+        return self.append_record(ctx)
+
+    def append_record(self, record: TraceContext | LazyRecord) -> bool:
+        """Queue a context or a record made into one when sent (``context()``: None to skip it)."""
         q = self._queue
         if len(q) >= self._size or self._closed:
             self.dropped += 1
             return False
-        q.append(ctx)
+        q.append(record)
         if len(q) >= self._batch:
             self._wake.set()
         return True
@@ -113,6 +131,8 @@ class TraceDispatcher:
         sender = make_sender(next_trace_group(self.group, self.kind))
         started = False
         done = self._done = anyio.Event()
+        share = self.config.loop_share
+        pause = 0.0 if share >= 1 else 1 / share - 1
         try:
             await sender.start()
             started = True
@@ -121,7 +141,10 @@ class TraceDispatcher:
                     await self._wake.wait()
                 self._wake = anyio.Event()
                 while self._queue and not self._closing:
+                    t0 = time.perf_counter()
                     await self._send_batch(sender)
+                    if pause:  # the loop's share: a round that took t is followed by a rest
+                        await anyio.sleep((time.perf_counter() - t0) * pause)
         finally:
             self._closed = True
             with anyio.move_on_after(self.config.flush_timeout, shield=True):
@@ -148,7 +171,10 @@ class TraceDispatcher:
         q = self._queue
         batch = [q.popleft() for _ in range(min(self._batch, len(q)))]
         grouped: dict[str, list[tuple[str, list[str]]]] = {}
-        for ctx in batch:
+        for entry in batch:
+            ctx = entry if isinstance(entry, TraceContext) else entry.context()
+            if ctx is None:
+                continue
             # a context without a region (a message from a 4.x broker, which stores no MSG_REGION) is
             # sent with "null" there, as the 4.9.8 dispatcher does; the newest Java one skips it, which
             # would lose every consume record of a 4.x cluster

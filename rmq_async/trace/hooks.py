@@ -1,14 +1,15 @@
 """What sends and handler calls write to the trace (Java ``SendMessageTraceHookImpl`` and
 ``ConsumeMessageTraceHookImpl``), as plain synchronous calls that only build a context and queue it.
 
-``SendTracer.before`` / ``after`` wrap one send attempt; ``ConsumeTracer.before`` / ``after`` are the
-consumer's before- and after-consume hooks (``(batch, ctx)`` / ``(batch, ctx, result)``). The
-``SubBefore`` of a handler call is found again by its first message (the same object reaches both
-hooks); a call whose after-hook never runs (a cancelled orderly batch) is forgotten past a bound.
+``SendTracer.before`` / ``after`` wrap one send attempt; ``ConsumeTracer`` observes handler calls
+(:mod:`..consumer.observe`): it queues a record of the call (its messages and times) and builds the
+Java contexts from it only when the dispatcher sends it, so a record dropped by a full queue costs a
+counter increment.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from enum import Enum
 from typing import Any
@@ -22,7 +23,6 @@ from .encoder import ConsumeReturnType, MessageType, TraceBean, TraceContext
 
 __all__ = ["ConsumeTracer", "SendTracer", "without_namespace"]
 
-_PENDING_MAX = 65536
 _SUCCESS_NAMES = frozenset({"CONSUME_SUCCESS", "SUCCESS", "COMMIT"})
 _FAILED_NAMES = frozenset({"RECONSUME_LATER", "SUSPEND_CURRENT_QUEUE_A_MOMENT"})
 
@@ -95,27 +95,80 @@ class SendTracer:
         self.dispatcher.append(tc)
 
 
-class ConsumeTracer:
-    """The push consumer's trace hooks: ``SubBefore`` before each handler call, ``SubAfter`` after."""
+class _Call:
+    """One traced handler call: its messages and times; the beans and request id made when the
+    dispatcher encodes its records (never for a call whose records were dropped)."""
 
-    __slots__ = ("_pending", "dispatcher", "group", "timeout_ms")
+    __slots__ = ("beans", "end", "error", "msgs", "region", "request_id", "result", "start")
+
+    def __init__(self, msgs: tuple[MessageExt, ...], start: int) -> None:
+        self.msgs = msgs
+        self.start = start
+        self.end = 0
+        self.result: object = None
+        self.error: BaseException | None = None
+        self.beans: list[TraceBean] | None = None
+        self.region: str | None = None
+        self.request_id = ""
+
+
+class _SubRecord:
+    """A queued SubBefore (``after`` False) or SubAfter of a call, made into a context when sent."""
+
+    __slots__ = ("after", "call", "tracer")
+
+    def __init__(self, tracer: ConsumeTracer, call: _Call, after: bool) -> None:
+        self.tracer = tracer
+        self.call = call
+        self.after = after
+
+    def context(self) -> TraceContext | None:
+        return self.tracer.context(self.call, self.after)
+
+
+class ConsumeTracer:
+    """The push consumer's trace observer (:mod:`..consumer.observe`): a ``SubBefore`` before each
+    handler call and a ``SubAfter`` after it. The calls only queue (or, the queue full, count) a
+    record; what Java's hooks compute is computed when the dispatcher encodes it."""
+
+    __slots__ = ("dispatcher", "group", "timeout_ms")
 
     def __init__(self, dispatcher: TraceDispatcher, group: str, consume_timeout: float) -> None:
         self.dispatcher = dispatcher
         self.group = without_namespace(group)
         self.timeout_ms = consume_timeout * 1000
-        self._pending: dict[int, tuple[MessageExt, TraceContext]] = {}
 
-    def before(self, batch: list[MessageExt], ctx: object = None) -> None:
-        """``consumeMessageBefore``: a bean per message whose ``TRACE_ON`` is not ``false``."""
-        if not batch:
+    def before(self, batch: list[MessageExt]) -> _Call | None:
+        d = self.dispatcher
+        if not batch or d.full():
+            d.dropped += 1
+            return None
+        call = _Call(tuple(batch), int(time.time() * 1000))
+        d.append_record(_SubRecord(self, call, False))
+        return call
+
+    def after(
+        self, token: object, batch: list[MessageExt], result: object, error: BaseException | None
+    ) -> None:
+        d = self.dispatcher
+        if not isinstance(token, _Call) or d.full():
+            d.dropped += 1
             return
-        beans: list[TraceBean] = []
-        region: str | None = None
-        for m in batch:
+        token.end = int(time.time() * 1000)
+        token.result = result
+        token.error = error
+        d.append_record(_SubRecord(self, token, True))
+
+    def _beans(self, call: _Call) -> list[TraceBean]:
+        """``consumeMessageBefore``'s beans: one per message whose ``TRACE_ON`` is not ``false``."""
+        beans = call.beans
+        if beans is not None:
+            return beans
+        beans = call.beans = []
+        for m in call.msgs:
             if m.get_property(Prop.TRACE_SWITCH) == "false":
                 continue
-            region = m.get_property(Prop.MSG_REGION)
+            call.region = m.get_property(Prop.MSG_REGION)
             beans.append(
                 TraceBean(
                     topic=without_namespace(m.topic),
@@ -127,42 +180,42 @@ class ConsumeTracer:
                     retry_times=m.reconsume_times,
                 )
             )
-        if not beans:
-            return
-        tc = TraceContext("SubBefore", _now_ms(), region, self.group, request_id=new_uniq_id(), beans=beans)
-        self.dispatcher.append(tc)
-        pending = self._pending
-        if len(pending) >= _PENDING_MAX:
-            del pending[next(iter(pending))]
-        pending[id(batch[0])] = (batch[0], tc)
+        if beans:
+            call.request_id = new_uniq_id()
+        return beans
 
-    def after(self, batch: list[MessageExt], ctx: object = None, result: object = None) -> None:
-        """``consumeMessageAfter``: cost per message, success, and the return type's ordinal (a call at
-        or past the consume timeout is ``TIME_OUT``, a failure ``FAILED``)."""
-        if not batch:
-            return
-        entry = self._pending.pop(id(batch[0]), None)
-        if entry is None or entry[0] is not batch[0]:
-            return
-        before = entry[1]
-        now = _now_ms()
-        name = result.value if isinstance(result, Enum) else "CONSUME_SUCCESS"
-        success = name in _SUCCESS_NAMES
-        if now - before.timestamp >= self.timeout_ms:
-            code = ConsumeReturnType.TIME_OUT
-        elif name in _FAILED_NAMES:
-            code = ConsumeReturnType.FAILED
+    def context(self, call: _Call, after: bool) -> TraceContext | None:
+        beans = self._beans(call)
+        if not beans:
+            return None  # every message said TRACE_ON=false: neither record (as Java)
+        if not after:
+            return TraceContext(
+                "SubBefore", call.start, call.region, self.group, request_id=call.request_id, beans=beans
+            )
+        took = call.end - call.start
+        result, error = call.result, call.error
+        name = result.value if isinstance(result, Enum) else ("CONSUME_SUCCESS" if result is None else "")
+        if error is not None:
+            # the consume deadline cancels a handler (Java's would run on): TIME_OUT; a raise: EXCEPTION
+            timed_out = isinstance(error, asyncio.CancelledError) or took >= self.timeout_ms
+            code = ConsumeReturnType.TIME_OUT if timed_out else ConsumeReturnType.EXCEPTION
+            success = False
         else:
-            code = ConsumeReturnType.SUCCESS
-        tc = TraceContext(
+            success = name in _SUCCESS_NAMES
+            if took >= self.timeout_ms:
+                code = ConsumeReturnType.TIME_OUT
+            elif name in _FAILED_NAMES or not name:
+                code = ConsumeReturnType.FAILED
+            else:
+                code = ConsumeReturnType.SUCCESS
+        return TraceContext(
             "SubAfter",
-            now,
-            before.region_id,
-            before.group_name,
-            cost_time=(now - before.timestamp) // len(batch),
+            call.end,
+            call.region,
+            self.group,
+            cost_time=took // len(call.msgs),
             success=success,
-            request_id=before.request_id,
+            request_id=call.request_id,
             context_code=int(code),
-            beans=before.beans,
+            beans=beans,
         )
-        self.dispatcher.append(tc)

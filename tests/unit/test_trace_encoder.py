@@ -10,6 +10,7 @@ carries contextCode, timestamp and group unless the access channel is CLOUD).
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from enum import Enum
 
@@ -213,13 +214,23 @@ def _dispatcher(size: int = 2048) -> TraceDispatcher:
     return TraceDispatcher("g", "PRODUCE", TraceConfig(enabled=True, queue_size=size))
 
 
+def _queued(d: TraceDispatcher) -> list[TraceContext]:
+    """The queued records as the dispatcher sends them (consume records are built then)."""
+    out = []
+    for e in d._queue:
+        ctx = e if isinstance(e, TraceContext) else e.context()
+        if ctx is not None:
+            out.append(ctx)
+    return out
+
+
 def test_send_hook_writes_pub_after_an_answered_send() -> None:
     d = _dispatcher()
     t = SendTracer(d, "ns%pg")
     msg = Message("T", b"body", tags="TagA", keys=["k-1", "k-2"], delay_level=2)
     tc = t.before(msg, "ns%T", 4, "127.0.0.1:10911")
     t.after(tc, _Result(_Status.SEND_OK, "UNIQ", "OFF", "DefaultRegion"))
-    [ctx] = list(d._queue)
+    [ctx] = _queued(d)
     fields = encode(ctx)[0].rstrip(F).split(C)
     assert fields[0] == "Pub" and fields[2:10] == [
         "DefaultRegion",
@@ -242,7 +253,7 @@ def test_send_hook_skips_trace_off_failed_sends_and_the_trace_topic() -> None:
     t.after(t.before(msg, "T", 1, "a"), None)  # the send raised or was oneway: no result
     assert t.before(Message("RMQ_SYS_TRACE_TOPIC", b"x"), "RMQ_SYS_TRACE_TOPIC", 1, "a") is None
     t.after(t.before(msg, "T", 1, "a"), _Result(_Status.FLUSH_DISK_TIMEOUT, "U", "O", "R"))
-    [ctx] = list(d._queue)
+    [ctx] = _queued(d)
     assert ctx.success is False  # SendStatus other than SEND_OK
 
 
@@ -277,9 +288,9 @@ def test_consume_hooks_before_and_after(result: object, success: bool, code: Con
     d = _dispatcher()
     t = ConsumeTracer(d, "ns%cg", 60.0)
     batch = _msgs(2, MSG_REGION="DefaultRegion")
-    t.before(batch, None)
-    t.after(list(batch), None, result)
-    before, after = list(d._queue)
+    tok = t.before(batch)
+    t.after(tok, list(batch), result, None)
+    before, after = _queued(d)
     assert before.trace_type == "SubBefore" and after.trace_type == "SubAfter"
     assert after.request_id == before.request_id and before.group_name == "cg"
     assert [b.msg_id for b in before.beans] == ["U0", "U1"] and [b.retry_times for b in before.beans] == [
@@ -294,12 +305,12 @@ def test_consume_hooks_before_and_after(result: object, success: bool, code: Con
 def test_consume_hook_timeout_and_trace_off() -> None:
     d = _dispatcher()
     t = ConsumeTracer(d, "cg", 0.0)  # every call is at or past a 0 s consume timeout
-    t.before(_msgs(1, TRACE_ON="false"), None)
-    assert len(d) == 0  # TRACE_ON=false: skipped, and no SubAfter either
+    off = _msgs(1, TRACE_ON="false")
+    t.after(t.before(off), off, None, None)
+    assert _queued(d) == []  # TRACE_ON=false: neither record
     batch = _msgs(1)
-    t.before(batch, None)
-    t.after(batch, None, ConsumeResult.SUCCESS)
-    before, after = list(d._queue)
+    t.after(t.before(batch), batch, ConsumeResult.SUCCESS, None)
+    before, after = _queued(d)[-2:]
     assert before.region_id is None  # no MSG_REGION (a 4.x broker): written as null, as 4.9.8 does
     assert after.context_code == ConsumeReturnType.TIME_OUT
 
@@ -309,3 +320,28 @@ def test_full_queue_drops_and_counts() -> None:
     for i in range(5):
         d.append(TraceContext("Pub", i, "R", beans=[TraceBean(msg_id=str(i))]))
     assert len(d) == 3 and d.dropped == 2
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (ValueError("boom"), ConsumeReturnType.EXCEPTION),
+        (asyncio.CancelledError(), ConsumeReturnType.TIME_OUT),
+    ],
+)
+def test_consume_hook_handler_raised_or_cancelled(error: BaseException, code: ConsumeReturnType) -> None:
+    d = _dispatcher()
+    t = ConsumeTracer(d, "cg", 60.0)
+    batch = _msgs(1, MSG_REGION="R")
+    t.after(t.before(batch), batch, None, error)
+    _, after = _queued(d)
+    assert after.success is False and after.context_code == int(code)
+
+
+def test_dropped_calls_build_nothing() -> None:
+    d = _dispatcher(size=1)
+    t = ConsumeTracer(d, "cg", 60.0)
+    batch = _msgs(1)
+    t.after(t.before(batch), batch, None, None)  # SubBefore queued, SubAfter dropped
+    t.after(t.before(batch), batch, None, None)  # both dropped
+    assert len(d) == 1 and d.dropped == 3

@@ -1,0 +1,69 @@
+"""Consume observers: the typed seam through which the message trace and OpenTelemetry watch handler
+calls (Java's ``ConsumeMessageHook`` pair), without taking the consume services off their plain path.
+
+Strategy: an observer is wrapped around the handler (:func:`observed`), so the service still sees the
+handler's own result and its own exceptions and keeps acknowledging plain successes in groups; the
+observer sees each call's batch, its result or the exception that left it (a handler that raised,
+the consume deadline's cancellation), at a sync ``before`` (its token) and a sync ``after``. Without
+observers the services call the handler itself: nothing is added per message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
+
+from ..protocol.stored import MessageExt
+
+__all__ = ["HandlerObserver", "observed"]
+
+
+class HandlerObserver(Protocol):
+    def before(self, batch: list[MessageExt]) -> object:
+        """Before the handler gets ``batch``: a token handed back to :meth:`after`."""
+        ...
+
+    def after(
+        self, token: object, batch: list[MessageExt], result: object, error: BaseException | None
+    ) -> None:
+        """After the call: its result (None when it raised) or ``error`` (what left the handler)."""
+        ...
+
+
+_Handler = Callable[[list[MessageExt], Any], Awaitable[Any]]
+
+
+def observed(handler: _Handler, observers: Sequence[HandlerObserver]) -> _Handler:
+    """``handler`` watched by ``observers`` (``handler`` itself when there is none)."""
+    if not observers:
+        return handler
+    if len(observers) == 1:
+        (o,) = observers
+        before, after = o.before, o.after
+
+        async def one(batch: list[MessageExt], ctx: Any) -> Any:
+            token = before(batch)
+            try:
+                result = await handler(batch, ctx)
+            except BaseException as exc:
+                after(token, batch, None, exc)
+                raise
+            after(token, batch, result, None)
+            return result
+
+        return one
+    obs = tuple(observers)
+
+    async def many(batch: list[MessageExt], ctx: Any) -> Any:
+        tokens = [o.before(batch) for o in obs]
+        try:
+            result = await handler(batch, ctx)
+        except BaseException as exc:
+            for o, t in zip(obs, tokens, strict=True):
+                o.after(t, batch, None, exc)
+            raise
+        for o, t in zip(obs, tokens, strict=True):
+            o.after(t, batch, result, None)
+        return result
+
+    return many
