@@ -198,6 +198,7 @@ class Broker:
             spawn=self.spawn,
             register=self.register,
             register_soon=self.register_soon,
+            namesrv_request=self._namesrv.request,
         )
         schedule = delay.ScheduleService(ctx)
         schedule.load()

@@ -135,6 +135,9 @@ class BrokerContext:
     register: Callable[[], Awaitable[None]]  # REGISTER_BROKER now (raises when the name server fails)
     register_soon: Callable[[], None]  # ask the registration loop to register at once
     delayed: Wakeup = field(default_factory=Wakeup)  # a message was put in the schedule topic
+    #: a request to the name server (QUERY_ASSIGNMENT reads the topic's route, as the Java broker's
+    #: TopicRouteInfoManager); None: not connected to one
+    namesrv_request: Callable[[RemotingCommand, float], Awaitable[RemotingCommand | None]] | None = None
     filters: FilterManager = field(init=False)  # the groups' SQL92 filters (ConsumerFilterManager)
 
     def __post_init__(self) -> None:

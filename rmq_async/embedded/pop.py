@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
+from ..protocol.bodies import TopicRouteData
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
 from ..protocol.mq import MessageQueue
@@ -439,30 +440,71 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
             save_json(modes_file, {"messageRequestModeMap": table})
         return respond(cmd, ResponseCode.SUCCESS)
 
+    def assignments(body: dict[str, str], mq_all: list[MessageQueue]) -> list[Assignment]:
+        """``QueryAssignmentProcessor.doLoadBalance`` over the topic's queues on every broker."""
+        topic, group, me = body["topic"], body["consumerGroup"], body["clientId"]
+        g = ctx.consumers.get(group)
+        cids = sorted(g.client_ids()) if g is not None else []
+        mode, share = ps.modes.get((topic, group), ("PULL", 0))
+        if topic.startswith(RETRY_PREFIX):
+            mode = "PULL"
+        if body["messageModel"] == "BROADCASTING":
+            return [Assignment(mq, mode) for mq in mq_all]
+        if mode == "POP" and (share <= 0 or share >= len(cids) - 1):
+            return [
+                Assignment(MessageQueue(topic, b, -1), "POP")
+                for b in sorted({mq.broker_name for mq in mq_all})
+            ]
+        if mode == "POP" and me in cids:
+            mine: set[int] = set()
+            i = cids.index(me)
+            for j in range(share + 1):
+                mine.update(_avg(len(mq_all), cids, cids[(i + j) % len(cids)]))
+            return [Assignment(mq_all[k], "POP") for k in sorted(mine)]
+        return [Assignment(mq_all[k], "PULL") for k in _avg(len(mq_all), cids, me)]
+
+    def own_queues(topic: str) -> list[MessageQueue]:
+        tc = state.topics.get(topic)
+        return [MessageQueue(topic, broker, q) for q in range(tc.read)] if tc is not None else []
+
+    async def route_queues(topic: str) -> list[MessageQueue]:
+        """The readable queues of ``topic`` on every broker (from the name server), else this one's."""
+        if ctx.namesrv_request is not None:
+            req = RemotingCommand.request(
+                RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                {"topic": topic},
+                language="JAVA",
+                version=settings.version,
+            )
+            try:
+                resp = await ctx.namesrv_request(req, settings.timing.request_timeout)
+                if resp is not None and resp.code == ResponseCode.SUCCESS and resp.body:
+                    route = TopicRouteData.decode(resp.body)
+                    mqs = [
+                        MessageQueue(topic, qd.broker_name, q)
+                        for qd in route.queue_datas
+                        if qd.perm & 4
+                        for q in range(qd.read_queue_nums)
+                    ]
+                    if mqs:
+                        return sorted(mqs)
+            except Exception as exc:  # the name server is away: this broker's queues
+                log.debug("query assignment: no route of %s: %s", topic, exc)
+        return own_queues(topic)
+
+    async def answer_later(conn: Connection, cmd: RemotingCommand, body: dict[str, str]) -> None:
+        mqs = await route_queues(body["topic"])
+        if not conn.closed:
+            conn.send(
+                respond(cmd, ResponseCode.SUCCESS, None, None, encode_assignments(assignments(body, mqs)))
+            )
+
     def query_assignment(conn: Connection, cmd: RemotingCommand) -> Reply:
         body = decode_query_assignment(cmd.body)
-        topic, group, me = body["topic"], body["consumerGroup"], body["clientId"]
-        tc = state.topics.get(topic)
-        out: list[Assignment] = []
-        if tc is not None:
-            g = ctx.consumers.get(group)
-            cids = sorted(g.client_ids()) if g is not None else []
-            mode, share = ps.modes.get((topic, group), ("PULL", 0))
-            if topic.startswith(RETRY_PREFIX):
-                mode = "PULL"
-            if body["messageModel"] == "BROADCASTING":
-                out = [Assignment(MessageQueue(topic, broker, q), mode) for q in range(tc.read)]
-            elif mode == "POP" and (share <= 0 or share >= len(cids) - 1):
-                out = [Assignment(MessageQueue(topic, broker, -1), "POP")]
-            elif mode == "POP" and me in cids:
-                mine: set[int] = set()
-                i = cids.index(me)
-                for j in range(share + 1):
-                    mine.update(_avg(tc.read, cids, cids[(i + j) % len(cids)]))
-                out = [Assignment(MessageQueue(topic, broker, q), "POP") for q in sorted(mine)]
-            else:
-                out = [Assignment(MessageQueue(topic, broker, q), "PULL") for q in _avg(tc.read, cids, me)]
-        return respond(cmd, ResponseCode.SUCCESS, None, None, encode_assignments(out))
+        if body["topic"] not in state.topics:
+            return respond(cmd, ResponseCode.SUCCESS, None, None, encode_assignments([]))
+        ctx.spawn(answer_later, conn, cmd, body)  # the route first, as TopicRouteInfoManager
+        return None
 
     def revive_once() -> int:
         """Copy what every due checkpoint still holds into its pop retry topic; the number copied."""

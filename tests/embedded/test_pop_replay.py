@@ -215,3 +215,31 @@ async def test_request_modes_survive_a_broker_restart(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.rglob("messageRequestMode.json")) == ["messageRequestMode.json"]  # noqa: ASYNC240
     async with EmbeddedCluster(queues=2, timing=Timing(), flavour=5, data_dir=tmp_path) as cluster:
         assert pop_state(cluster.brokers[0].context).modes[("PopKeep", "g")] == ("POP", 2)
+
+
+async def test_query_assignment_covers_every_broker_of_the_topic() -> None:
+    """As the Java broker (TopicRouteInfoManager), the answer lists the topic's queues on every
+    broker: a POP group gets queue -1 of each broker, whichever broker it asks."""
+    async with EmbeddedCluster(brokers=2, queues=2, timing=Timing.fast(), flavour=5) as cluster:
+        await cluster.create_topic("PopWide", 2)
+        for b in cluster.brokers:
+            pop_state(b.context).modes[("PopWide", "g")] = ("POP", 0)
+        for b in cluster.brokers:
+            async with RawClient(b.addr, version=479) as c:
+                for model, group, want in (
+                    ("CLUSTERING", "g", [("broker-a", -1, "POP"), ("broker-b", -1, "POP")]),
+                    (
+                        "BROADCASTING",
+                        "other",
+                        [(n, q, "PULL") for n in ("broker-a", "broker-b") for q in (0, 1)],
+                    ),
+                ):
+                    body = {"clientId": "x@1", "consumerGroup": group, "messageModel": model}
+                    body |= {"strategyName": "AVG", "topic": "PopWide"}
+                    r = await c.request(400, None, json.dumps(body).encode())
+                    got = json.loads(r.body)["messageQueueAssignments"]
+                    mine = [
+                        (a["messageQueue"]["brokerName"], a["messageQueue"]["queueId"], a["mode"])
+                        for a in got
+                    ]
+                    assert r.code == 0 and mine == want, (b.name, model, mine)
