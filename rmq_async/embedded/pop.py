@@ -15,8 +15,9 @@ broker-made ``POP_CK``. A pop that finds nothing with a poll time is parked in t
 :class:`~.holds.HoldService` on every queue it could read (and the retry queue), so a put or a revive
 wakes it; the periodic hold check answers it with 210 when its poll time is over. The request mode
 (401) is kept in memory per topic and group; QUERY_ASSIGNMENT answers POP with queue id -1 to every
-member when ``popShareQueueNum`` is 0 or at least members - 1, else the member's AVG share of this
-broker's queues plus its next ``popShareQueueNum`` neighbours' (PULL: AVG over this broker's queues).
+member (one per broker) when ``popShareQueueNum`` is 0 or at least members - 1, else the member's AVG
+share of the topic's queues plus its next ``popShareQueueNum`` neighbours' (PULL: AVG), over the queues
+of every broker as the name server's route lists them (answered once the route is read).
 """
 
 from __future__ import annotations
