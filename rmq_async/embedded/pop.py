@@ -13,11 +13,12 @@ checkpoint still holds into the pop retry topic, reconsume times + 1 and ``1ST_P
 wakes held pops; a pop that returns a retry message re-encodes it with the original topic and a
 broker-made ``POP_CK``. A pop that finds nothing with a poll time is parked in the context's
 :class:`~.holds.HoldService` on every queue it could read (and the retry queue), so a put or a revive
-wakes it; the periodic hold check answers it with 210 when its poll time is over. The request mode
-(401) is kept in memory per topic and group; QUERY_ASSIGNMENT answers POP with queue id -1 to every
-member (one per broker) when ``popShareQueueNum`` is 0 or at least members - 1, else the member's AVG
-share of the topic's queues plus its next ``popShareQueueNum`` neighbours' (PULL: AVG), over the queues
-of every broker as the name server's route lists them (answered once the route is read).
+wakes it; the periodic hold check answers it with 210 when its poll time is over. The request mode (401)
+is kept per topic and group (in ``config/messageRequestMode.json`` under a data dir); QUERY_ASSIGNMENT
+answers POP with queue id -1 to every member (one per broker) when ``popShareQueueNum`` is 0 or at least
+members - 1, else the member's AVG share of the topic's queues plus its next ``popShareQueueNum``
+neighbours' (PULL: AVG), over the queues of every broker as the name server's route lists them (answered
+once the route is read).
 """
 
 from __future__ import annotations
