@@ -12,7 +12,7 @@ import anyio
 import pytest
 from support.integration import Collector, child_env, consumer
 
-from rmq_async import EmbeddedCluster, Message, Producer, Timing
+from rmq_async import EmbeddedCluster, Message, MessageExt, OrderlyContext, OrderlyResult, Producer, Timing
 from rmq_async.client.instance import ClientInstance
 from rmq_async.config import ClientConfig, TraceConfig
 from rmq_async.trace import RMQ_SYS_TRACE_TOPIC, decode, query_messages_by_key, query_trace
@@ -141,3 +141,32 @@ async def test_cli_produce_and_consume_with_trace_on_a_process_cluster(timing: T
             msgs = await query_messages_by_key(client, RMQ_SYS_TRACE_TOPIC, "k-1")
             kinds = {r.trace_type for m in msgs for r in decode(m.body.decode()) if r.beans[0].keys == "k-1"}
             assert kinds == {"Pub", "SubBefore", "SubAfter"}, kinds
+
+
+async def test_orderly_consumer_and_batch_send_are_traced(timing: Timing) -> None:
+    # 4.x flavour: the embedded 5.x broker appends the batch's own UNIQ_KEY to every message of a batch,
+    # which then all show that id to consumers (not the per-message ids the send returns)
+    async with EmbeddedCluster(timing=timing, flavour=4, trace_topic_enable=True) as cluster:
+        cfg = _traced(cluster, timing)
+        async with Producer("trace_pg_b", client_config=cfg) as p:
+            res = await p.send_batch([Message("TraceOrd", b"x%d" % i, keys=f"b-{i}") for i in range(3)])
+        seen = Collector()
+
+        async def orderly(msgs: list[MessageExt], ctx: OrderlyContext) -> OrderlyResult:
+            await seen(msgs, None)  # type: ignore[arg-type]
+            return OrderlyResult.SUCCESS
+
+        async with consumer(
+            cluster, "trace_ord_cg", "TraceOrd", orderly, timing, client_config=cfg, orderly=True
+        ):
+            await seen.wait_unique(3)
+        async with ClientInstance(ClientConfig(namesrv_addr=cluster.namesrv_addr, timing=timing)) as client:
+            # the batch's Pub names every message id, comma-joined (a MessageBatch's msgId), and is found
+            # under that key; each consumed message has its SubBefore and SubAfter
+            [pub] = await query_trace(client, res.msg_id)
+            assert pub.trace_type == "Pub" and pub.beans[0].keys == "null" and pub.success
+            for msg_id in res.msg_id.split(","):
+                records = await query_trace(client, msg_id)
+                after = [r for r in records if r.trace_type == "SubAfter"]
+                assert [r.trace_type for r in records if r.trace_type != "SubAfter"] == ["SubBefore"]
+                assert after and after[0].success and after[0].context_code == 0
