@@ -25,6 +25,7 @@ from ..protocol.bodies import (
 )
 from ..protocol.codes import RequestCode, ResponseCode, SerializeType
 from ..protocol.command import RemotingCommand
+from ..protocol.fastjson import java_map_order
 from ..protocol.mq import MessageQueue
 from ..protocol.stored import BrokenBodyError, MessageExt, UndecodableMessageError, decode_messages
 from ..transport.pool import ConnectionPool
@@ -215,10 +216,10 @@ class MQClientAPI:
             "maxNum": str(max_num),
             "beginTimestamp": str(begin_ms),
             "endTimestamp": str(end_ms),
+            # always sent, as the Java client does (a 4.9.8 ACL broker then refuses the signature)
+            "_UNIQUE_KEY_QUERY": "true" if unique_key else "false",
         }
-        if unique_key:
-            ext["_UNIQUE_KEY_QUERY"] = "true"
-        cmd = self._cmd(RequestCode.QUERY_MESSAGE, ext)
+        cmd = self._cmd(RequestCode.QUERY_MESSAGE, java_map_order(ext))
         resp = await self._call(addr, cmd, timeout)
         if resp.code == ResponseCode.QUERY_NOT_FOUND:
             return []
