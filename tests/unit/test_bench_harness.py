@@ -244,7 +244,10 @@ def test_tiny_run_over_tls(tmp_path: Path) -> None:
 
 def test_bench_tls_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("RMQ_TLS", "RMQ_TLS_CA_FILE"):
-        monkeypatch.delenv(name, raising=False)
+        # set first, so monkeypatch restores the variable's absence after _bench_tls sets it (a delenv
+        # of an absent variable records nothing: RMQ_TLS=1 leaked into every later test's clients)
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     args = parse("--tls-server-cert", "srv.pem", "--tls-server-key", "srv.key", "--tls-mode", "permissive")
     assert cli._bench_tls(args, tmp_path) == {
         "tls_mode": "permissive",
