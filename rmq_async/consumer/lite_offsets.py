@@ -1,0 +1,194 @@
+"""The offsets side of a :class:`~rmq_async.consumer.lite_pull.LitePullConsumer`: asking brokers for a
+queue's min, max and by-time offsets (one queue or many at once, as aiokafka's ``beginning_offsets`` /
+``end_offsets`` / ``offsets_for_times``), seeking, and committing consume offsets into the offset
+store (Java ``DefaultLitePullConsumerImpl``: ``seek``, ``commit``, ``committed``). A base class of the
+facade: it works on the facade's queue table, poll buffer and offset store, declared below for the
+type checker.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
+
+import anyio
+
+from ..errors import ClientError, ConfigError
+from ..protocol.mq import MessageQueue
+from .process_queue import ProcessQueue
+
+if TYPE_CHECKING:
+    import anyio.abc
+
+    from ..client.instance import ClientInstance
+    from ..config import Timing
+    from .offset_store import RemoteOffsetStore
+    from .poll_buffer import PollBuffer
+    from .process_queue import PollState
+    from .queues import QueueTable
+
+__all__ = ["LiteOffsets"]
+
+log = logging.getLogger("rmq_async.consumer.lite")
+
+
+class LiteOffsets:
+    if TYPE_CHECKING:  # provided by the facade
+        table: QueueTable
+        buffer: PollBuffer
+        timing: Timing
+        _last_auto_commit: float
+
+        @property
+        def client(self) -> ClientInstance: ...
+
+        @property
+        def offset_store(self) -> RemoteOffsetStore: ...
+
+        @property
+        def queues(self) -> dict[MessageQueue, PollState]: ...
+
+        def _in(self, mq: MessageQueue) -> MessageQueue: ...
+
+        def _task_group(self) -> anyio.abc.TaskGroup: ...
+
+    # -- seeking ----------------------------------------------------------------------------------------
+
+    def _owned(self, mq: MessageQueue) -> ProcessQueue:
+        pq = self.table.pqs.get(self._in(mq))
+        if pq is None:
+            raise ClientError(f"{mq} is not assigned to this consumer")
+        return pq
+
+    async def _addr(self, mq: MessageQueue) -> str:
+        return await self.client.master_addr(mq.broker_name, mq.topic)
+
+    async def beginning_offsets(self, queues: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
+        """The min offset of each queue (as aiokafka's ``beginning_offsets``), asked concurrently."""
+        return await self._per_queue(queues, self.min_offset)
+
+    async def end_offsets(self, queues: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
+        """The max offset of each queue: the offset the next message will get (``end_offsets``)."""
+        return await self._per_queue(queues, self.max_offset)
+
+    async def offsets_for_times(self, timestamps: Mapping[MessageQueue, int]) -> dict[MessageQueue, int]:
+        """For each queue, :meth:`offset_for_timestamp` at its timestamp (milliseconds since the epoch),
+        asked concurrently (as aiokafka's ``offsets_for_times``, which answers offsets only here)."""
+        out: dict[MessageQueue, int] = {}
+
+        async def one(mq: MessageQueue, ts: int) -> None:
+            out[mq] = await self.offset_for_timestamp(mq, ts)
+
+        async with anyio.create_task_group() as tg:
+            for mq, ts in timestamps.items():
+                tg.start_soon(one, mq, ts)
+        return {mq: out[mq] for mq in timestamps}
+
+    async def _per_queue(
+        self, queues: Iterable[MessageQueue], ask: Callable[[MessageQueue], Awaitable[int]]
+    ) -> dict[MessageQueue, int]:
+        mqs = list(dict.fromkeys(queues))
+        out: dict[MessageQueue, int] = {}
+
+        async def one(mq: MessageQueue) -> None:
+            out[mq] = await ask(mq)
+
+        async with anyio.create_task_group() as tg:
+            for mq in mqs:
+                tg.start_soon(one, mq)
+        return {mq: out[mq] for mq in mqs}
+
+    async def min_offset(self, mq: MessageQueue) -> int:
+        """The queue's first offset still stored (the broker's min offset)."""
+        mq = self._in(mq)
+        return await self.client.api.get_min_offset(await self._addr(mq), mq, self.timing.request_timeout)
+
+    async def max_offset(self, mq: MessageQueue) -> int:
+        """The offset the queue's next message will get (the broker's max offset)."""
+        mq = self._in(mq)
+        return await self.client.api.get_max_offset(await self._addr(mq), mq, self.timing.request_timeout)
+
+    async def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """The broker's answer to SEARCH_OFFSET_BY_TIMESTAMP for ``mq`` at ``timestamp_ms``, as Java's
+        ``offsetForTimestamp``: a 5.x broker answers the first offset stored at or after it, a 4.9.8
+        broker the offset whose store time is nearest (it may be an older message)."""
+        mq = self._in(mq)
+        addr = await self._addr(mq)
+        return await self.client.api.search_offset(addr, mq, timestamp_ms, self.timing.request_timeout)
+
+    async def seek(self, mq: MessageQueue, offset: int) -> None:
+        """Read ``mq`` from ``offset`` next; buffered messages of it are discarded. The offset must lie
+        in [min offset, max offset] (checked with the broker, as Java does)."""
+        self._owned(mq)
+        lo = await self.min_offset(mq)
+        hi = await self.max_offset(mq)
+        if not lo <= offset <= hi:
+            raise ConfigError(f"seek offset {offset} of {mq} is outside the queue's range [{lo}, {hi}]")
+        self._reset(self._owned(mq), offset)
+
+    async def seek_to_begin(self, mq: MessageQueue) -> None:
+        """Read ``mq`` from its :meth:`min_offset` next."""
+        self._owned(mq)
+        self._reset(self._owned(mq), await self.min_offset(mq))
+
+    async def seek_to_end(self, mq: MessageQueue) -> None:
+        """Read ``mq`` from its :meth:`max_offset` next: only messages sent from now on."""
+        self._owned(mq)
+        self._reset(self._owned(mq), await self.max_offset(mq))
+
+    def _reset(self, pq: ProcessQueue, offset: int) -> None:
+        self._task_group()
+        self.buffer.discard(pq)
+        pq.next_offset = self.buffer.state(pq).consume_offset = offset
+        if pq.scope is not None:
+            pq.scope.cancel()  # the running pull (maybe long-polling) is stale
+        self.table.restart(pq)
+
+    def position(self, mq: MessageQueue) -> int:
+        """The consume offset of ``mq``: the offset after the last message poll() returned."""
+        return self.buffer.state(self._owned(mq)).consume_offset
+
+    # -- committing -------------------------------------------------------------------------------------
+
+    async def commit(self, offsets: Mapping[MessageQueue, int] | None = None, *, sync: bool = False) -> None:
+        """Commit the consume offsets of every owned queue (or ``offsets``) to the offset store's
+        memory; the persist timer writes them to the brokers. ``sync=True`` writes them now."""
+        mqs = self._commit_memory(offsets)
+        if sync:
+            await self.offset_store.persist_all(mqs, sync=True)
+
+    def _commit_memory(self, offsets: Mapping[MessageQueue, int] | None) -> list[MessageQueue]:
+        self._last_auto_commit = time.monotonic()
+        store = self.offset_store
+        if offsets is None:
+            items = {mq: st.consume_offset for mq, st in self.queues.items()}
+        else:
+            # as Java's commit(Map): only queues this consumer owns (another member's, or one just
+            # rebalanced away, must not be overwritten), and no negative offset
+            items = {}
+            for m, off in offsets.items():
+                mq = self._in(m)
+                if mq not in self.table.pqs or off < 0:
+                    log.warning("commit of %s at %d ignored: not an owned queue or a negative offset", m, off)
+                    continue
+                items[mq] = off
+        for mq, off in items.items():
+            store.update(mq, off, increase_only=False)
+        return list(items)
+
+    async def committed(self, mq: MessageQueue) -> int | None:
+        """The committed offset of ``mq``: the one committed in this consumer's memory (not yet written by
+        the persist timer), else the broker's (None: never committed). As Java's ``committed``
+        (``MEMORY_FIRST_THEN_STORE``), and without overwriting a pending commit with the broker's value."""
+        mq = self._in(mq)
+        local = self.offset_store.read_memory(mq)
+        if local >= 0:
+            return local
+        return await self.offset_store.query_store(mq)
+
+    async def _persist_loop(self) -> None:
+        while True:
+            await anyio.sleep(self.timing.persist_interval)
+            await self.offset_store.persist_all(list(self.table.pqs))
