@@ -16,11 +16,20 @@ from collections import deque
 
 import anyio
 
-from ..protocol.stored import MessageExt, Undecodable
+from ..protocol.stored import MessageExt, PulledMessages, Undecodable
 from .offset_store import OffsetStore
 from .process_queue import PollState, ProcessQueue
 
 __all__ = ["PollBuffer"]
+
+
+def _nbytes(msgs: list[MessageExt]) -> int:
+    """The body bytes of a batch: summed by the decoder for a batch straight from it (buffered
+    batches are never changed in place, so :meth:`PollBuffer.take` finds the same figure), else
+    counted here."""
+    if type(msgs) is PulledMessages:
+        return msgs.nbytes
+    return sum([len(m.body) for m in msgs])
 
 
 class PollBuffer:
@@ -37,7 +46,9 @@ class PollBuffer:
         self.store: OffsetStore | None = None  # set when the consumer starts
         self._ready: deque[ProcessQueue] = deque()
         self._total = 0
-        self._changed = anyio.Event()  # data arrived, room freed, resume, close
+        # data arrived, room freed, resume, close: made when a waiter needs one (most changes
+        # happen with nobody waiting, and an event costs more than the rest of a submit)
+        self._changed: anyio.Event | None = None
         self._failed: dict[ProcessQueue, Undecodable] = {}  # queues stopped at an undecodable message
 
     @staticmethod
@@ -52,11 +63,16 @@ class PollBuffer:
         self.state(pq).consume_offset = pq.next_offset
 
     def wake(self) -> None:
-        ev, self._changed = self._changed, anyio.Event()
-        ev.set()
+        ev = self._changed
+        if ev is not None:  # else nobody waits: the next waiter makes a fresh event
+            self._changed = None
+            ev.set()
 
     async def wait_changed(self) -> None:
-        await self._changed.wait()
+        ev = self._changed
+        if ev is None:
+            ev = self._changed = anyio.Event()
+        await ev.wait()
 
     # -- the pull side --------------------------------------------------------------------------------
 
@@ -68,17 +84,19 @@ class PollBuffer:
         )
 
     async def before_pull(self, pq: ProcessQueue) -> bool:
-        st = self.state(pq)
-        while not pq.dropped and (st.paused or not self._has_room(st) or pq in self._failed):
-            await self._changed.wait()
+        st = pq.poll or self.state(pq)
+        failed = self._failed
+        while not pq.dropped and (st.paused or not self._has_room(st) or (failed and pq in failed)):
+            await self.wait_changed()
         return not pq.dropped
 
     def submit(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        st = self.state(pq)
+        st = pq.poll or self.state(pq)
+        n = len(msgs)
         st.batches.append(msgs)
-        st.count += len(msgs)
-        st.nbytes += sum(len(m.body) for m in msgs)
-        self._total += len(msgs)
+        st.count += n
+        st.nbytes += _nbytes(msgs)
+        self._total += n
         if not st.in_ready and not st.paused:
             st.in_ready = True
             self._ready.append(pq)
@@ -94,6 +112,8 @@ class PollBuffer:
     def failure(self) -> Undecodable | None:
         """The undecodable message of a queue whose batches before it were all taken (forgotten
         here: the queue is pulled from its offset again), or None."""
+        if not self._failed:
+            return None
         for pq, record in list(self._failed.items()):
             if pq.dropped:
                 del self._failed[pq]
@@ -105,27 +125,32 @@ class PollBuffer:
 
     def take(self, out: list[MessageExt], limit: int) -> None:
         """Move whole batches into ``out`` until it holds ``limit`` messages or nothing is ready."""
-        skipped: list[ProcessQueue] = []
-        while self._ready and len(out) < limit:
-            pq = self._ready.popleft()
-            st = self.state(pq)
+        skipped: list[ProcessQueue] | None = None  # paused queues with data, made when there is one
+        ready = self._ready
+        while ready and len(out) < limit:
+            pq = ready.popleft()
+            st = pq.poll or self.state(pq)
             st.in_ready = False
             if st.paused or not st.batches or pq.dropped:
                 if st.paused and st.batches and not pq.dropped:
+                    if skipped is None:
+                        skipped = []
                     skipped.append(pq)
                 continue
             batch = st.batches.popleft()
-            st.count -= len(batch)
-            st.nbytes -= sum(len(m.body) for m in batch)
-            self._total -= len(batch)
+            n = len(batch)
+            st.count -= n
+            st.nbytes -= _nbytes(batch)
+            self._total -= n
             st.consume_offset = batch[-1].queue_offset + 1
             out.extend(batch)
             if st.batches:
                 st.in_ready = True
-                self._ready.append(pq)
-        for pq in skipped:
-            self.state(pq).in_ready = True
-            self._ready.append(pq)
+                ready.append(pq)
+        if skipped is not None:
+            for pq in skipped:
+                self.state(pq).in_ready = True
+                ready.append(pq)
         if out:
             self.wake()
 

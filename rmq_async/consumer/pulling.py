@@ -217,6 +217,8 @@ class PullLoop:
         )
         commit = s.commit_offset
         cache = s.cache
+        batch_size = s.batch_size
+        submit = sink.submit
         # one header for this queue's pulls, its per-pull fields set before each one (the request
         # is encoded when the pull starts, before it awaits anything)
         header = H.PullMessageRequestHeader(
@@ -224,7 +226,7 @@ class PullLoop:
             topic=mq.topic,
             queue_id=mq.queue_id,
             queue_offset=-1,
-            max_msg_nums=s.batch_size,
+            max_msg_nums=batch_size,
             sys_flag=flags[0],
             commit_offset=0,
             suspend_timeout_millis=int(s.suspend_timeout * 1000),
@@ -330,13 +332,13 @@ class PullLoop:
                 log.warning("pull of %s failed: %s", mq, exc)
                 await anyio.sleep(timing.pull_error_delay)
                 continue
-            if header.max_msg_nums != s.batch_size:  # a narrowed pull (#19) answered
+            if header.max_msg_nums != batch_size:  # a narrowed pull (#19) answered
                 if alone_next:  # the good messages before a broken one: now that one alone
                     alone_next = False
                     header.max_msg_nums = 1
                     broken, broken_at = BROKEN_BODY_LIMIT, res.next_begin_offset
                 else:
-                    header.max_msg_nums = s.batch_size
+                    header.max_msg_nums = batch_size
             pq.last_pull_time = now = monotonic()
             if denied:  # allowed again
                 denied = 0
@@ -347,20 +349,22 @@ class PullLoop:
             if pq.dropped:
                 return
             if res.status is PullStatus.FOUND:
-                stats.pulled(mq.topic, len(res.messages), now - t0)
+                found = res.messages
+                stats.pulled(mq.topic, len(found), now - t0)
                 if observer is not None:
-                    observer.pulled(pq, res.messages, now - t0)
+                    observer.pulled(pq, found, now - t0)
                 # the tags are filtered with the subscription the pull was made with, as Java's
                 # processPullResult does with its request's SubscriptionData
-                found = res.messages
                 msgs = filter_tags(sub, found) if sub is not None and sub.tags_set else found
                 pq.next_offset = res.next_begin_offset
+                # one test per batch: a decoder's batch carries its undecodable records (a plain list,
+                # from a stub or a test, has none)
                 if type(found) is PulledMessages and found.undecodable:
                     await self._undecodable(pq, msgs, found.undecodable)
                 elif msgs:
                     if cache:
                         pq.put(msgs)
-                    sink.submit(pq, msgs)
+                    submit(pq, msgs)
                 # drop this loop's references now: the batch is freed by whoever finishes with it
                 # last, right after its consumption while it is still in the caches, not when the
                 # next pull answers (a batch gone cold in the caches costs more to free)

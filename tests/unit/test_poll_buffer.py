@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import anyio
 from support.consumer_context import MemoryStore
+from support.helpers_stored import encode_stored
 
 from rmq_async.consumer.poll_buffer import PollBuffer
 from rmq_async.consumer.process_queue import ProcessQueue
 from rmq_async.protocol.mq import MessageQueue
-from rmq_async.protocol.stored import MessageExt
+from rmq_async.protocol.stored import MessageExt, PulledMessages, decode_messages
 
 MQS = [MessageQueue("T", "b", i) for i in range(2)]
 
@@ -98,3 +99,47 @@ async def test_discard_and_drop() -> None:
     assert await buf.drop(a, 1.0) and a.dropped
     assert store.read_memory(MQS[0]) == 8  # auto commit: the consume offset
     assert not await buf.before_pull(a)
+
+
+def test_a_decoded_batch_is_sized_by_the_decoder_and_a_plain_list_by_its_bodies() -> None:
+    """The decoder's own sum (a zlib body counted decompressed) holds the queue's byte threshold, as
+    the bodies of a plain list do; taking each batch gives back exactly what it added."""
+    body = b"".join(
+        encode_stored(topic="T", body=b"y" * 300, queue_offset=k, compress=k == 1) for k in range(3)
+    )
+    decoded = decode_messages(body)
+    assert type(decoded) is PulledMessages and decoded.nbytes == 900
+    buf = _buffer(max_queue_bytes=1000)
+    a = _queue(buf, MQS[0])
+    buf.submit(a, decoded)
+    assert buf.state(a).nbytes == 900
+    buf.submit(a, _batch(3, 2, size=100))
+    assert buf.state(a).nbytes == 1100 and not buf._has_room(buf.state(a))
+    out: list[MessageExt] = []
+    buf.take(out, 1)
+    assert len(out) == 3 and buf.state(a).nbytes == 200
+    buf.take(out, 10)
+    assert buf.state(a).nbytes == 0 and buf.state(a).count == 0 and buf._total == 0
+
+
+async def test_every_waiter_wakes_at_a_change_made_with_nobody_waiting_before() -> None:
+    """Changes with nobody waiting wake nothing later; a waiter then wakes at the next change."""
+    buf = _buffer()
+    a = _queue(buf, MQS[0])
+    buf.submit(a, _batch(0, 1))  # nobody waits
+    buf.wake()
+    woken: list[int] = []
+
+    async def wait(i: int) -> None:
+        await buf.wait_changed()
+        woken.append(i)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait, 1)
+        tg.start_soon(wait, 2)
+        await anyio.wait_all_tasks_blocked()
+        assert woken == []
+        out: list[MessageExt] = []
+        buf.take(out, 1)  # a poll frees room
+        await anyio.wait_all_tasks_blocked()
+        assert sorted(woken) == [1, 2]
