@@ -481,7 +481,12 @@ def read_range(opts: SourceOptions, r: Range) -> Iterator[Any]:
 
     def build(chunks: list[Chunk]) -> Any:
         return build_batch(
-            chunks, opts.topic, r.broker_name, tags=session.tags, properties=opts.include_properties
+            chunks,
+            opts.topic,
+            r.broker_name,
+            tags=session.tags,
+            properties=opts.include_properties,
+            skip_undecodable=opts.on_undecodable == "skip",
         )
 
     try:

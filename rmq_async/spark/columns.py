@@ -22,6 +22,7 @@ decoded (a body that does not decompress, text that is not UTF-8). The two give 
 
 from __future__ import annotations
 
+import logging
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from typing import Any
 from ..protocol.codes import MessageSysFlag, Prop
 from ..protocol.msgid import _ip_hex
 from ..protocol.stored import MAGIC_CODE_V1, MessageExt, UndecodableMessageError, decode_messages
+
+log = logging.getLogger("rmq_async.spark")
 
 __all__ = ["Chunk", "arrow_schema", "build_batch", "to_arrow"]
 
@@ -211,9 +214,12 @@ def build_batch(
     *,
     tags: frozenset[str] = frozenset(),
     properties: bool = True,
+    skip_undecodable: bool = False,
 ) -> Any:
     """One Arrow record batch of the messages of ``chunks`` whose queue offsets fall in their chunk's
-    [lo, hi) and, if ``tags`` is not empty, whose tag is one of them (the client-side re-filter)."""
+    [lo, hi) and, if ``tags`` is not empty, whose tag is one of them (the client-side re-filter). A
+    message of the range that cannot be decoded raises :class:`UndecodableMessageError`, or with
+    ``skip_undecodable`` is left out with an ERROR record."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -234,7 +240,9 @@ def build_batch(
         base += len(c.body)
     batch = _fast(pa, pc, np, buf, starts_list, topic, broker_name, properties) if fast else None
     if batch is None:
-        return _careful(chunks, topic, broker_name, tags=tags, properties=properties)
+        return _careful(
+            chunks, topic, broker_name, tags=tags, properties=properties, skip_undecodable=skip_undecodable
+        )
     counts = [b[0] for b in bounds]
     lo = np.repeat(np.array([b[1] for b in bounds], dtype=np.int64), counts)
     hi = np.repeat(np.array([b[2] for b in bounds], dtype=np.int64), counts)
@@ -313,14 +321,22 @@ def _with_offset_ids(pa: Any, data: Any, starts: Any, msg_id: Any) -> Any:
 
 
 def _careful(
-    chunks: Sequence[Chunk], topic: str, broker_name: str, *, tags: frozenset[str], properties: bool
+    chunks: Sequence[Chunk],
+    topic: str,
+    broker_name: str,
+    *,
+    tags: frozenset[str],
+    properties: bool,
+    skip_undecodable: bool = False,
 ) -> Any:
     msgs: list[MessageExt] = []
     for c in chunks:
         pulled = decode_messages(c.body, broker_name=broker_name)
         for u in pulled.undecodable:  # the query fails on it, naming it (as failOnDataLoss would)
             if c.lo <= u.queue_offset < c.hi:
-                raise UndecodableMessageError(u)
+                if not skip_undecodable:
+                    raise UndecodableMessageError(u)
+                log.error("rocketmq source: undecodable message skipped: %s", u.describe())
         for m in pulled:
             if c.lo <= m.queue_offset < c.hi and (not tags or m.tags in tags):
                 msgs.append(m)

@@ -29,7 +29,7 @@ _KNOWN = {
     "namesrv", "topic", "startingoffsets", "endingoffsets", "startingoffsetsbytimestamp",
     "startingtimestamp", "maxrecordspertrigger", "maxrecordsperpartition", "failondataloss", "tags",
     "group", "commitoffsets", "pullbatchsize", "requesttimeout", "path", "pullsinflight", "includeproperties",
-    "minpartitions", "minoffsetspertrigger", "maxtriggerdelay", "sql",
+    "minpartitions", "minoffsetspertrigger", "maxtriggerdelay", "sql", "onundecodable",
     "accesskey", "secretkey", "securitytoken",
     "tls", "tlscafile", "tlsinsecure", "tlscertfile", "tlskeyfile", "tlskeypassword", "tlsserverhostname",
 }  # fmt: skip
@@ -72,6 +72,9 @@ class SourceOptions:
     #: a SQL92 filter over message properties instead of tags (option sql; the broker filters it and
     #: must run with enablePropertyFilter=true)
     sql: str | None = None
+    #: a message of the range that cannot be decoded (option onUndecodable): "fail" the query naming it
+    #: (the default, as failOnDataLoss), or "skip" it with an ERROR record
+    on_undecodable: Literal["fail", "skip"] = "fail"
 
 
 def _fail(name: str, value: object, why: str) -> ConfigError:
@@ -266,7 +269,20 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         min_offsets_per_trigger=min_trigger,
         max_trigger_delay=delay,
         sql=sql,
+        on_undecodable=_undecodable_policy(opts),
     )
+
+
+def _undecodable_policy(opts: Mapping[str, str]) -> Literal["fail", "skip"]:
+    value = opts.get("onundecodable")
+    if value is None:
+        return "fail"
+    v = value.strip().lower()
+    if v == "fail":
+        return "fail"
+    if v == "skip":
+        return "skip"
+    raise _fail("onUndecodable", value, "expected fail or skip")
 
 
 _UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}

@@ -4,6 +4,7 @@ them back in order. (The Spark source is left to the Spark rewrite, issue #22.)"
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -160,7 +161,9 @@ async def test_a_4x_cluster_gets_zlib(cluster: EmbeddedCluster, names: tuple[str
     assert StoredMessage(bytes(view)).sys_flag == compression_flag("ZLIB")
 
 
-async def test_spark_source_read_path(cluster5: EmbeddedCluster, names: tuple[str, str]) -> None:
+async def test_spark_source_read_path(
+    cluster5: EmbeddedCluster, names: tuple[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
     """The Spark source's executor path (``Session.pipeline`` then ``build_batch``, without a JVM):
     the interleaved bodies in order; a corrupt one fails the range naming its offset (the source's
     failOnDataLoss-like default)."""
@@ -176,7 +179,7 @@ async def test_spark_source_read_path(cluster5: EmbeddedCluster, names: tuple[st
     mq = await produce_interleaved(cluster5.namesrv_addr, topic)
     opts = parse_options({"namesrv": cluster5.namesrv_addr, "topic": topic}, streaming=False)
 
-    async def read(r: Range) -> Any:
+    async def read(r: Range, *, skip: bool = False) -> Any:
         chunks: list[Chunk] = []
         async with Session(opts) as s:
             send, receive = anyio.create_memory_object_stream[list[Chunk]](2)
@@ -185,7 +188,7 @@ async def test_spark_source_read_path(cluster5: EmbeddedCluster, names: tuple[st
                 async with receive:
                     async for got in receive:
                         chunks.extend(got)
-            return build_batch(chunks, opts.topic, r.broker_name, tags=s.tags)
+            return build_batch(chunks, opts.topic, r.broker_name, tags=s.tags, skip_undecodable=skip)
 
     batch = await read(Range(mq.broker_name, mq.queue_id, 0, N))
     assert batch.column("queue_offset").to_pylist() == list(range(N))
@@ -193,3 +196,22 @@ async def test_spark_source_read_path(cluster5: EmbeddedCluster, names: tuple[st
     cluster5.brokers[0].store.corrupt(topic, mq.queue_id, 17)
     with pytest.raises(UndecodableMessageError, match="offset 17"):
         await read(Range(mq.broker_name, mq.queue_id, 0, N))
+    # onUndecodable=skip: the others in order, the bad one left out with an ERROR record naming it
+    with caplog.at_level(logging.ERROR, logger="rmq_async.spark"):
+        batch = await read(Range(mq.broker_name, mq.queue_id, 0, N), skip=True)
+    assert batch.column("queue_offset").to_pylist() == [i for i in range(N) if i != 17]
+    assert batch.column("body").to_pylist() == [body_of(i) for i in range(N) if i != 17]
+    assert any(
+        "undecodable message skipped" in r.getMessage() and "17" in r.getMessage() for r in caplog.records
+    )
+
+
+def test_spark_on_undecodable_option() -> None:
+    from rmq_async.errors import ConfigError
+    from rmq_async.spark.options import parse_options
+
+    base = {"namesrv": "127.0.0.1:9876", "topic": "T"}
+    assert parse_options(base, streaming=False).on_undecodable == "fail"
+    assert parse_options({**base, "onUndecodable": "skip"}, streaming=False).on_undecodable == "skip"
+    with pytest.raises(ConfigError, match="onUndecodable"):
+        parse_options({**base, "onUndecodable": "ignore"}, streaming=False)
