@@ -42,6 +42,7 @@ __all__ = [
     "Credentials",
     "LitePullConfig",
     "MessageModel",
+    "OtelConfig",
     "ProducerConfig",
     "TLSConfig",
     "Timing",
@@ -412,6 +413,27 @@ class TraceConfig(ConfigModel):
     loop_share: float = Field(default=0.1, gt=0, le=1)
 
 
+class OtelConfig(ConfigModel):
+    """OpenTelemetry recording budgets (used only when the application set a provider).
+
+    Counters and gauges are never budgeted: they are plain counts read when the reader collects. Each
+    histogram of a client records at most ``histogram_rate`` values a second (a uniform-in-time sample,
+    so a histogram's count is the number of samples, not of messages: the counters count those);
+    consumer spans of messages without a sampled W3C ``traceparent`` are started at most
+    ``root_span_rate`` times a second. A message whose ``traceparent`` is sampled always gets its
+    consumer span. None: no budget (every value, every span)."""
+
+    histogram_rate: int | None = Field(
+        default=1000, ge=1, description="values a histogram records per second and client at most; None: all"
+    )
+    root_span_rate: int | None = Field(
+        default=100,
+        ge=0,
+        description="consumer spans per second and client for messages without a sampled traceparent "
+        "(0: none); None: every one",
+    )
+
+
 class ClientConfig(ConfigModel):
     """What every client (consumer or producer) needs to reach a cluster (Java ``ClientConfig``).
 
@@ -472,6 +494,10 @@ class ClientConfig(ConfigModel):
     )
     #: message trace (off by default); ``True`` is ``TraceConfig(enabled=True)``
     trace: TraceConfig = Field(default_factory=TraceConfig, description="message trace (off by default)")
+    #: OpenTelemetry recording budgets (nothing is recorded unless the application set a provider)
+    otel: OtelConfig = Field(
+        default_factory=OtelConfig, description="OpenTelemetry budgets: histogram values, root spans a second"
+    )
 
     @field_validator("namesrv_addr")
     @classmethod

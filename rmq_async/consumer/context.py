@@ -173,7 +173,7 @@ class ConsumerContext:
         #: what watches handler calls (:mod:`.observe`): the services call :meth:`observed`'s wrapper
         #: of their handler; empty (the default), they call the handler itself
         self.observers: list[HandlerObserver] = []
-        self._observed: tuple[object, Any] | None = None
+        self._observed: dict[tuple[object, float | None], Any] = {}
         #: message trace (``ClientConfig.trace``): a SubBefore/SubAfter per handler call; its dispatcher
         #: starts in the run's task group with the first handler call
         self.tracer: ConsumeTracer | None = None
@@ -217,9 +217,16 @@ class ConsumerContext:
         if self.observer is None:
             tel = telemetry()
             if tel is not None:
-                self.observer = ConsumeObserver(tel, self.group, client.client_id, self)
+                self.observer = ConsumeObserver(
+                    tel,
+                    self.group,
+                    client.client_id,
+                    self,
+                    self.client_config.otel,
+                    max_age=self.timing.consume_timeout,
+                )
                 self.observers.append(self.observer)
-                self._observed = None
+                self._observed.clear()
 
     def set_task_group(self, tg: anyio.abc.TaskGroup | None) -> None:
         self._tg = tg
@@ -264,21 +271,59 @@ class ConsumerContext:
 
     # -- message trace ------------------------------------------------------------------------------
 
-    def observed(self, handler: Any) -> Any:
+    def observed(self, handler: Any, trace_timeout: float | None = None) -> Any:
         """``handler`` as the services call it: itself without observers, else wrapped by them
-        (:func:`.observe.observed`, made once per handler). A service asks once per batch it takes."""
+        (:func:`.observe.observed`, made once per handler). A service asks once per batch it takes.
+        ``trace_timeout``: the seconds after which the trace labels a call TIME_OUT, when it is not
+        the consume timeout (POP: the invisible time, as Java's POP service)."""
         if not self.observers:
             return handler
+        self._start_trace()
+        key = (handler, trace_timeout)
+        wrapped = self._observed.get(key)
+        if wrapped is None:
+            observers = self.observers
+            tracer = self.tracer
+            if trace_timeout is not None and tracer is not None:
+                other = ConsumeTracer(tracer.dispatcher, self.group, trace_timeout)
+                observers = [other if o is tracer else o for o in observers]
+            wrapped = self._observed[key] = observed(handler, observers)
+        return wrapped
+
+    def _start_trace(self) -> None:
         tracer = self.tracer
         if tracer is not None and self._trace_tg is not self._tg and self._tg is not None:
             self._trace_tg = self._tg  # the trace dispatcher runs in this run's task group
             self._tg.start_soon(tracer.dispatcher.run, self._trace_sender)
-        cached = self._observed
-        if cached is not None and cached[0] is handler:
-            return cached[1]
-        wrapped = observed(handler, self.observers)
-        self._observed = (handler, wrapped)
-        return wrapped
+
+    def observe_before(self, batch: list[MessageExt]) -> tuple[tuple[HandlerObserver, object], ...] | None:
+        """A delivery handed out (``deliveries()``): what watches handler calls sees it as a call's
+        start; None without observers. Hand the result to :meth:`observe_after` when it is settled."""
+        if not self.observers:
+            return None
+        self._start_trace()
+        return tuple((o, o.before(batch)) for o in self.observers)
+
+    def observe_after(
+        self,
+        tokens: tuple[tuple[HandlerObserver, object], ...],
+        batch: list[MessageExt],
+        result: object,
+        error: BaseException | None = None,
+    ) -> None:
+        for o, token in tokens:
+            o.after(token, batch, result, error)
+
+    def observe_poll(self, batch: list[MessageExt]) -> None:
+        """A lite-pull ``poll`` returns ``batch`` (not empty): as Java's ``DefaultLitePullConsumerImpl``,
+        the trace writes a SubBefore and at once a SubAfter (CONSUME_SUCCESS); OpenTelemetry counts it,
+        records the await times of its watched messages and a ``receive`` span."""
+        tracer = self.tracer
+        if tracer is not None:
+            self._start_trace()
+            tracer.after(tracer.before(batch), batch, ConsumeResult.SUCCESS, None)
+        if self.observer is not None:
+            self.observer.polled(batch)
 
     def _trace_sender(self, group: str) -> TraceSender:
         """The inner trace producer (Java's: 5 s send timeout), on the consumer's client."""

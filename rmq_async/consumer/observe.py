@@ -5,7 +5,9 @@ Strategy: an observer is wrapped around the handler (:func:`observed`), so the s
 handler's own result and its own exceptions and keeps acknowledging plain successes in groups; the
 observer sees each call's batch, its result or the exception that left it (a handler that raised,
 the consume deadline's cancellation), at a sync ``before`` (its token) and a sync ``after``. Without
-observers the services call the handler itself: nothing is added per message.
+observers the services call the handler itself: nothing is added per message. An observer that
+samples (OpenTelemetry: ``after_optional``) and has nothing to watch in a call returns None from
+``before``: that call gets the handler's own awaitable, no wrapper coroutine.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ __all__ = ["HandlerObserver", "observed"]
 
 
 class HandlerObserver(Protocol):
+    """An observer may also say ``after_optional = True``: its ``after`` does nothing for a call whose
+    ``before`` returned None, so such a call is not wrapped at all (sampling observers)."""
+
     def before(self, batch: list[MessageExt]) -> object:
         """Before the handler gets ``batch``: a token handed back to :meth:`after`."""
         ...
@@ -37,6 +42,27 @@ def observed(handler: _Handler, observers: Sequence[HandlerObserver]) -> _Handle
     """``handler`` watched by ``observers`` (``handler`` itself when there is none)."""
     if not observers:
         return handler
+    if len(observers) == 1 and getattr(observers[0], "after_optional", False):
+        (o,) = observers
+        before, after = o.before, o.after
+
+        async def watched(token: object, batch: list[MessageExt], ctx: Any) -> Any:
+            try:
+                result = await handler(batch, ctx)
+            except BaseException as exc:
+                after(token, batch, None, exc)
+                raise
+            after(token, batch, result, None)
+            return result
+
+        def sampled(batch: list[MessageExt], ctx: Any) -> Awaitable[Any]:
+            # most calls are not observed: no coroutine of ours around the handler's
+            token = before(batch)
+            if token is None:
+                return handler(batch, ctx)
+            return watched(token, batch, ctx)
+
+        return sampled
     if len(observers) == 1:
         (o,) = observers
         before, after = o.before, o.after

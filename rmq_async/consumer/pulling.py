@@ -351,11 +351,11 @@ class PullLoop:
             if res.status is PullStatus.FOUND:
                 found = res.messages
                 stats.pulled(mq.topic, len(found), now - t0)
-                if observer is not None:
-                    observer.pulled(pq, found, now - t0)
                 # the tags are filtered with the subscription the pull was made with, as Java's
                 # processPullResult does with its request's SubscriptionData
                 msgs = filter_tags(sub, found) if sub is not None and sub.tags_set else found
+                if observer is not None:  # (the messages that will be consumed)
+                    observer.pulled(pq, msgs, now - t0)
                 pq.next_offset = res.next_begin_offset
                 # one test per batch: a decoder's batch carries its undecodable records (a plain list,
                 # from a stub or a test, has none)

@@ -157,7 +157,10 @@ class Producer:
             raise
         self._started = True
         tel = telemetry()
-        self.otel = SendObserver(tel, self._client.client_id) if tel is not None else None
+        if tel is not None and not self.config.group.startswith(GROUP_NAME_PREFIX):  # not trace sends
+            self.otel = SendObserver(tel, self._client.client_id, self._client_config.otel)
+        else:
+            self.otel = None
         if self.tracer is not None:
             self._client.spawn(self._run_tracer)
 

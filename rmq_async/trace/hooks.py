@@ -132,6 +132,8 @@ class ConsumeTracer:
     record; what Java's hooks compute is computed when the dispatcher encodes it."""
 
     __slots__ = ("dispatcher", "group", "timeout_ms")
+    #: every call's SubAfter is written (:mod:`..consumer.observe`)
+    after_optional = False
 
     def __init__(self, dispatcher: TraceDispatcher, group: str, consume_timeout: float) -> None:
         self.dispatcher = dispatcher
