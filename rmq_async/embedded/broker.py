@@ -255,6 +255,7 @@ class Broker:
         await self._namesrv.close()
         await self.server.stop()
         self.state.persist(force=s.data_dir is not None)
+        pop.persist(ctx)
         schedule.persist()
         ctx.store.close()
 
@@ -319,6 +320,7 @@ class Broker:
             for conn in self.consumers.scan_idle(idle) + self.producers.scan_idle(idle):
                 conn.close()
             self.state.persist()
+            pop.persist(ctx)
             schedule.persist()
             ctx.store.flush()
 

@@ -6,9 +6,11 @@ Strategy: a pop reads each queue from the group's pop offset (its consumer offse
 committed, as the real broker does), scanning the queues from a random start (queue id -1) and, with
 ``popFromRetryProbability`` (20 %) first or otherwise when the topic had nothing, the pop retry topic
 ``%RETRY%<group>_<topic>`` (v1 name). Every queue a pop took messages from gets a checkpoint: start
-offset, pop time, invisible time, revive queue id and the offsets not acked yet. ACK / BATCH_ACK take
-offsets out of their checkpoint; CHANGE_MESSAGE_INVISIBLETIME moves one offset to a new checkpoint of
-its own (the message's new handle). The revive timer (``pop_revive_interval``) copies what a due
+offset, pop time, invisible time, revive queue id and the offsets not acked yet (under a data dir they
+are saved with the broker's state, ``config/popCheckpoints.json``, every housekeeping tick and at
+shutdown, and read back at start: a restarted broker revives what was popped before). ACK / BATCH_ACK
+take offsets out of their checkpoint; CHANGE_MESSAGE_INVISIBLETIME moves one offset to a new checkpoint
+of its own (the message's new handle). The revive timer (``pop_revive_interval``) copies what a due
 checkpoint still holds into the pop retry topic, reconsume times + 1 and ``1ST_POP_TIME`` kept, and
 wakes held pops; a pop that returns a retry message re-encodes it with the original topic and a
 broker-made ``POP_CK``. A pop that finds nothing with a poll time is parked in the context's
@@ -101,6 +103,7 @@ class PopState:
         self.acked = 0
         self.changed = 0
         self.reviver_started = False
+        self.saved_empty = True  # the checkpoints file (data dir) holds none
         #: run the revive scan now (tests); set by :func:`handlers`
         self.revive_once: Callable[[], int] = lambda: 0
 
@@ -131,6 +134,25 @@ class PopState:
 
 #: by the broker's state (the context is slotted: no weak reference to it)
 _STATES: weakref.WeakKeyDictionary[BrokerState, PopState] = weakref.WeakKeyDictionary()
+
+#: under the data dir: the checkpoints not revived yet (the real broker keeps them in its revive topic)
+CHECKPOINTS_FILE = ("config", "popCheckpoints.json")
+
+
+def persist(ctx: BrokerContext) -> None:
+    """Save the broker's pending checkpoints under its data dir (the housekeeping timer and shutdown
+    call it), so a restarted broker still revives what was popped and not acked before it stopped."""
+    data_dir = ctx.settings.data_dir
+    ps = _STATES.get(ctx.state)
+    if data_dir is None or ps is None or (not ps.cks and ps.saved_empty):
+        return
+    rows = [
+        [ck.group, ck.topic, ck.origin, ck.queue_id, ck.start, ck.pop_time, ck.invisible_time,
+         ck.revive_qid, sorted(ck.pending)]
+        for ck in ps.cks.values()
+    ]  # fmt: skip
+    save_json(data_dir.joinpath(*CHECKPOINTS_FILE), {"checkpoints": rows})
+    ps.saved_empty = not rows
 
 
 def pop_state(ctx: BrokerContext) -> PopState:
@@ -183,6 +205,12 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
         for topic, by_group in ((load_json(modes_file) or {}).get("messageRequestModeMap") or {}).items():
             for group, m in by_group.items():
                 ps.modes[(topic, group)] = (str(m.get("mode", "PULL")), int(m.get("popShareQueueNum", 0)))
+    if settings.data_dir is not None:
+        for row in (load_json(settings.data_dir.joinpath(*CHECKPOINTS_FILE)) or {}).get("checkpoints") or []:
+            g, t, origin, q, start, pt, inv, rq, pending = row
+            ck = PopCheckpoint(g, t, origin, int(q), int(start), int(pt), int(inv), int(rq), set(pending))
+            ps.add_ck(ck)
+        ps.saved_empty = not ps.cks
 
     def pop_offset(group: str, topic: str, q: int, init_mode: int) -> int:
         off = state.query_offset(group, topic, q)
@@ -326,9 +354,10 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
             "startOffsetInfo": start_info,
             "msgOffsetInfo": msg_info,
         }
+        if ps.cks:  # new ones, or ones a restarted broker read back
+            ensure_reviver()
         if parts:
             ps.popped += max_nums - want
-            ensure_reviver()
             return respond(cmd, ResponseCode.SUCCESS, "FOUND", ext), parts
         deadline = born + poll_ms if park else int(cmd.ext_fields.get("_deadline", "0"))
         remaining = deadline - now_ms()
