@@ -64,7 +64,10 @@ _AWAIT_BUCKETS = (1.0, 5.0, 20.0, 100.0, 1000.0, 5000.0, 10000.0)
 _PROCESS_BUCKETS = (1.0, 5.0, 10.0, 100.0, 1000.0, 10000.0, 60000.0)
 #: watched messages (picked or traced) kept at most; more means they are not being consumed
 _WATCH_MAX = 1 << 17
-_WINDOW = 1.0  # seconds: a sampler's budget window
+#: seconds: a sampler's budget window (a tenth of the rate per tenth of a second, so that a budget is
+#: spread over the second even before the rate is known, e.g. in the first one; 1 s below 100/s)
+_WINDOW = 0.1
+_PURGE_EVERY = 1.0  # seconds between looks for watched messages never consumed
 _DEFAULT = OtelConfig()
 # flags of a watched message
 _SAMPLED = 1  # its await and process times are recorded
@@ -120,22 +123,25 @@ class Sampler:
     this call is picked (:meth:`picks` does it for a batch). :meth:`fire` re-arms the countdown with a
     stride drawn around ``k`` (uniform in 1..2k-1, so no position in a periodic pattern, e.g. the
     first message of each pulled batch, is favoured), where ``k`` is the last window's calls divided by
-    the budget; within a window at most ``rate`` fires are picked. The clock is read only when the
+    the budget; within a window (a tenth of a second: ``rate / 10`` picks; one second below 100/s) at
+    most its share of ``rate`` fires are picked. The clock is read only when the
     budget of the window is spent (then ``k`` doubles while the window lasts, so the reads stay rare)
     and by :meth:`tick`, which a caller with a clock at hand (the pull loop, once per pulled batch)
     calls to start the next window on time: an unpicked call costs a decrement and a comparison.
     """
 
-    __slots__ = ("armed", "cap", "countdown", "left", "seen", "stride", "t0", "t_end")
+    __slots__ = ("armed", "cap", "countdown", "left", "seen", "stride", "t0", "t_end", "window")
 
     def __init__(self, rate: int | None) -> None:
-        self.cap = rate  # picks per window; None: every call
+        self.window = _WINDOW if rate is not None and rate >= 100 else 1.0
+        #: picks per window; None: every call
+        self.cap = None if rate is None else int(rate * self.window)
         self.stride = 1
         self.countdown = self.armed = 1
         self.seen = 0  # calls of this window counted at the re-arms
         self.t0 = time.monotonic()
-        self.t_end = self.t0 + _WINDOW
-        self.left = (1 << 62) if rate is None else rate
+        self.t_end = self.t0 + self.window
+        self.left = (1 << 62) if self.cap is None else self.cap
 
     def _arm(self) -> None:
         k = self.stride
@@ -172,8 +178,8 @@ class Sampler:
         if self.cap == 0:
             self.stride = 1 << 30
         elif elapsed > 0:
-            self.stride = max(1, math.ceil(calls * _WINDOW / elapsed / self.cap))
-        self.t0, self.t_end = now, now + _WINDOW
+            self.stride = max(1, math.ceil(calls * self.window / elapsed / self.cap))
+        self.t0, self.t_end = now, now + self.window
         self.left = self.cap
         self.seen = 0
         self.armed = 0
@@ -467,6 +473,7 @@ class ConsumeObserver:
         "_attrs",
         "_ctx",
         "_max_age",
+        "_next_purge",
         "_next_tick",
         "_queues",
         "_status_attrs",
@@ -503,6 +510,7 @@ class ConsumeObserver:
         #: a watched message not consumed after this long (its queue dropped, filtered out) is forgotten
         self._max_age = max(60.0, 2 * max_age)
         self._next_tick = time.monotonic() + _WINDOW
+        self._next_purge = self._next_tick + _PURGE_EVERY
         #: topic -> messages returned by lite-pull polls (``rocketmq_consumer_processed_messages``)
         self.polled_counts: dict[str, int] = {}
         self.sample = Sampler(config.histogram_rate) if t.metrics else None
@@ -587,11 +595,15 @@ class ConsumeObserver:
                     watch[id(m)] = (m, now, _SPAN | (w[2] if w is not None else 0))
 
     def _tick(self, now: float) -> None:
-        """Once a window: the samplers see the time; watched messages never consumed are forgotten."""
+        """Once a window: the samplers see the time; once a second, watched messages never consumed
+        are forgotten."""
         self._next_tick = now + _WINDOW
         for s in (self.sample, self.pull_sample, self.root_sample):
             if s is not None:
                 s.tick(now)
+        if now < self._next_purge:
+            return
+        self._next_purge = now + _PURGE_EVERY
         watch = self._watch
         if len(watch) > _WATCH_MAX:
             watch.clear()

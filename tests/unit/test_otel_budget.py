@@ -59,55 +59,72 @@ def test_no_budget_picks_every_call(clock: Clock) -> None:
     assert s.picks(7) == list(range(7))
 
 
-def test_the_budget_caps_picks_per_second_and_spreads_them(clock: Clock) -> None:
-    s = otel.Sampler(100)
-    first = _calls(s, 100_000)  # the first second: its rate is not known yet
-    assert len(first) == 100
-    for second in range(1, 6):
-        clock.now += 1.0
+def _second(s: otel.Sampler, clock: Clock, calls: int) -> list[int]:
+    """``calls`` calls over one second of the fake clock, in tenths (the pull loop ticks between)."""
+    out: list[int] = []
+    for tenth in range(10):
+        base = tenth * (calls // 10)
+        out += [base + i for i in _calls(s, calls // 10)]
+        clock.now += 0.1
         s.tick(clock.now)
-        picked = _calls(s, 100_000)
-        # the stride follows the last second's rate: about the budget, never more
+    return out
+
+
+def test_the_budget_caps_picks_per_second_and_spreads_them(clock: Clock) -> None:
+    s = otel.Sampler(100)  # windows of a tenth of a second, 10 picks each
+    first = _second(s, clock, 100_000)  # the first tenth does not know the rate yet
+    assert 10 <= len(first) <= 100
+    assert first[-1] > 70_000  # even so, not all at the start of the second
+    for second in range(1, 6):
+        picked = _second(s, clock, 100_000)
+        # the stride follows the last tenth's rate: about the budget, never more
         assert 50 <= len(picked) <= 100, (second, len(picked))
-        # spread over the second's calls, not its first ones
-        assert picked[-1] > 70_000 and picked[0] < 30_000, picked[:3]
+        assert picked[-1] > 90_000 and picked[0] < 10_000, picked[:3]
 
 
-def test_a_burst_within_a_second_stays_within_the_budget(clock: Clock) -> None:
+def test_a_burst_within_a_window_stays_within_the_budget(clock: Clock) -> None:
     s = otel.Sampler(100)
-    _calls(s, 10_000)
-    clock.now += 1.0
+    _second(s, clock, 10_000)
+    assert len(_calls(s, 1_000_000)) <= 10  # a thousand times the last tenth's rate, one tenth
+
+
+def test_a_slow_budget_has_one_second_windows(clock: Clock) -> None:
+    s = otel.Sampler(5)
+    assert len(_calls(s, 1000)) == 5
+    clock.now += 0.5
     s.tick(clock.now)
-    assert len(_calls(s, 1_000_000)) <= 100  # a hundred times the last second's rate
+    assert _calls(s, 1000) == []
+    clock.now += 0.5
+    s.tick(clock.now)
+    assert 1 <= len(_calls(s, 1000)) <= 5
 
 
 def test_a_rate_that_falls_is_followed_at_the_next_tick(clock: Clock) -> None:
     s = otel.Sampler(100)
-    _calls(s, 1_000_000)
-    clock.now += 1.0
-    s.tick(clock.now)
-    _calls(s, 1_000_000)  # stride about 10,000
-    clock.now += 1.0
-    s.tick(clock.now)
-    _calls(s, 50)
-    clock.now += 1.0
-    s.tick(clock.now)  # the last second saw 50 calls: every call is picked again
-    assert _calls(s, 50) == list(range(50))
+    _second(s, clock, 1_000_000)
+    _second(s, clock, 1_000_000)  # stride about 10,000
+    _calls(s, 5)
+    clock.now += 0.1
+    s.tick(clock.now)  # the last tenth saw 5 calls: every call is picked again
+    assert _calls(s, 5) == list(range(5))
 
 
 def test_batch_picks_match_the_budget_and_favour_no_position(clock: Clock) -> None:
-    s = otel.Sampler(1000)
-    for _ in range(1000):
+    s = otel.Sampler(1000)  # 100 picks a tenth of a second
+    for _ in range(100):
         s.picks(32)
-    clock.now += 1.0
-    s.tick(clock.now)  # 32,000 calls a second: a stride of 32, the pulled batch's size
+    clock.now += 0.1
+    s.tick(clock.now)  # 3,200 calls a tenth: a stride of 32, the pulled batch's size
     positions: Counter[int] = Counter()
     total = 0
-    for _ in range(1000):
-        got = s.picks(32)
-        assert all(0 <= i < 32 for i in got)
-        positions.update(got)
-        total += len(got)
+    for _ in range(10):
+        for _ in range(100):
+            got = s.picks(32)
+            assert all(0 <= i < 32 for i in got)
+            positions.update(got)
+            total += len(got)
+        clock.now += 0.1
+        s.tick(clock.now)
     assert 500 <= total <= 1000
     assert len(positions) > 16  # not the same index of every batch
 
@@ -201,7 +218,7 @@ async def test_a_small_budget_records_a_sample(sdk: SDK, clock: Clock) -> None:
     o = _observer(sdk.mp, None, OtelConfig(histogram_rate=10))
     await _consume(o, _msgs(3200), _PQ())
     counts = _counts(reader)
-    # one window (the fake clock stands still): 10 values per histogram, not 3200
+    # one window (the fake clock stands still; 10/s: one-second windows): 10 values, not 3200
     for name in ("rocketmq_delivery_latency", "rocketmq_await_time", "rocketmq_process_time"):
         assert counts[name] == 10, (name, counts)
     assert counts["rocketmq_pull_latency"] == 10
@@ -279,3 +296,13 @@ async def test_watched_messages_never_consumed_are_forgotten(sdk: SDK, clock: Cl
     clock.now += 61.0
     o.pulled(_PQ(), _msgs(1), 0.001)
     assert o.watching() == 1
+
+
+def test_the_configs_are_public() -> None:
+    import rmq_async
+
+    for name in ("TraceConfig", "OtelConfig"):
+        assert name in rmq_async.__all__ and getattr(rmq_async, name) is not None
+    assert rmq_async.ClientConfig(trace=True, otel={"histogram_rate": None}).otel.histogram_rate is None
+    assert rmq_async.OtelConfig().histogram_rate == 1000 and rmq_async.OtelConfig().root_span_rate == 100
+    assert all(f.description for f in rmq_async.OtelConfig.model_fields.values())
