@@ -18,9 +18,11 @@ from .config import ConsumerConfig as ConsumerConfig
 from .config import Credentials as Credentials
 from .config import LitePullConfig as LitePullConfig
 from .config import MessageModel as MessageModel
+from .config import OtelConfig as OtelConfig
 from .config import ProducerConfig as ProducerConfig
 from .config import Timing as Timing
 from .config import TLSConfig as TLSConfig
+from .config import TraceConfig as TraceConfig
 from .consumer.delivery import Delivery as Delivery
 from .consumer.delivery import DeliveryStream as DeliveryStream
 from .consumer.health import ConsumerHealth as ConsumerHealth
@@ -102,6 +104,7 @@ __all__ = [
     "OrderlyContext",
     "OrderlyHandler",
     "OrderlyResult",
+    "OtelConfig",
     "Producer",
     "ProducerConfig",
     "ProtocolError",
@@ -123,6 +126,7 @@ __all__ = [
     "TLSError",
     "Timing",
     "TopicNotExist",
+    "TraceConfig",
     "Undecodable",
     "UndecodableCounts",
     "UndecodableMessageError",

@@ -393,9 +393,11 @@ class TraceConfig(ConfigModel):
     """Message trace (Java ``enableMsgTrace`` / ``customizedTraceTopic``), off by default as in Java.
 
     Producers write a ``Pub`` record per send, push consumers a ``SubBefore`` and a ``SubAfter`` per
-    handler call, batched by an inner producer to ``topic`` (None: ``RMQ_SYS_TRACE_TOPIC``), readable
-    by ``mqadmin queryMsgTraceById`` and the dashboard. A full queue drops records (counted), it never
-    slows consumption; shutdown flushes what is queued within ``flush_timeout`` seconds."""
+    handler call (POP included; a delivery of ``deliveries()`` from its hand-out to its settling), lite
+    pull consumers both at once per ``poll`` (as Java's), batched by an inner producer to ``topic``
+    (None: ``RMQ_SYS_TRACE_TOPIC``), readable by ``mqadmin queryMsgTraceById`` and the dashboard. A
+    full queue drops records (counted), it never slows consumption; shutdown flushes what is queued
+    within ``flush_timeout`` seconds."""
 
     enabled: bool = False
     topic: str | None = Field(default=None, min_length=1, max_length=127)

@@ -7,7 +7,9 @@
 
 An unsettled delivery holds back its queue's committed offset (it stays in the process queue), is
 sent back when the consume timeout passes (the expired-message cleaner), and is retried if the
-``async with`` block is left while it is still unsettled. Same machinery as the handler path.
+``async with`` block is left while it is still unsettled. Same machinery as the handler path; the
+message trace and OpenTelemetry see a delivery as a handler call of one message, from its hand-out to
+its settling.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ..protocol.codes import Prop
 from ..protocol.mq import MessageQueue
 from ..protocol.stored import MessageExt
 from .context import ConsumerContext
+from .observe import HandlerObserver
 from .process_queue import ProcessQueue
 from .sendback import reset_retry_topic
 from .types import EXPIRED_DELAY_LEVEL, ConsumeContext, ConsumeResult
@@ -41,6 +44,7 @@ class Delivery:
 
     __slots__ = {
         "_key": None,
+        "_obs": None,
         "_pq": None,
         "_stream": None,
         "message": "The message (MessageExt: body, keys, tags, properties, queue offset, reconsume times).",
@@ -53,6 +57,8 @@ class Delivery:
         self.message: MessageExt = message
         self.settled = False
         self._key: int | None = None
+        # what the trace and OpenTelemetry saw of its hand-out (None: nothing observes)
+        self._obs: tuple[tuple[HandlerObserver, object], ...] | None = None
 
     @property
     def queue(self) -> MessageQueue:
@@ -109,6 +115,8 @@ class DeliveryStream:
             d.message.set_property(Prop.CONSUME_START_TIMESTAMP, str(int(time.time() * 1000)))
             d._key = self.c.deadlines.add(lambda d=d: self._expire(d))  # type: ignore[misc]
             self.unsettled.add(d)
+            if self.c.observers:  # traced as a handler call of one message, from hand-out to settling
+                d._obs = self.c.observe_before([d.message])
             return d
 
     def _expire(self, d: Delivery) -> None:
@@ -131,6 +139,9 @@ class DeliveryStream:
         if d._key is not None:
             self.c.deadlines.discard(d._key)
         self.c.stats.consumed(d._pq.mq.topic, 1, 0.0, ok=result is ConsumeResult.SUCCESS)
+        if d._obs is not None:
+            self.c.observe_after(d._obs, [d.message], result)
+            d._obs = None
         if d._pq.dropped:
             return
         ctx = ConsumeContext(d._pq.mq, delay_level=delay_level)

@@ -412,6 +412,8 @@ class LitePullConsumer(LiteOffsets):
         if self.namespace:
             for m in out:
                 m.topic = unwrap_namespace(self.namespace, m.topic)
+        if out and self.ctx.observers:  # trace (as Java's poll: SubBefore, SubAfter) and OpenTelemetry
+            self.ctx.observe_poll(out)
         return out
 
     def _refusal(self) -> AuthError | None:

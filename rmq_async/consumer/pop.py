@@ -290,7 +290,10 @@ class PopService:
                 self.stats.revived_seen += 1
         self.stats.popped += len(msgs)
         if msgs:
-            c.stats.pulled(mq.topic, len(msgs), time.monotonic() - t0)
+            rt = time.monotonic() - t0
+            c.stats.pulled(mq.topic, len(msgs), rt)
+            if c.observer is not None:  # OpenTelemetry: pull latency, delivery latency, what to watch
+                c.observer.received(mq.topic, msgs, rt)
         return msgs, h.pop_time, h.invisible_time
 
     # -- consuming -------------------------------------------------------------------------------
@@ -327,7 +330,9 @@ class PopService:
             with anyio.move_on_after(self.timeout()) as scope:
                 if c.before_hooks:
                     await c.hooks_before(batch, ctx)
-                got = await self.handler(list(batch), ctx)
+                # the trace labels a call TIME_OUT past the invisible time, as Java's POP service
+                handler = c.observed(self.handler, c.timing.pop_invisible_time)
+                got = await handler(list(batch), ctx)
                 if got is None:
                     result = ConsumeResult.SUCCESS
                 elif isinstance(got, ConsumeResult):
