@@ -15,7 +15,6 @@ import asyncio
 import json
 import logging
 import os
-import re
 import signal
 import sys
 import time
@@ -266,7 +265,7 @@ class _Progress:
 
 # -- consume --------------------------------------------------------------------------------------------
 
-_TRAILING_INT = re.compile(r"(\d+)$")
+_DIGITS = "0123456789"
 #: how long ``consume --fail-every`` waits for the retries of the messages it failed (a real broker's
 #: delay level 3 is 10 s; its send-back fallbacks add a local retry after 5 s)
 _RETRY_WAIT = 60.0
@@ -283,6 +282,7 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
     from .config import ClientConfig, ConsumeFrom
     from .consumer.push import PushConsumer
     from .consumer.types import ConsumeContext, ConsumeResult
+    from .protocol.mq import MessageQueue
     from .protocol.stored import MessageExt
 
     starts: dict[str, ConsumeFrom] = {
@@ -293,12 +293,12 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
     where = starts[args.from_]
     if args.timestamp is not None and args.from_ != "timestamp":
         raise UsageError("--timestamp is for --from timestamp")
-    seen: dict[str, int] = {}
+    seen: set[str] = set()  # keys (else msg ids) consumed: unique_keys; consumed - unique = duplicates
     # order check: per queue (broker, topic, queue id), the send index (a key's trailing integer) must
     # not go down from one first delivery to the next. Retries (reconsume times > 0, possibly from the
     # retry topic) and redeliveries (an offset of the queue at or below one already checked: a batch
     # consumed again after a rebalance or a lost lock) are at-least-once repeats, not disorder.
-    last_index: dict[tuple[str, str, int], tuple[int, int]] = {}  # queue -> (offset, send index)
+    last_index: dict[MessageQueue, tuple[int, int]] = {}  # queue -> (offset, send index)
     order_violations = 0
     first_seen: set[str] = set()
     # keys failed on purpose (--fail-every) and not seen since: their retries are on their way (a real
@@ -316,7 +316,8 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
     # handler's rate of `rmq-async bench push` (#25)
     fail_every = args.fail_every
     printing = args.print or args.print_body
-    search = _TRAILING_INT.search
+    seen_add = seen.add
+    count = args.count
 
     async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
         nonlocal consumed, first_delivery, t_first, t_last, order_violations
@@ -334,22 +335,25 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
         if t_first is None:
             t_first = now
         t_last = now
+        consumed += len(msgs)
+        mq = ctx.mq  # every message of a batch comes from this queue
         for m in msgs:
             key = m.keys or m.msg_id
             if awaited_retries:
                 awaited_retries.discard(key)
                 if not awaited_retries:
                     wake.set()
-            seen[key] = seen.get(key, 0) + 1
-            consumed += 1
-            if m.reconsume_times == 0 and (idx := search(key)) is not None:
-                q = (m.broker_name, m.topic, m.queue_id)
-                prev = last_index.get(q)
-                if prev is None or m.queue_offset > prev[0]:
-                    index = int(idx.group(1))
-                    if prev is not None and index < prev[1]:
-                        order_violations += 1
-                    last_index[q] = (m.queue_offset, index)
+            seen_add(key)
+            if m.reconsume_times == 0:
+                offset = m.queue_offset
+                prev = last_index.get(mq)
+                if prev is None or offset > prev[0]:
+                    digits = key[len(key.rstrip(_DIGITS)) :]  # the trailing integer: the send index
+                    if digits:
+                        index = int(digits)
+                        if prev is not None and index < prev[1]:
+                            order_violations += 1
+                        last_index[mq] = (offset, index)
             if printing:
                 line: dict[str, Any] = {
                     "topic": m.topic,
@@ -363,9 +367,9 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
                 if args.print_body:
                     line["body"] = m.body.decode("utf-8", errors="replace")
                 print(json.dumps(line), flush=True)
-        if progress.enabled:
+        if show_progress:
             progress.advance(len(msgs))
-        if args.count and len(seen) >= args.count:
+        if count and len(seen) >= count:
             done.set()
             wake.set()
         return ConsumeResult.SUCCESS
@@ -390,6 +394,7 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
     except ConfigError as exc:  # the group, the timestamp ...
         raise UsageError(f"bad consumer settings: {exc}") from None
     progress = _Progress(args.count or None, "consume", enabled=sys.stderr.isatty() and not args.quiet)
+    show_progress = progress.enabled
     try:
         await consumer.start()
     except RocketMQError as exc:

@@ -97,6 +97,31 @@ async def test_cli_order_violations_does_not_merge_same_queue_id_of_two_brokers(
     assert summary["order_violations"] == 0, summary
 
 
+async def test_cli_counts_order_violations_of_each_queue(names: tuple[str, str]) -> None:
+    # queue 0 holds k-9 ... k-0 (send indexes going down: 9 violations in offset order), queue 1 holds
+    # k-10 ... k-19 (in order: none); the retries and repeats the summary leaves out are not in play
+    topic, group = names
+    async with EmbeddedCluster(queues=2, timing=Timing.fast()) as cluster:
+        await cluster.create_topic(topic, queues=2)
+        async with Producer("order_check_pg", namesrv_addr=cluster.namesrv_addr) as p:
+
+            def to_queue(queues: Sequence[MessageQueue], msg: Message, arg: int) -> MessageQueue:
+                return sorted(queues, key=lambda q: q.queue_id)[arg]
+
+            for i in range(9, -1, -1):
+                await p.send(Message(topic, b"x", keys=f"k-{i}"), selector=to_queue, arg=0)
+            for i in range(10, 20):
+                await p.send(Message(topic, b"x", keys=f"k-{i}"), selector=to_queue, arg=1)
+        args = _cli("consume", "--orderly", "--namesrv", cluster.namesrv_addr, "--group", group)
+        args += ["--topic", topic, "--count", "20", "--idle-exit", "5"]
+        with anyio.fail_after(25):
+            out = await anyio.run_process(args, env=child_env(), check=False)
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    summary = json.loads(out.stdout.decode().strip().splitlines()[-1])
+    assert summary["unique_keys"] == 20 and summary["duplicates"] == 0, summary
+    assert summary["order_violations"] == 9, summary
+
+
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "rmq_async.cli", "--no-uvloop", *args]
 
