@@ -63,7 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "scenario",
         nargs="*",
         default=["default"],
-        help=f"scenarios ({', '.join(FULL_SUITE)}) or 'default' ({', '.join(DEFAULT_SUITE)}) or 'all'",
+        help=f"scenarios ({', '.join(FULL_SUITE)}) or 'default' ({', '.join(DEFAULT_SUITE)}) or 'all'; "
+        "or 'soak' alone: the soak of membership churn and faults (--duration, --rate, --change-every, "
+        "--fault-every, --drain, --out; one JSON summary line, exit 1 when a verdict fails)",
     )
     parser.add_argument("--namesrv", help="use this cluster instead of starting an embedded one")
     parser.add_argument(
@@ -107,14 +109,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="backlog: handlers hold this long first (default 2)",
     )
     parser.add_argument(
-        "--rate", type=float, default=None, help="latency: offered msgs/s (default: half the push median)"
+        "--rate",
+        type=float,
+        default=None,
+        help="latency: offered msgs/s (default: half the push median); soak: msgs/s (default 2000)",
     )
     parser.add_argument(
         "--duration",
         type=seconds,
-        default=10.0,
+        default=None,
         metavar="SECONDS",
-        help="latency: seconds offered (default 10)",
+        help="latency: seconds offered (default 10); soak: run time (default 3600)",
     )
     parser.add_argument("--profile", action="store_true", help="add one cProfile'd push run (asyncio)")
     parser.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
@@ -144,6 +149,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="its private key (PEM; unless in the chain file); password: $RMQ_EMBEDDED_TLS_KEY_PASSWORD",
     )
+    from .soak import add_soak_arguments
+
+    add_soak_arguments(parser)
 
 
 def _scenarios(names: list[str]) -> list[str]:
@@ -292,6 +300,14 @@ def _bench_tls(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the scenarios in ``args``; returns the exit code (1 if a run failed)."""
+    if "soak" in args.scenario:
+        if args.scenario != ["soak"]:
+            raise SystemExit("rmq-async bench: soak runs alone")
+        from .soak import run_cli
+
+        return run_cli(args)
+    if args.duration is None:
+        args.duration = 10.0
     scenarios = _scenarios(args.scenario)
     loops = ["asyncio", "uvloop"] if args.loop == "both" else [args.loop]
     if getattr(args, "no_uvloop", False):  # rmq-async --no-uvloop bench: the default loop only
