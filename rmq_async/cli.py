@@ -409,9 +409,9 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(on_signal)
-            if not consumer.client.broker_addrs:
+            if not consumer._client.broker_addrs:
                 try:
-                    await consumer.client.fetch_route(args.topic)
+                    await consumer._client.fetch_route(args.topic)
                 except TopicNotExist:
                     # the name server answered: the topic may be created any moment (a producer's first
                     # send auto-creates it), as a Java consumer waits for it
@@ -469,11 +469,11 @@ async def _await_topic(consumer: Any, topic: str) -> None:
     while True:
         await anyio.sleep(1.0)
         try:
-            await consumer.client.update_route(topic)
+            await consumer._client.update_route(topic)
         except RocketMQError:
             continue
         log.info("topic %r exists now: consuming", topic)
-        await consumer.client.send_heartbeat_to_all_brokers()
+        await consumer._client.send_heartbeat_to_all_brokers()
         consumer.rebalance_now()
         return
 

@@ -42,10 +42,10 @@ class LiteOffsets:
         _last_auto_commit: float
 
         @property
-        def client(self) -> ClientInstance: ...
+        def _client(self) -> ClientInstance: ...
 
         @property
-        def offset_store(self) -> RemoteOffsetStore: ...
+        def _offset_store(self) -> RemoteOffsetStore: ...
 
         @property
         def queues(self) -> dict[MessageQueue, PollState]: ...
@@ -63,7 +63,7 @@ class LiteOffsets:
         return pq
 
     async def _addr(self, mq: MessageQueue) -> str:
-        return await self.client.master_addr(mq.broker_name, mq.topic)
+        return await self._client.master_addr(mq.broker_name, mq.topic)
 
     async def beginning_offsets(self, queues: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
         """The min offset of each queue (as aiokafka's ``beginning_offsets``), asked concurrently."""
@@ -103,12 +103,12 @@ class LiteOffsets:
     async def min_offset(self, mq: MessageQueue) -> int:
         """The queue's first offset still stored (the broker's min offset)."""
         mq = self._in(mq)
-        return await self.client.api.get_min_offset(await self._addr(mq), mq, self.timing.request_timeout)
+        return await self._client.api.get_min_offset(await self._addr(mq), mq, self.timing.request_timeout)
 
     async def max_offset(self, mq: MessageQueue) -> int:
         """The offset the queue's next message will get (the broker's max offset)."""
         mq = self._in(mq)
-        return await self.client.api.get_max_offset(await self._addr(mq), mq, self.timing.request_timeout)
+        return await self._client.api.get_max_offset(await self._addr(mq), mq, self.timing.request_timeout)
 
     async def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
         """The broker's answer to SEARCH_OFFSET_BY_TIMESTAMP for ``mq`` at ``timestamp_ms``, as Java's
@@ -116,7 +116,7 @@ class LiteOffsets:
         broker the offset whose store time is nearest (it may be an older message)."""
         mq = self._in(mq)
         addr = await self._addr(mq)
-        return await self.client.api.search_offset(addr, mq, timestamp_ms, self.timing.request_timeout)
+        return await self._client.api.search_offset(addr, mq, timestamp_ms, self.timing.request_timeout)
 
     async def seek(self, mq: MessageQueue, offset: int) -> None:
         """Read ``mq`` from ``offset`` next; buffered messages of it are discarded. The offset must lie
@@ -157,11 +157,11 @@ class LiteOffsets:
         memory; the persist timer writes them to the brokers. ``sync=True`` writes them now."""
         mqs = self._commit_memory(offsets)
         if sync:
-            await self.offset_store.persist_all(mqs, sync=True)
+            await self._offset_store.persist_all(mqs, sync=True)
 
     def _commit_memory(self, offsets: Mapping[MessageQueue, int] | None) -> list[MessageQueue]:
         self._last_auto_commit = time.monotonic()
-        store = self.offset_store
+        store = self._offset_store
         if offsets is None:
             items = {mq: st.consume_offset for mq, st in self.queues.items()}
         else:
@@ -183,12 +183,12 @@ class LiteOffsets:
         the persist timer), else the broker's (None: never committed). As Java's ``committed``
         (``MEMORY_FIRST_THEN_STORE``), and without overwriting a pending commit with the broker's value."""
         mq = self._in(mq)
-        local = self.offset_store.read_memory(mq)
+        local = self._offset_store.read_memory(mq)
         if local >= 0:
             return local
-        return await self.offset_store.query_store(mq)
+        return await self._offset_store.query_store(mq)
 
     async def _persist_loop(self) -> None:
         while True:
             await anyio.sleep(self.timing.persist_interval)
-            await self.offset_store.persist_all(list(self.table.pqs))
+            await self._offset_store.persist_all(list(self.table.pqs))

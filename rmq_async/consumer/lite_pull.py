@@ -253,7 +253,7 @@ class LitePullConsumer(LiteOffsets):
                 if self.auto_commit:
                     self._commit_memory(None)
                 with anyio.move_on_after(self.timing.request_timeout * 2):
-                    await self.offset_store.persist_all(list(self.table.pqs), sync=True)
+                    await self._offset_store.persist_all(list(self.table.pqs), sync=True)
                 client.unregister_consumer_local(self.group)
                 with anyio.move_on_after(self.timing.request_timeout * 2):
                     await client.unregister_everywhere(consumer_group=self.group)
@@ -265,14 +265,14 @@ class LitePullConsumer(LiteOffsets):
             await client.__aexit__(None, None, None)
 
     @property
-    def client(self) -> ClientInstance:
+    def _client(self) -> ClientInstance:
         """(internal) The client instance (routes, connections) while running."""
         if not self.ctx.started or self._closed:
             raise ClientError("lite pull consumer is not running (use 'async with')")
         return self.ctx.client
 
     @property
-    def offset_store(self) -> RemoteOffsetStore:
+    def _offset_store(self) -> RemoteOffsetStore:
         """(internal) The group's committed offsets on the broker."""
         store = self.buffer.store
         if not isinstance(store, RemoteOffsetStore):
@@ -343,8 +343,8 @@ class LitePullConsumer(LiteOffsets):
         target = {self._in(mq) for mq in queues}
         self._assigned = target
         for topic in sorted({mq.topic for mq in target}):
-            await self.client.update_route(topic)
-        await self.client.send_heartbeat_to_all_brokers(raise_auth=True)  # ACL: fail at once
+            await self._client.update_route(topic)
+        await self._client.send_heartbeat_to_all_brokers(raise_auth=True)  # ACL: fail at once
         table = self.table
         for mq in sorted(set(table.pqs) - target):
             await table.drop(mq)
@@ -367,13 +367,13 @@ class LitePullConsumer(LiteOffsets):
         tg = self._task_group()
         sub = self.ctx.subscriptions.make(topic, expression)
         if sub.expression_type != "TAG":  # checkClientInBroker (Java: at start)
-            await self.client.update_route_quietly([topic])
+            await self._client.update_route_quietly([topic])
             await check_in_brokers(self.ctx, [sub])
         self.ctx.subscriptions.store(sub)
         first = self._mode != "subscribe"
         self._mode = "subscribe"
-        await self.client.update_route_quietly([topic])
-        await self.client.send_heartbeat_to_all_brokers(raise_auth=True)  # ACL: fail at once
+        await self._client.update_route_quietly([topic])
+        await self._client.send_heartbeat_to_all_brokers(raise_auth=True)  # ACL: fail at once
         if first:
             tg.start_soon(self.rebalancer.run)
         else:
@@ -386,8 +386,8 @@ class LitePullConsumer(LiteOffsets):
     async def fetch_queues(self, topic: str) -> list[MessageQueue]:
         """The readable queues of ``topic`` (``fetchMessageQueues``)."""
         topic = self.client_config.with_namespace(topic)
-        await self.client.update_route(topic)
-        return [self._out(mq) for mq in await self.client.subscribe_queues(topic)]
+        await self._client.update_route(topic)
+        return [self._out(mq) for mq in await self._client.subscribe_queues(topic)]
 
     # -- polling ----------------------------------------------------------------------------------------
 
@@ -401,7 +401,7 @@ class LitePullConsumer(LiteOffsets):
         out: list[MessageExt] = []
         with anyio.move_on_after(timeout):
             while not out:
-                self.client  # noqa: B018 - raises once closed
+                self._client  # noqa: B018 - raises once closed
                 self.buffer.take(out, limit)
                 if not out:
                     if (undecodable := self.buffer.failure()) is not None:
@@ -419,7 +419,7 @@ class LitePullConsumer(LiteOffsets):
     def _refusal(self) -> AuthError | None:
         """The current ACL refusal of the group or of an owned queue's topic (poll raises it when it
         has nothing else to return: the allowed queues' messages come first)."""
-        errors = self.client.auth_errors
+        errors = self._client.auth_errors
         if not errors:
             return None
         return errors.current({f"group:{self.group}"} | {f"topic:{mq.topic}" for mq in self.table.pqs})

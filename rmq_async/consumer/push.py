@@ -335,14 +335,14 @@ class PushConsumer:
         return self.ctx.subscriptions.expressions()
 
     @property
-    def client(self) -> ClientInstance:
+    def _client(self) -> ClientInstance:
         """(internal) The client instance of the current run (routes, connections)."""
         return self.ctx.client
 
     @property
     def client_id(self) -> str:
         """This member's client id (``ip@instance``), as the broker lists it."""
-        return self.client.client_id
+        return self._client.client_id
 
     def assignment(self) -> set[MessageQueue]:
         """The queues this member owns now (the retry topic's included)."""
@@ -532,7 +532,7 @@ class PushConsumer:
 
     async def _shutdown(self) -> None:
         ctx = self.ctx
-        log.info("consumer %s (%s) shutting down", self.group, self.client.client_id)
+        log.info("consumer %s (%s) shutting down", self.group, self._client.client_id)
         ctx.stopping = True
         ctx.running = False
         self.table.stop_pulling()  # keep the process queues for the offsets
@@ -550,9 +550,9 @@ class PushConsumer:
             await self.ctx.offset_store.persist_all(mqs, sync=True)
         # [orderly] offsets are on the broker: release the queue locks (sync 42)
         await service.shutdown()
-        self.client.unregister_consumer_local(self.group)
+        self._client.unregister_consumer_local(self.group)
         with anyio.move_on_after(self.timing.request_timeout * 2):
-            await self.client.unregister_everywhere(consumer_group=self.group)
+            await self._client.unregister_everywhere(consumer_group=self.group)
         self.table.drop_all()
         if service.deliveries is not None:
             service.deliveries.close()
@@ -563,7 +563,7 @@ class PushConsumer:
         """(internal, for the client instance) The topics subscribed, the retry topic included."""
         return self.ctx.subscriptions.topics()
 
-    def subscription(self, topic: str) -> SubscriptionData | None:
+    def _subscription(self, topic: str) -> SubscriptionData | None:
         """(internal) The subscription of ``topic`` as it goes on the wire."""
         return self.ctx.subscriptions.get(topic)
 
@@ -583,12 +583,12 @@ class PushConsumer:
         return await self.admin.handle(cmd)
 
     async def _after_subscription_change(self) -> None:
-        await self.client.update_route_quietly(self._subscribed_topics())
+        await self._client.update_route_quietly(self._subscribed_topics())
         try:
             await check_in_brokers(self.ctx, self.ctx.subscriptions.sql())
         except RocketMQError as exc:  # running: the pulls of that topic are refused until it is fixed
             log.error("consumer %s: %s", self.group, exc)
-        await self.client.send_heartbeat_to_all_brokers()
+        await self._client.send_heartbeat_to_all_brokers()
 
     # -- timers and rebalance ---------------------------------------------------------------------------
 

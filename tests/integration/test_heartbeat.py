@@ -33,7 +33,7 @@ async def test_subscription_not_exist_does_not_become_a_heartbeat_storm(
     await produce(cluster.namesrv_addr, topic, 1)
     async with c:
         await alive_until(c, lambda: col.wait_unique(1))
-        api = c.client.api
+        api = c._client.api
         real = api.heartbeat
         sent = 0
 

@@ -43,7 +43,7 @@ async def test_assign_poll_seek_commit(
         group, namesrv_addr=cluster.namesrv_addr, timing=timing, auto_commit=False,
         consume_from_where="CONSUME_FROM_FIRST_OFFSET",
     ) as c:  # fmt: skip
-        assert c.client.client_id.endswith("@STREAM")
+        assert c._client.client_id.endswith("@STREAM")
         mqs = await c.fetch_queues(topic)
         assert len(mqs) == 4
         q0 = mqs[0]

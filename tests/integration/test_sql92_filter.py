@@ -218,7 +218,7 @@ async def test_subscription_changes_without_restart(timing: Timing) -> None:
                     if n:
                         push.subscribe(topic, selector)
                         await lite.subscribe(topic, selector)
-                        for group, c in (("chg_push", push.subscription(topic)), ("chg_lite", None)):
+                        for group, c in (("chg_push", push._subscription(topic)), ("chg_lite", None)):
                             version = c.sub_version if c is not None else 0
                             await _broker_has(cluster, group, topic, version)
                         # the pulls made before the change are answered (the lite pull's long poll,

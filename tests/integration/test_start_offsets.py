@@ -61,7 +61,7 @@ async def started(
         async with c:
             c.rebalance_now()
             await c.wait_rebalanced()
-            yield c.rebalancer, sorted(await c.client.subscribe_queues(topic))
+            yield c.rebalancer, sorted(await c._client.subscribe_queues(topic))
     else:
         lite_kw = dict(kw)
         if "consume_timestamp" in lite_kw:
@@ -74,7 +74,7 @@ async def started(
         ) as lc:
             await lc.subscribe(idle)
             await lc.wait_rebalanced()
-            yield lc.rebalancer, sorted(await lc.client.subscribe_queues(topic))
+            yield lc.rebalancer, sorted(await lc._client.subscribe_queues(topic))
 
 
 async def start_offsets(rebalancer: Rebalancer, mqs: list[MessageQueue]) -> dict[int, int]:
