@@ -251,6 +251,7 @@ class Soak:
         self.low = 0  # every index below is settled (seen, or its send failed)
         self.cluster_rss: float | None = None
         self.producer_done = asyncio.Event()
+        self.cluster_died = False
 
     # -- utilities -----------------------------------------------------------------------------
 
@@ -278,14 +279,23 @@ class Soak:
             sys.executable, "-m", "rmq_async.bench.soak_cluster", "--data-dir", data_dir,
             "--queues", str(self.cfg.queues), "--timing-json", self.timing.model_dump_json(),
         ]  # fmt: skip
+        # a session of its own: a Ctrl-C on the terminal reaches the harness only, which stops it
         self.cluster = await asyncio.create_subprocess_exec(
-            *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+            *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, start_new_session=True
         )
         assert self.cluster.stdout is not None
         line = (await asyncio.wait_for(self.cluster.stdout.readline(), 60)).decode().strip()
         if not line.startswith("namesrv="):
             raise RuntimeError(f"soak cluster child did not start (first line {line!r})")
         self.namesrv = line.partition("=")[2]
+
+    async def watch_cluster(self) -> None:
+        """The cluster child must outlive the run: if it dies, the run stops (and fails)."""
+        assert self.cluster is not None
+        code = await self.cluster.wait()
+        self.cluster_died = True
+        self.event("cluster-died", returncode=code)
+        self.stop.set()
 
     async def cluster_cmd(self, cmd: str, timeout: float = 300) -> str:
         proc = self.cluster
@@ -343,7 +353,7 @@ class Soak:
         with open(self.mdir / f"{name}.err", "ab") as err:  # noqa: ASYNC230 - a small local file
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "rmq_async.bench.soak_member", json.dumps(params),
-                stdin=asyncio.subprocess.PIPE, stderr=err,
+                stdin=asyncio.subprocess.PIPE, stderr=err, start_new_session=True,
             )  # fmt: skip
         m = Member(name, kind, path, proc, anchor=anchor)
         self.members[name] = m
@@ -473,7 +483,7 @@ class Soak:
                 try:
                     await producer.send(msg, queue=mq)
                 except Exception as exc:  # any failure: retried until the deadline
-                    if time.monotonic() > deadline:
+                    if time.monotonic() > deadline or self.cluster_died:
                         self.status[idx] = FAILED
                         self.send_failed += 1
                         self.event("send-failed", index=idx, error=type(exc).__name__)
@@ -679,13 +689,14 @@ class Soak:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, on_signal, sig)
         data = tempfile.TemporaryDirectory(prefix="soak-data-")
-        sampler = tailer = None
+        sampler = tailer = watcher = None
         try:
             self.t0 = time.monotonic()
             if not cfg.namesrv:
                 await self.start_cluster(data.name)
             await self.setup_topics()
             tailer = asyncio.create_task(self.tailer())
+            watcher = asyncio.create_task(self.watch_cluster()) if self.cluster is not None else None
             for kind in KINDS:
                 await self.start_member(kind, anchor=True)
                 await self.start_member(kind)
@@ -722,7 +733,7 @@ class Soak:
             await asyncio.gather(*(self.leave(m) for m in self.live()), *list(self.bg))
             dlq = await self.dlq_count()
         finally:
-            for t in (sampler, tailer):
+            for t in (sampler, tailer, watcher):
                 if t is not None:
                     t.cancel()
             for m in self.members.values():
@@ -786,6 +797,9 @@ class Soak:
             "in_order": v["in_order"],
             "passed": v["passed"],
         }
+        if self.cluster_died:
+            summary["cluster_died"] = True
+            summary["passed"] = False
         if self.stopped_by:
             summary["stopped_by"] = self.stopped_by
         doc = {
