@@ -840,7 +840,7 @@ def plot_samples(samples: list[dict[str, Any]], out: Path, title: str = "soak") 
     names = sorted({n for s in samples for n in s["members"]})
     anchors = [n for n in names if n.endswith("-anchor")]
     fig, axes = plt.subplots(4, 2, figsize=(12, 11), sharex=True)
-    ax = axes.flat
+    ax = list(axes.flat)
 
     def member_series(a: Any, key: str, label: str) -> None:
         for n in names:
@@ -870,7 +870,11 @@ def plot_samples(samples: list[dict[str, Any]], out: Path, title: str = "soak") 
     ax[6].plot(t, [s["consume_rate"] for s in samples], label="consumed/s")
     ax[6].set_ylabel("msgs/s")
     ax[6].legend(fontsize=7)
-    ax[7].plot(t, [s["unsettled"] for s in samples], label="backlog (sent, not consumed)")
+    unsent = [s["scheduled"] - s["sent_ok"] - s["send_failed"] for s in samples]
+    ax[7].plot(t, unsent, label="not sent yet (producer behind)")
+    ax[7].plot(
+        t, [s["unsettled"] - u for s, u in zip(samples, unsent, strict=True)], label="sent, not consumed"
+    )
     ax[7].plot(t, [s["member_lag"] or 0 for s in samples], label="members' lag")
     ax2 = ax[7].twinx()
     ax2.plot(t, [s["loadavg"][0] for s in samples], "r:", lw=0.8, label="load 1 min")
@@ -1010,10 +1014,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--namesrv", help="a running cluster instead of the embedded one (no faults then)")
     ap.add_argument("--out", default="soak-results", help="output directory")
     ap.add_argument("--report", metavar="DIR", help="print the Markdown figures of a finished soak in DIR")
+    ap.add_argument("--plot", metavar="DIR", help="(re)draw DIR/soak.png from DIR/samples.jsonl")
     add_soak_arguments(ap)
     args = ap.parse_args(argv)
     if args.report:
         print(report(Path(args.report)))
+        return 0
+    if args.plot:
+        out = Path(args.plot)
+        samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines() if x]
+        s = json.loads((out / "summary.json").read_text())["summary"]
+        title = (
+            f"soak: {s['rate']:.0f} msgs/s, {s['run_s'] / 60:.0f} min; lost {s['lost']}, "
+            f"duplicates {s['duplicates']}, order violations {s['order_violations']}"
+        )
+        print(plot_samples(samples, out, title))
         return 0
     return run_cli(args)
 
