@@ -172,7 +172,7 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=100_000)
     ap.add_argument("--loop", choices=("asyncio", "uvloop", "both"), default="both")
     ap.add_argument("--kinds", default=",".join(KINDS), help="comma-separated subset of " + ",".join(KINDS))
-    ap.add_argument("--histogram-rate", default="1000", help="OtelConfig.histogram_rate (none: no budget)")
+    ap.add_argument("--histogram-rate", default="200", help="OtelConfig.histogram_rate (none: no budget)")
     ap.add_argument("--root-span-rate", default="100", help="OtelConfig.root_span_rate (none: no budget)")
     args = ap.parse_args()
     loops = ("uvloop", "asyncio") if args.loop == "both" else (args.loop,)

@@ -426,7 +426,7 @@ class OtelConfig(ConfigModel):
     consumer span. None: no budget (every value, every span)."""
 
     histogram_rate: int | None = Field(
-        default=1000, ge=1, description="values a histogram records per second and client at most; None: all"
+        default=200, ge=1, description="values a histogram records per second and client at most; None: all"
     )
     root_span_rate: int | None = Field(
         default=100,

@@ -304,5 +304,5 @@ def test_the_configs_are_public() -> None:
     for name in ("TraceConfig", "OtelConfig"):
         assert name in rmq_async.__all__ and getattr(rmq_async, name) is not None
     assert rmq_async.ClientConfig(trace=True, otel={"histogram_rate": None}).otel.histogram_rate is None
-    assert rmq_async.OtelConfig().histogram_rate == 1000 and rmq_async.OtelConfig().root_span_rate == 100
+    assert rmq_async.OtelConfig().histogram_rate == 200 and rmq_async.OtelConfig().root_span_rate == 100
     assert all(f.description for f in rmq_async.OtelConfig.model_fields.values())
