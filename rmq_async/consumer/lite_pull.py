@@ -136,6 +136,7 @@ class LitePullConsumer(LiteOffsets):
             client_config=self.client_config,
             subscriptions=Subscriptions(None),
         )
+        self._observers = ctx.observers  # (the context's list: trace, OpenTelemetry once started)
         self.buffer = PollBuffer(
             max_queue_count=pull_threshold_for_queue,
             max_queue_bytes=options.pull_threshold_size_for_queue << 20,  # MiB, as the push consumer
@@ -412,7 +413,7 @@ class LitePullConsumer(LiteOffsets):
         if self.namespace:
             for m in out:
                 m.topic = unwrap_namespace(self.namespace, m.topic)
-        if out and self.ctx.observers:  # trace (as Java's poll: SubBefore, SubAfter) and OpenTelemetry
+        if self._observers and out:  # trace (as Java's poll: SubBefore, SubAfter) and OpenTelemetry
             self.ctx.observe_poll(out)
         return out
 
