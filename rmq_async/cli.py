@@ -266,6 +266,8 @@ class _Progress:
 # -- consume --------------------------------------------------------------------------------------------
 
 _DIGITS = "0123456789"
+#: ``consume``'s default messages per handler call (``--batch``)
+_CONSUME_BATCH = 32
 #: how long ``consume --fail-every`` waits for the retries of the messages it failed (a real broker's
 #: delay level 3 is 10 s; its send-back fallbacks add a local retry after 5 s)
 _RETRY_WAIT = 60.0
@@ -295,10 +297,15 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
         raise UsageError("--timestamp is for --from timestamp")
     seen: set[str] = set()  # keys (else msg ids) consumed: unique_keys; consumed - unique = duplicates
     # order check: per queue (broker, topic, queue id), the send index (a key's trailing integer) must
-    # not go down from one first delivery to the next. Retries (reconsume times > 0, possibly from the
-    # retry topic) and redeliveries (an offset of the queue at or below one already checked: a batch
-    # consumed again after a rebalance or a lost lock) are at-least-once repeats, not disorder.
-    last_index: dict[MessageQueue, tuple[int, int]] = {}  # queue -> (offset, send index)
+    # not go down from one first delivery to the next. Retries and redeliveries are at-least-once
+    # repeats, not disorder: the queues of the group's retry topic are not checked, and a message at
+    # an offset of its queue at or below one already checked (a local retry, a batch consumed again
+    # after a rebalance or a lost lock) is not either; POP (whose retries come in the topic's own
+    # queues) skips messages with reconsume times > 0. Per queue: [last offset checked, its index].
+    order_state: dict[MessageQueue, list[int] | None] = {}
+    cur_mq: MessageQueue | None = None  # the last batch's queue and its state (the next is mostly it)
+    cur_state: list[int] | None = None
+    pop = args.pop
     order_violations = 0
     first_seen: set[str] = set()
     # keys failed on purpose (--fail-every) and not seen since: their retries are on their way (a real
@@ -320,7 +327,7 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
     count = args.count
 
     async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
-        nonlocal consumed, first_delivery, t_first, t_last, order_violations
+        nonlocal consumed, first_delivery, t_first, t_last, order_violations, cur_mq, cur_state
         if fail_every:
             for m in msgs:
                 key = m.keys or m.msg_id
@@ -337,6 +344,13 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
         t_last = now
         consumed += len(msgs)
         mq = ctx.mq  # every message of a batch comes from this queue
+        if mq is not cur_mq:
+            if mq in order_state:
+                cur_state = order_state[mq]
+            else:
+                cur_state = order_state[mq] = None if mq.topic.startswith("%RETRY%") else [-1, -1]
+            cur_mq = mq
+        state = cur_state
         for m in msgs:
             key = m.keys or m.msg_id
             if awaited_retries:
@@ -344,16 +358,16 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
                 if not awaited_retries:
                     wake.set()
             seen_add(key)
-            if m.reconsume_times == 0:
+            if state is not None:
                 offset = m.queue_offset
-                prev = last_index.get(mq)
-                if prev is None or offset > prev[0]:
+                if offset > state[0] and (not pop or m.reconsume_times == 0):
                     digits = key[len(key.rstrip(_DIGITS)) :]  # the trailing integer: the send index
                     if digits:
                         index = int(digits)
-                        if prev is not None and index < prev[1]:
+                        if index < state[1]:
                             order_violations += 1
-                        last_index[mq] = (offset, index)
+                        state[0] = offset
+                        state[1] = index
             if printing:
                 line: dict[str, Any] = {
                     "topic": m.topic,
@@ -374,6 +388,9 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
             wake.set()
         return ConsumeResult.SUCCESS
 
+    # the bookkeeping above costs least per message over batches (one handler call for up to 32): the
+    # CLI's handler never fails a message unless --fail-every asks, so the batch is invisible otherwise
+    batch = args.batch if args.batch is not None else (1 if fail_every else _CONSUME_BATCH)
     try:
         consumer = PushConsumer(
             args.group,
@@ -388,6 +405,7 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
             message_model="BROADCASTING" if args.broadcast else "CLUSTERING",
             consume_from_where=where,
             consume_timestamp=args.timestamp,
+            consume_batch_max_size=batch,
             orderly=args.orderly,  # the handler's results map onto SUCCESS / SUSPEND_CURRENT_QUEUE_A_MOMENT
             client_rebalance=not args.pop,  # --pop: the 5.x broker assigns and the topic is popped
         )
@@ -715,6 +733,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="fail (RECONSUME_LATER) the first delivery of every K-th distinct message, to exercise "
         "retries (they come back after 10 s on a real broker; the idle exit waits up to 60 s for them); "
         "0 = never (default: %(default)s)",
+    )
+    co.add_argument(
+        "--batch",
+        type=positive,
+        default=None,
+        metavar="B",
+        help="messages per handler call (the consumer's consume_batch_max_size, 1-1024; a batch comes "
+        "from one queue and is acknowledged as one): default 32, or 1 with --fail-every so that exactly "
+        "every K-th message fails (with a larger B its whole batch is retried)",
     )
     co.add_argument(
         "--print",

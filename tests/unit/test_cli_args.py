@@ -72,6 +72,14 @@ NS = ["--namesrv", "127.0.0.1:9"]
             "rmq-async: bad consumer settings: ConsumerConfig.group",
         ),
         (
+            ["consume", *NS, "--group", "g", "--topic", "T", "--batch", "0"],
+            "rmq-async: consume: argument --batch: must be >= 1, got 0",
+        ),
+        (
+            ["consume", *NS, "--group", "g", "--topic", "T", "--batch", "2000"],
+            "rmq-async: bad consumer settings: ConsumerConfig.consume_batch_max_size",
+        ),
+        (
             ["produce", *NS, "--topic", "T", "--count", "-5"],
             "rmq-async: produce: argument --count: must be >= 0, got -5",
         ),
@@ -148,6 +156,8 @@ def test_python_dash_m_rmq_async_is_the_command_and_has_a_version() -> None:
                 "unique_keys",
                 "from the first consumed message to the last",
                 "--print-body",
+                "--batch B",
+                "default 32, or 1 with --fail-every",
                 "SIGTERM",
             ],
         ),
