@@ -63,6 +63,8 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--queues", type=int, default=8)
     ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--batch", type=int, help="consume --batch (default: consume's own default)")
+    ap.add_argument("--bench-batch", type=int, default=1, help="the bench worker's batch (default 1)")
     ap.add_argument("--json", help="write the runs and the summary here")
     args = ap.parse_args()
     py = sys.executable
@@ -89,6 +91,7 @@ def main() -> int:
 
         def bench() -> dict[str, Any]:
             params = {"namesrv": namesrv, "topic": topic, "messages": n, "timeout": 300, "loop": "asyncio"}
+            params["batch"] = args.bench_batch
             out = _run([py, "-m", "rmq_async.bench.worker", "push", json.dumps(params)])
             r = _last_json(out)
             return {"msgs_per_s": r["msgs_per_s"], "cpu_us_per_msg": r["cpu_us_per_msg"]}
@@ -97,6 +100,8 @@ def main() -> int:
             group = f"cli_consume_{os.getpid()}_{time.monotonic_ns() % 10**9}"
             cmd = [py, "-m", "rmq_async", "--no-uvloop", "consume", "--namesrv", namesrv, "--topic", topic]
             cmd += ["--group", group, "--count", str(count), "--quiet"]
+            if args.batch is not None:
+                cmd += ["--batch", str(args.batch)]
             out, cpu = _cpu_of(cmd)
             return _last_json(out), cpu
 
@@ -132,6 +137,8 @@ def main() -> int:
             "size": args.size,
             "queues": args.queues,
             "pairs": args.pairs,
+            "consume_batch": args.batch,
+            "bench_batch": args.bench_batch,
             "bench_msgs_per_s": med(r["bench"]["msgs_per_s"] for r in runs),
             "consume_msgs_per_s": med(r["consume"]["msgs_per_s"] for r in runs),
             "bench_cpu_us_per_msg": med(r["bench"]["cpu_us_per_msg"] for r in runs),
