@@ -149,3 +149,72 @@ def test_global_providers_are_found_and_the_api_defaults_are_not(monkeypatch: py
     assert t is not None and t.metrics and t.tracer is None
     assert otel.telemetry() is t  # cached per provider pair
     mp.shutdown()
+
+
+async def test_budgets_on_the_cluster_sample_histograms_count_everything_and_keep_traced_spans(
+    timing: Timing,
+) -> None:
+    # histograms: 1 value a second at most (a test that fails if every message were recorded); the
+    # counters count every message; consumer spans: none for untraced messages (root budget 0), one
+    # for each message whose traceparent is sampled, linked to its producer span
+    from rmq_async import ClientConfig, OtelConfig
+
+    reader = InMemoryMetricReader()
+    exporter = InMemorySpanExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(exporter))
+    mp = MeterProvider(metric_readers=[reader])
+    n = 200
+    try:
+        async with EmbeddedCluster(timing=timing) as cluster:
+            async with Producer("otel_budget_plain", namesrv_addr=cluster.namesrv_addr) as p:
+                assert p.otel is None  # started before the providers: untraced messages
+                for i in range(n):
+                    await p.send(Message("OtelBudget", b"x", keys=f"u-{i}"))
+            otel.use_providers(mp, tp)
+            async with Producer("otel_budget_traced", namesrv_addr=cluster.namesrv_addr) as p:
+                for i in range(n):
+                    await p.send(Message("OtelBudget", b"x", keys=f"t-{i}"))
+            seen: set[str] = set()
+            done = anyio.Event()
+
+            async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+                seen.update(m.keys or "" for m in msgs)
+                if len(seen) == 2 * n:
+                    done.set()
+
+            cfg = ClientConfig(
+                namesrv_addr=cluster.namesrv_addr,
+                timing=timing,
+                otel=OtelConfig(histogram_rate=1, root_span_rate=0),
+            )
+            c = consumer(cluster, "otel_budget_cg", "OtelBudget", handler, timing, client_config=cfg)
+            async with c:
+                t0 = anyio.current_time()
+                with anyio.fail_after(20):
+                    await done.wait()
+                took = anyio.current_time() - t0
+                points = _points(reader)
+    finally:
+        otel.use_providers()
+        mp.shutdown()
+        tp.shutdown()
+
+    def total(name: str, **attrs: str) -> int:
+        out = 0
+        for pt in points.get(name, []):
+            a = dict(pt.attributes or {})  # type: ignore[attr-defined]
+            if a.get("consumer_group") == "otel_budget_cg" and all(a.get(k) == v for k, v in attrs.items()):
+                out += pt.count if hasattr(pt, "count") else pt.value  # type: ignore[attr-defined]
+        return out
+
+    windows = int(took) + 2  # one-second windows (a budget below 100/s), the first and the last partial
+    for name in ("rocketmq_process_time", "rocketmq_await_time", "rocketmq_delivery_latency"):
+        assert 1 <= total(name) <= windows < 2 * n, (name, total(name), took)
+    assert total("rocketmq_consumer_processed_messages", invocation_status="success") == 2 * n
+    assert total("rocketmq_consumer_pulled_messages") == 2 * n
+    spans = exporter.get_finished_spans()
+    sends = {s.context.span_id for s in spans if s.kind is SpanKind.PRODUCER}
+    processes = [s for s in spans if s.kind is SpanKind.CONSUMER]
+    assert len(sends) == n and len(processes) == n  # the traced ones only, every one of them
+    assert sorted(link.context.span_id for s in processes for link in s.links) == sorted(sends)
