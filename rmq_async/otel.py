@@ -556,6 +556,12 @@ class ConsumeObserver:
         """How many messages are watched now (tests)."""
         return len(self._watch)
 
+    @property
+    def watching_ids(self) -> dict[int, tuple[Any, float, int]]:
+        """The watched messages by ``id``: the handler wrapper asks it before calling :meth:`before`
+        (:mod:`.consumer.observe`)."""
+        return self._watch
+
     # -- the pull side ---------------------------------------------------------------------------------
 
     def pulled(self, pq: _Queue, msgs: Sequence[Any], rt: float) -> None:

@@ -22,7 +22,9 @@ __all__ = ["HandlerObserver", "observed"]
 
 class HandlerObserver(Protocol):
     """An observer may also say ``after_optional = True``: its ``after`` does nothing for a call whose
-    ``before`` returned None, so such a call is not wrapped at all (sampling observers)."""
+    ``before`` returned None, so such a call is not wrapped at all (sampling observers); with a
+    ``watching_ids`` mapping too (``id(message)`` -> anything), ``before`` is called only for a batch
+    with a message in it."""
 
     def before(self, batch: list[MessageExt]) -> object:
         """Before the handler gets ``batch``: a token handed back to :meth:`after`."""
@@ -55,8 +57,18 @@ def observed(handler: _Handler, observers: Sequence[HandlerObserver]) -> _Handle
             after(token, batch, result, None)
             return result
 
+        watching: dict[int, Any] | None = getattr(o, "watching_ids", None)
+
         def sampled(batch: list[MessageExt], ctx: Any) -> Awaitable[Any]:
             # most calls are not observed: no coroutine of ours around the handler's
+            if watching is not None:  # the observer's watched messages by id: asked first, inline
+                if not watching:
+                    return handler(batch, ctx)
+                for m in batch:
+                    if id(m) in watching:
+                        break
+                else:
+                    return handler(batch, ctx)
             token = before(batch)
             if token is None:
                 return handler(batch, ctx)
