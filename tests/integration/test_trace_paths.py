@@ -16,7 +16,6 @@ the histograms record every message; the processed-messages counter counts them 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import anyio
 import pytest
@@ -24,12 +23,7 @@ from support.integration import Collector, consumer, until
 
 pytest.importorskip("opentelemetry.sdk")
 
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
+from support.otel_sdk import InMemorySDK
 
 from rmq_async import (
     ClientConfig,
@@ -49,46 +43,15 @@ from rmq_async.config import OtelConfig, TraceConfig
 from rmq_async.trace import ConsumeReturnType, TraceContext, query_trace
 
 
-class SDK:
-    def __init__(self) -> None:
-        self.reader = InMemoryMetricReader()
-        self.exporter = InMemorySpanExporter()
-        self.tp = TracerProvider()
-        self.tp.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.mp = MeterProvider(metric_readers=[self.reader])
-
-    def counts(self, group: str) -> dict[str, int]:
-        """Histogram counts and counter values of ``group``'s consumer, by instrument."""
-        data = self.reader.get_metrics_data()
-        assert data is not None
-        out: dict[str, int] = {}
-        for rm in data.resource_metrics:
-            for sm in rm.scope_metrics:
-                for m in sm.metrics:
-                    pts: list[Any] = list(m.data.data_points)
-                    for p in pts:
-                        if dict(p.attributes or {}).get("consumer_group") != group:
-                            continue
-                        out[m.name] = out.get(m.name, 0) + (p.count if hasattr(p, "count") else p.value)
-        return out
-
-    def consumer_spans(self) -> list[Any]:
-        return [s for s in self.exporter.get_finished_spans() if s.kind is SpanKind.CONSUMER]
-
-    def producer_span_ids(self) -> set[int]:
-        return {s.context.span_id for s in self.exporter.get_finished_spans() if s.kind is SpanKind.PRODUCER}
-
-
 @pytest.fixture
-def sdk() -> Iterator[SDK]:
-    s = SDK()
+def sdk() -> Iterator[InMemorySDK]:
+    s = InMemorySDK()
     otel.use_providers(s.mp, s.tp)
     try:
         yield s
     finally:
         otel.use_providers()
-        s.mp.shutdown()
-        s.tp.shutdown()
+        s.shutdown()
 
 
 def _cfg(cluster: EmbeddedCluster, timing: Timing) -> ClientConfig:
@@ -123,7 +86,7 @@ def _pairs(records: list[TraceContext], group: str) -> list[tuple[TraceContext, 
     return [(b, after[b.request_id]) for b in before]
 
 
-def _spans_link_to_producers(sdk: SDK, n: int, op: str) -> None:
+def _spans_link_to_producers(sdk: InMemorySDK, n: int, op: str) -> None:
     spans = sdk.consumer_spans()
     assert len(spans) == n, [s.name for s in spans]
     sends = sdk.producer_span_ids()
@@ -134,7 +97,7 @@ def _spans_link_to_producers(sdk: SDK, n: int, op: str) -> None:
         )
 
 
-async def test_lite_pull_polls_are_traced_as_java(sdk: SDK, timing: Timing) -> None:
+async def test_lite_pull_polls_are_traced_as_java(sdk: InMemorySDK, timing: Timing) -> None:
     topic, group = "TraceLite", "trace_lite_cg"
     async with EmbeddedCluster(timing=timing, trace_topic_enable=True) as cluster:
         cfg = _cfg(cluster, timing)
@@ -163,7 +126,7 @@ async def test_lite_pull_polls_are_traced_as_java(sdk: SDK, timing: Timing) -> N
     _spans_link_to_producers(sdk, len(spans), "receive")
 
 
-async def test_deliveries_are_traced_from_hand_out_to_settling(sdk: SDK, timing: Timing) -> None:
+async def test_deliveries_are_traced_from_hand_out_to_settling(sdk: InMemorySDK, timing: Timing) -> None:
     topic, group = "TraceDeliveries", "trace_deliveries_cg"
     async with EmbeddedCluster(timing=timing, trace_topic_enable=True) as cluster:
         cfg = _cfg(cluster, timing)
@@ -205,7 +168,7 @@ async def test_deliveries_are_traced_from_hand_out_to_settling(sdk: SDK, timing:
     _spans_link_to_producers(sdk, 4, "process")
 
 
-async def test_pop_consumption_is_traced_as_java(sdk: SDK, timing: Timing) -> None:
+async def test_pop_consumption_is_traced_as_java(sdk: InMemorySDK, timing: Timing) -> None:
     topic, group = "TracePop", "trace_pop_cg"
     async with EmbeddedCluster(timing=timing, trace_topic_enable=True, flavour=5, queues=4) as cluster:
         await cluster.create_topic(topic, 4)

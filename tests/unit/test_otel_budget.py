@@ -14,12 +14,10 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk")
 
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+from support.otel_sdk import InMemorySDK
 
 from rmq_async import ConsumeResult, MessageExt, MessageQueue, otel
 from rmq_async.config import OtelConfig
@@ -156,36 +154,11 @@ class _PQ:
         self.count = 0
 
 
-class SDK:
-    def __init__(self) -> None:
-        self.reader = InMemoryMetricReader()
-        self.exporter = InMemorySpanExporter()
-        self.tp = TracerProvider()
-        self.tp.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.mp = MeterProvider(metric_readers=[self.reader])
-
-
 @pytest.fixture
-def sdk() -> Iterator[SDK]:
-    s = SDK()
+def sdk() -> Iterator[InMemorySDK]:
+    s = InMemorySDK()
     yield s
-    s.mp.shutdown()
-    s.tp.shutdown()
-
-
-def _counts(reader: InMemoryMetricReader) -> dict[str, int]:
-    data = reader.get_metrics_data()
-    out: dict[str, int] = {}
-    assert data is not None
-    for rm in data.resource_metrics:
-        for sm in rm.scope_metrics:
-            for m in sm.metrics:
-                pts: list[Any] = list(m.data.data_points)
-                total = 0
-                for p in pts:
-                    total += p.count if hasattr(p, "count") else p.value
-                out[m.name] = total
-    return out
+    s.shutdown()
 
 
 def _msgs(n: int, traced: bool = False, start: int = 0) -> list[MessageExt]:
@@ -213,11 +186,10 @@ def _observer(mp: Any, tp: Any, config: OtelConfig) -> otel.ConsumeObserver:
     return otel.ConsumeObserver(t, "g", "client", _Ctx(), config)
 
 
-async def test_a_small_budget_records_a_sample(sdk: SDK, clock: Clock) -> None:
-    reader = sdk.reader
+async def test_a_small_budget_records_a_sample(sdk: InMemorySDK, clock: Clock) -> None:
     o = _observer(sdk.mp, None, OtelConfig(histogram_rate=10))
     await _consume(o, _msgs(3200), _PQ())
-    counts = _counts(reader)
+    counts = sdk.counts()
     # one window (the fake clock stands still; 10/s: one-second windows): 10 values, not 3200
     for name in ("rocketmq_delivery_latency", "rocketmq_await_time", "rocketmq_process_time"):
         assert counts[name] == 10, (name, counts)
@@ -225,17 +197,18 @@ async def test_a_small_budget_records_a_sample(sdk: SDK, clock: Clock) -> None:
     assert o.watching() == 0  # every picked message was consumed and looked up
 
 
-async def test_no_budget_records_every_message(sdk: SDK, clock: Clock) -> None:
-    reader = sdk.reader
+async def test_no_budget_records_every_message(sdk: InMemorySDK, clock: Clock) -> None:
     o = _observer(sdk.mp, None, OtelConfig(histogram_rate=None))
     await _consume(o, _msgs(320), _PQ())
-    counts = _counts(reader)
+    counts = sdk.counts()
     for name in ("rocketmq_delivery_latency", "rocketmq_await_time", "rocketmq_process_time"):
         assert counts[name] == 320, (name, counts)
     assert counts["rocketmq_pull_latency"] == 10
 
 
-async def test_traced_messages_always_get_a_span_others_within_the_budget(sdk: SDK, clock: Clock) -> None:
+async def test_traced_messages_always_get_a_span_others_within_the_budget(
+    sdk: InMemorySDK, clock: Clock
+) -> None:
     exporter, tp = sdk.exporter, sdk.tp
     o = _observer(None, tp, OtelConfig(root_span_rate=5))
     plain, traced = _msgs(640), _msgs(320, traced=True)
@@ -249,7 +222,7 @@ async def test_traced_messages_always_get_a_span_others_within_the_budget(sdk: S
 
 
 async def test_unsampled_parents_follow_the_root_budget_and_the_sampler_decides(
-    sdk: SDK, clock: Clock
+    sdk: InMemorySDK, clock: Clock
 ) -> None:
     exporter, tp = sdk.exporter, sdk.tp
     o = _observer(None, tp, OtelConfig(root_span_rate=0))
@@ -263,8 +236,7 @@ async def test_unsampled_parents_follow_the_root_budget_and_the_sampler_decides(
     assert exporter.get_finished_spans() == ()  # started, and the application's sampler said no
 
 
-async def test_counters_count_every_message(sdk: SDK, clock: Clock) -> None:
-    reader = sdk.reader
+async def test_counters_count_every_message(sdk: InMemorySDK, clock: Clock) -> None:
     ctx = _Ctx()
     o = otel.ConsumeObserver(otel.Telemetry(sdk.mp, None), "g", "client", ctx, OtelConfig(histogram_rate=1))
     stats = ctx.stats
@@ -272,7 +244,7 @@ async def test_counters_count_every_message(sdk: SDK, clock: Clock) -> None:
     stats.consumed("T", 990, 0.0, ok=True)
     stats.consumed("T", 10, 0.0, ok=False)
     o.polled([MessageExt("L", b"x") for _ in range(7)])  # a lite-pull poll
-    data = reader.get_metrics_data()
+    data = sdk.reader.get_metrics_data()
     assert data is not None
     got: dict[tuple[str, str], int] = {}
     for rm in data.resource_metrics:
@@ -288,7 +260,7 @@ async def test_counters_count_every_message(sdk: SDK, clock: Clock) -> None:
     assert got[("rocketmq_consumer_processed_messages", "L/success")] == 7
 
 
-async def test_watched_messages_never_consumed_are_forgotten(sdk: SDK, clock: Clock) -> None:
+async def test_watched_messages_never_consumed_are_forgotten(sdk: InMemorySDK, clock: Clock) -> None:
     t = otel.Telemetry(sdk.mp, None)
     o = otel.ConsumeObserver(t, "g", "c", _Ctx(), OtelConfig(histogram_rate=None), max_age=10.0)
     o.pulled(_PQ(), _msgs(32), 0.001)  # a queue dropped before its messages were consumed
