@@ -3,12 +3,15 @@
 Strategy. A pull body is stored messages back to back (see ``protocol/stored.py``). One Python loop
 only finds where each message starts (one ``unpack_from`` of its size and magic code); every fixed
 field is then gathered for all messages at once with numpy (big-endian views of the bytes at
-``start + field offset``), the bodies and the raw property strings are copied once each into one
-contiguous buffer (``b"".join`` of memoryview slices) under an Arrow offsets array, and the property
-strings are split once with Arrow kernels (on ``\\x02``, then each item on its first ``\\x01``; items
-without a name or value dropped; a name repeated in one message keeps its first place and its last
-value, as a dict filled item by item): ``keys``, ``tags`` and ``msg_id`` are picked from those items
-by name, and the ``properties`` map is made of them unless the query leaves it out. These are
+``start + field offset``). Bodies and raw property strings are never sliced one by one in Python:
+numpy writes an Arrow *binary view* array over the pull bytes (16 bytes per value: length, and the
+first bytes or the whole value if it has at most 12), and one Arrow cast copies the values into the
+plain binary/string column (checking UTF-8 for strings). The property strings are split once: numpy
+finds every ``\x02`` and ``\x01`` in their one buffer, the items are the spans between a row's bounds
+and its ``\x02``s, name and value split at the item's first ``\x01``, taken as views again; items
+without a name or value are dropped, and a name repeated in one message keeps its first place and its
+last value, as a dict filled item by item. ``keys``, ``tags`` and ``msg_id`` are picked from those
+items by name, and the ``properties`` map is made of them unless the query leaves it out. These are
 :func:`~rmq_async.protocol.properties.parse_properties`' rules, Java's.
 
 What this path does not take (a message with a V2 magic code, an IPv6 host, a compressed body,
@@ -88,7 +91,7 @@ def to_arrow(msgs: Sequence[MessageExt], topic: str, broker_name: str, *, proper
     map_type = pa.map_(pa.string(), pa.string())
     props = [list(m.properties.items()) for m in msgs] if properties else None
     cols = [
-        pa.array([topic] * n, pa.string()),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.array([broker_name] * n, pa.string()),
         pa.array([m.queue_id for m in msgs], pa.int32()),
         pa.array([m.queue_offset for m in msgs], pa.int64()),
@@ -128,15 +131,53 @@ def _gather(data: Any, starts: Any, off: int, width: int) -> Any:
     return data[idx].view(">i8" if width == 8 else ">i4").ravel().astype(np.int64)
 
 
-def _binary(pa: Any, buf: bytes, begin: Any, end: Any, kind: Any) -> Any:
-    """A binary/string array of ``buf[begin[i]:end[i]]`` (one copy into a contiguous buffer)."""
-    import numpy as np
-
+def _strings(pa: Any, np: Any, data: Any, buf: Any, begin: Any, length: Any, kind: Any) -> Any:
+    """A binary or string array (``kind``) of ``buf[begin[i]:begin[i] + length[i]]`` (``data``: ``buf``
+    as numpy bytes). Built as an Arrow binary view array over ``buf`` (16 bytes per value, made with
+    numpy; values of up to 12 bytes inline) and cast: one copy of the values in C++, no Python slice
+    per value. Casting to string checks the UTF-8 (:class:`pyarrow.ArrowInvalid`). A pyarrow that
+    cannot cast views gets the values joined from slices instead."""
+    global _views_cast
+    n = len(begin)
+    if n == 0:
+        return pa.array([], kind)
+    if _views_cast:
+        try:
+            return _from_views(pa, np, data, buf, begin, length, kind)
+        except pa.ArrowNotImplementedError:
+            _views_cast = False
     view = memoryview(buf)
-    data = b"".join([view[b:e] for b, e in zip(begin.tolist(), end.tolist(), strict=True)])
-    offsets = np.zeros(len(begin) + 1, dtype=np.int32)
-    np.cumsum(end - begin, out=offsets[1:])
-    return pa.Array.from_buffers(kind, len(begin), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    values = b"".join([view[b : b + k] for b, k in zip(begin.tolist(), length.tolist(), strict=True)])
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(length, out=offsets[1:])
+    out = pa.Array.from_buffers(kind, n, [None, pa.py_buffer(offsets), pa.py_buffer(values)])
+    out.validate(full=True)  # UTF-8 of a string array
+    return out
+
+
+_views_cast = True  # pyarrow casts binary views (pyarrow >= 16)
+
+
+def _from_views(pa: Any, np: Any, data: Any, buf: Any, begin: Any, length: Any, kind: Any) -> Any:
+    n = len(begin)
+    views = np.zeros((n, 4), dtype="<i4")  # length, then 12 inline bytes or (prefix, buffer 0, offset)
+    views[:, 0] = length
+    views[:, 3] = begin
+    raw = views.view(np.uint8)
+    short = np.flatnonzero(length <= 12)
+    ar = np.arange(12)
+    last = len(data) - 1
+    if len(short) < n:
+        raw[:, 4:8] = data[np.minimum(begin[:, None] + ar[:4], last)]  # the prefix of long values
+    if len(short):
+        b, k = begin[short], length[short]
+        inline = data[np.minimum(b[:, None] + ar, last)] if last >= 0 else np.zeros((len(b), 12), np.uint8)
+        inline[ar >= k[:, None]] = 0
+        raw[short, 4:16] = inline
+    if not isinstance(buf, pa.Buffer):
+        buf = pa.py_buffer(buf)
+    view = pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views), buf])
+    return view.cast(kind)
 
 
 class _Props:
@@ -151,17 +192,27 @@ class _Props:
 
     @classmethod
     def split(cls, pa: Any, pc: Any, np: Any, props: Any) -> _Props:
+        """``props``: a string array with no offset (as :func:`_strings` makes). The separators are
+        found with numpy in its one data buffer (``\x01`` and ``\x02`` are never part of a longer
+        UTF-8 sequence); the items are the spans between a row's bounds and its ``\x02``s."""
         n = len(props)
-        items = pc.split_pattern(props, "\x02")
-        parents = pc.list_parent_indices(items).to_numpy()
-        kv = pc.split_pattern(pc.list_flatten(items), "\x01", max_splits=1)
-        two = pc.equal(pc.list_value_length(kv), 2)
-        kv = kv.filter(two)
-        names, values = pc.list_element(kv, 0), pc.list_element(kv, 1)
-        ok = pc.and_(pc.greater(pc.binary_length(names), 0), pc.greater(pc.binary_length(values), 0))
-        ok = pc.and_(two.filter(two), ok)
-        names, values = names.filter(ok), values.filter(ok)
-        parents = parents[np.asarray(two)][np.asarray(ok)]
+        _, offsets_buf, data_buf = props.buffers()
+        off = np.frombuffer(offsets_buf, dtype=np.int32, count=n + 1).astype(np.int64)
+        size = int(off[-1])
+        pdata = np.frombuffer(data_buf, dtype=np.uint8, count=size) if size else np.zeros(0, np.uint8)
+        s2 = np.flatnonzero(pdata == 2)
+        s1 = np.append(np.flatnonzero(pdata == 1), size + 1)
+        # item k is [begin[k], end[k]): the k-th of the row starts and the positions after a \x02,
+        # and the k-th of the \x02 positions and the row ends (both sorted: they pair up row by row)
+        begin = np.sort(np.concatenate((off[:-1], s2 + 1)))
+        end = np.sort(np.concatenate((s2, off[1:])))
+        sep = s1[np.searchsorted(s1, begin)]  # the item's first \x01 (past its end if it has none)
+        ok = (sep > begin) & (sep + 1 < end)  # a name, a \x01, a value
+        begin, end, sep = begin[ok], end[ok], sep[ok]
+        parents = np.searchsorted(off[1:], begin, side="right")
+        buf = data_buf if size else pa.py_buffer(b"")
+        names = _strings(pa, np, pdata, buf, begin, sep - begin, pa.string())
+        values = _strings(pa, np, pdata, buf, sep + 1, end - sep - 1, pa.string())
         codes = pc.dictionary_encode(names)
         idx = codes.indices.to_numpy().astype(np.int64)
         distinct = len(codes.dictionary)
@@ -280,8 +331,7 @@ def _fast(
     if ((data[p].astype(np.int64) << 8 | data[p + 1]) != end - props_begin).any():
         return None
     try:
-        props = _binary(pa, buf, props_begin, end, pa.string())
-        props.validate(full=True)  # UTF-8
+        props = _strings(pa, np, data, buf, props_begin, end - props_begin, pa.string())  # UTF-8 checked
     except pa.ArrowInvalid:
         return None
     items = _Props.split(pa, pc, np, props)
@@ -291,14 +341,14 @@ def _fast(
         msg_id = _with_offset_ids(pa, data, starts, msg_id)
     ts = pa.timestamp("us", tz="UTC")
     cols = [
-        pa.array([topic] * n, pa.string()),
-        pa.array([broker] * n, pa.string()),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(broker, pa.string()), n),
         pa.array(_gather(data, starts, _QID, 4).astype(np.int32)),
         pa.array(_gather(data, starts, _QOFF, 8)),
         msg_id,
         items.column(pa, np, Prop.KEYS),
         items.column(pa, np, Prop.TAGS),
-        _binary(pa, buf, body_begin, q, pa.binary()),
+        _strings(pa, np, data, buf, body_begin, body_len, pa.binary()),
         pa.array(_gather(data, starts, _BORN_TS, 8) * 1000).cast(ts),
         pa.array(_gather(data, starts, _STORE_TS, 8) * 1000).cast(ts),
         map_col,

@@ -97,6 +97,22 @@ def test_odd_property_strings(raw: str) -> None:
     same([Chunk(msg(3, properties=raw), 0, 10)], fast=True)
 
 
+def test_short_and_empty_bodies() -> None:
+    # values of up to 12 bytes are inline in the Arrow binary views the columns are cast from
+    sizes = [0, 1, 4, 11, 12, 13, 40, 0]
+    body = b"".join(msg(i, body=bytes(range(65, 65 + k))) for i, k in enumerate(sizes))
+    got = same([Chunk(body, 0, len(sizes))], fast=True)
+    assert [len(b) for b in got.column("body").to_pylist()] == sizes
+
+
+def test_without_binary_view_casts(monkeypatch: pytest.MonkeyPatch) -> None:
+    # an older pyarrow: the values are joined from slices, same rows
+    monkeypatch.setattr(columns, "_views_cast", False)
+    body = b"".join(msg(i, body=b"x" * (i * 5)) for i in range(8))
+    same([Chunk(body, 0, 8)], fast=True)
+    same([Chunk(msg(3, properties="KEYS\x01a\x02KEYS\x01\x02TAGS\x01x\x01y\x02WAIT\x01t"), 0, 9)], fast=True)
+
+
 def test_without_the_properties_column() -> None:
     body = b"".join(msg(i) for i in range(10))
     got = same([Chunk(body, 0, 10)], fast=True, properties=False)
