@@ -13,6 +13,9 @@ worker killed outright just drops its sockets). A partition's offsets are dense 
 advance, so :meth:`Session.pipeline` cuts the range into slots and keeps ``pullsInFlight`` of them
 pulling at once (plain pulls without suspend), handing the undecoded bodies over in order; the
 Spark thread builds Arrow record batches from them (``columns.build_batch``) while the loop pulls on.
+A pull is the request ``MQClientAPI.pull`` would send, written from a per-queue template
+(:class:`_PullTemplate`: the JSON header with the offset, count and opaque filled in), its answer's
+header fields read straight from the map (no header objects per pull).
 """
 
 from __future__ import annotations
@@ -35,13 +38,14 @@ from anyio.abc import ObjectSendStream
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from ..client.api import PullStatus
+from ..client.api import PullResult, PullStatus
+from ..client.auth import broker_error
 from ..client.instance import ClientInstance, pid_instance_name
 from ..config import ClientConfig, Timing
-from ..errors import BrokerError, RocketMQError
+from ..errors import BrokerError, ProtocolError, RocketMQError
 from ..protocol import headers as H
 from ..protocol.bodies import ConsumerData, SubscriptionData
-from ..protocol.codes import Perm, PullSysFlag, ResponseCode
+from ..protocol.codes import Perm, PullSysFlag, RequestCode, ResponseCode, SerializeType
 from ..protocol.command import RemotingCommand
 from ..protocol.filter import parse_tag_expression
 from ..protocol.mq import MessageQueue
@@ -64,6 +68,108 @@ SLOT_BYTES = 1 << 20
 #: an Arrow batch is handed to Spark at ARROW_BATCH_ROWS rows or this many bytes of pull bodies
 ARROW_BATCH_BYTES = 64 << 20
 _QUEUE_OFFSET = struct.Struct(">q")  # QUEUEOFFSET, 20 bytes into a stored message
+_PREFIX = struct.Struct(">iI")  # frame length; serialize type << 24 | header length
+_PULL_STATUS = {
+    ResponseCode.SUCCESS: PullStatus.FOUND,
+    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
+}
+# unlikely values whose text marks where the varying fields go in a request's JSON header
+_MARK_OFFSET, _MARK_COUNT, _MARK_OPAQUE = 7_919_191_919_191_919_191, 1_931_931_931, 2_011_011_011
+
+
+class _PullTemplate:
+    """The PULL_MESSAGE request of one queue as :meth:`MQClientAPI.pull` writes it, with its JSON
+    header cut where the queue offset, the message count and the opaque go: a pull's frame is then
+    one join (byte for byte what ``RemotingCommand.encode`` writes; checked when the template is
+    made). ``parts`` is None where a template cannot be used (the binary header)."""
+
+    __slots__ = ("base", "order", "parts")
+
+    def __init__(self, base: RemotingCommand) -> None:
+        self.base = base
+        self.parts: tuple[bytes, ...] | None = None
+        self.order: tuple[int, ...] = ()
+        if base.serialize_type != SerializeType.JSON or base.body or base.remark is not None:
+            return
+        probe = self.command(_MARK_OFFSET, _MARK_COUNT)
+        probe.opaque = _MARK_OPAQUE
+        header = probe.encode_header()
+        marks = [(b'"%d"' % _MARK_OFFSET, 0), (b'"%d"' % _MARK_COUNT, 1), (b":%d," % _MARK_OPAQUE, 2)]
+        where = []
+        for mark, field in marks:
+            at = header.find(mark)
+            if at < 0 or header.find(mark, at + 1) >= 0:
+                return
+            where.append((at, len(mark), field))
+        where.sort()
+        parts, pos = [], 0
+        for at, size, _ in where:  # keep the quotes (values) or the colon and comma (opaque)
+            parts.append(header[pos : at + 1])
+            pos = at + size - 1
+        parts.append(header[pos:])
+        self.parts = tuple(parts)
+        self.order = tuple(field for _, _, field in where)
+        check = _PullCommand(self, probe.ext_fields)
+        check.opaque = probe.opaque
+        if check.encode() != probe.encode():  # pragma: no cover
+            self.parts = None
+
+    def command(self, offset: int, count: int) -> RemotingCommand:
+        ext = dict(self.base.ext_fields)
+        ext["queueOffset"] = str(offset)
+        ext["maxMsgNums"] = str(count)
+        if self.parts is None:
+            b = self.base
+            return RemotingCommand.request(
+                b.code, ext, serialize_type=b.serialize_type, language=b.language, version=b.version
+            )
+        return _PullCommand(self, ext)
+
+
+def _pull_result(resp: RemotingCommand, cmd: RemotingCommand, addr: str) -> PullResult:
+    """The answer to a pull, its body undecoded (the header's fields read straight from the map)."""
+    status = _PULL_STATUS.get(resp.code)  # type: ignore[call-overload]
+    if status is None:
+        raise broker_error(resp.code, resp.remark, cmd.code, cmd.ext_fields, addr)
+    ext = resp.ext_fields
+    try:
+        return PullResult(
+            status=status,
+            next_begin_offset=int(ext["nextBeginOffset"]),
+            min_offset=int(ext["minOffset"]),
+            max_offset=int(ext["maxOffset"]),
+            suggest_which_broker_id=int(ext.get("suggestWhichBrokerId", "0")),
+            remark=resp.remark,
+            body=resp.body,
+        )
+    except (KeyError, ValueError) as exc:
+        raise ProtocolError(f"pull answer from {addr} with a bad header: {exc!r} in {ext!r}") from None
+
+
+class _PullCommand(RemotingCommand):
+    """A pull request encoded from its queue's :class:`_PullTemplate` (the generic encoding when
+    something changed it since, e.g. an ACL signature added to its fields)."""
+
+    __slots__ = ("_template",)
+
+    def __init__(self, template: _PullTemplate, ext: dict[str, str]) -> None:
+        b = template.base
+        super().__init__(
+            b.code, ext_fields=ext, language=b.language, version=b.version, serialize_type=b.serialize_type
+        )
+        self._template = template
+
+    def encode(self) -> bytes:
+        parts = self._template.parts
+        ext = self.ext_fields
+        if parts is None or self.flag or len(ext) != len(self._template.base.ext_fields):
+            return super().encode()
+        values = (ext["queueOffset"].encode(), ext["maxMsgNums"].encode(), b"%d" % self.opaque)
+        o = self._template.order
+        header = b"".join((parts[0], values[o[0]], parts[1], values[o[1]], parts[2], values[o[2]], parts[3]))
+        return _PREFIX.pack(4 + len(header), len(header)) + header
 
 
 class _GroupHandle:
@@ -113,6 +219,19 @@ class Session:
         self.tags = frozenset(tags)
         self.expression_type = "TAG" if opts.sql is None else "SQL92"  # option sql: the broker filters
         self._group_made = False
+        self._templates: dict[QueueKey, _PullTemplate] = {}
+
+    def _template(self, r: Range) -> _PullTemplate:
+        """What :meth:`MQClientAPI.pull` would send for this queue (its language, version, header
+        type and stream mark), as a template."""
+        o = self.opts
+        header = H.PullMessageRequestHeader(
+            consumer_group=o.group, topic=o.topic, queue_id=r.queue_id, queue_offset=0, max_msg_nums=1,
+            sys_flag=PullSysFlag.build(commit_offset=False, suspend=False, subscription=True),
+            commit_offset=0, suspend_timeout_millis=0, sub_version=0, subscription=self.sub_string,
+            expression_type=self.expression_type, bname=r.broker_name,
+        )  # fmt: skip
+        return _PullTemplate(self.client.api._cmd(RequestCode.PULL_MESSAGE, header.to_ext_fields()))
 
     async def __aenter__(self) -> Session:
         await self.client.__aenter__()
@@ -259,17 +378,13 @@ class Session:
         addr = await self._addr(key)
         out: list[Chunk] = []
         offset = lo
+        template = self._templates.get(key)
+        if template is None:
+            template = self._templates[key] = self._template(r)
+        pool = self.client.api.pool
         while offset < hi:
-            header = H.PullMessageRequestHeader(
-                consumer_group=o.group, topic=o.topic, queue_id=r.queue_id, queue_offset=offset,
-                max_msg_nums=min(o.pull_batch_size, hi - offset),
-                sys_flag=PullSysFlag.build(commit_offset=False, suspend=False, subscription=True),
-                commit_offset=0, suspend_timeout_millis=0, sub_version=0, subscription=self.sub_string,
-                expression_type=self.expression_type, bname=r.broker_name,
-            )  # fmt: skip
-            res = await self.client.api.pull(
-                addr, header, o.request_timeout, broker_name=r.broker_name, decode=False
-            )
+            cmd = template.command(offset, min(o.pull_batch_size, hi - offset))
+            res = _pull_result(await pool.request(addr, cmd, o.request_timeout), cmd, addr)
             if res.status is PullStatus.FOUND:
                 body = res.body
                 if len(body) >= 28 and self.sub_string == "*":
