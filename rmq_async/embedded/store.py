@@ -266,6 +266,7 @@ class MessageStore:
         self.write_pos = good_end
         if size != good_end:
             os.ftruncate(fd, good_end)
+        os.lseek(fd, good_end, os.SEEK_SET)  # puts append here (the preads above left the position at 0)
         self._fd = fd
         return count
 
