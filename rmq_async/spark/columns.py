@@ -6,12 +6,12 @@ field is then gathered for all messages at once with numpy (big-endian views of 
 ``start + field offset``). Bodies and raw property strings are never sliced one by one in Python:
 numpy writes an Arrow *binary view* array over the pull bytes (16 bytes per value: length, and the
 first bytes or the whole value if it has at most 12), and one Arrow cast copies the values into the
-plain binary/string column (checking UTF-8 for strings). The property strings are split once: numpy
-finds every ``\x02`` and ``\x01`` in their one buffer, the items are the spans between a row's bounds
-and its ``\x02``s, name and value split at the item's first ``\x01``, taken as views again; items
-without a name or value are dropped, and a name repeated in one message keeps its first place and its
-last value, as a dict filled item by item. ``keys``, ``tags`` and ``msg_id`` are picked from those
-items by name, and the ``properties`` map is made of them unless the query leaves it out. These are
+plain binary/string column (checking UTF-8 for strings). The property strings are split once with
+Arrow kernels (on ``\x02``, then each item on its first ``\x01``; items without a name or value
+dropped; a name repeated in one message keeps its first place and its last value, as a dict filled
+item by item; splitting with numpy on the separators' positions measured slower). ``keys``,
+``tags`` and ``msg_id`` are picked from those items by name, and the ``properties`` map is made of
+them unless the query leaves it out. These are
 :func:`~rmq_async.protocol.properties.parse_properties`' rules, Java's.
 
 What this path does not take (a message with a V2 magic code, an IPv6 host, a compressed body,
@@ -164,16 +164,22 @@ def _from_views(pa: Any, np: Any, data: Any, buf: Any, begin: Any, length: Any, 
     views[:, 0] = length
     views[:, 3] = begin
     raw = views.view(np.uint8)
-    short = np.flatnonzero(length <= 12)
     ar = np.arange(12)
     last = len(data) - 1
-    if len(short) < n:
+    inline = length <= 12
+    every = bool(inline.all())
+    if not every:
         raw[:, 4:8] = data[np.minimum(begin[:, None] + ar[:4], last)]  # the prefix of long values
-    if len(short):
-        b, k = begin[short], length[short]
-        inline = data[np.minimum(b[:, None] + ar, last)] if last >= 0 else np.zeros((len(b), 12), np.uint8)
-        inline[ar >= k[:, None]] = 0
-        raw[short, 4:16] = inline
+    if every or inline.any():
+        rows = slice(None) if every else np.flatnonzero(inline)
+        b = begin[rows]
+        if len(data) < 12 or int(b.max()) > len(data) - 12:  # a value near the end: pad the bytes
+            padded = np.zeros(len(data) + 12, dtype=np.uint8)
+            padded[: len(data)] = data
+            data = padded
+        head = np.lib.stride_tricks.sliding_window_view(data, 12)[b]  # 12 bytes from each begin
+        head *= ar < length[rows, None]  # zeros past the value
+        raw[rows, 4:16] = head
     if not isinstance(buf, pa.Buffer):
         buf = pa.py_buffer(buf)
     view = pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views), buf])
@@ -192,27 +198,17 @@ class _Props:
 
     @classmethod
     def split(cls, pa: Any, pc: Any, np: Any, props: Any) -> _Props:
-        """``props``: a string array with no offset (as :func:`_strings` makes). The separators are
-        found with numpy in its one data buffer (``\x01`` and ``\x02`` are never part of a longer
-        UTF-8 sequence); the items are the spans between a row's bounds and its ``\x02``s."""
         n = len(props)
-        _, offsets_buf, data_buf = props.buffers()
-        off = np.frombuffer(offsets_buf, dtype=np.int32, count=n + 1).astype(np.int64)
-        size = int(off[-1])
-        pdata = np.frombuffer(data_buf, dtype=np.uint8, count=size) if size else np.zeros(0, np.uint8)
-        s2 = np.flatnonzero(pdata == 2)
-        s1 = np.append(np.flatnonzero(pdata == 1), size + 1)
-        # item k is [begin[k], end[k]): the k-th of the row starts and the positions after a \x02,
-        # and the k-th of the \x02 positions and the row ends (both sorted: they pair up row by row)
-        begin = np.sort(np.concatenate((off[:-1], s2 + 1)))
-        end = np.sort(np.concatenate((s2, off[1:])))
-        sep = s1[np.searchsorted(s1, begin)]  # the item's first \x01 (past its end if it has none)
-        ok = (sep > begin) & (sep + 1 < end)  # a name, a \x01, a value
-        begin, end, sep = begin[ok], end[ok], sep[ok]
-        parents = np.searchsorted(off[1:], begin, side="right")
-        buf = data_buf if size else pa.py_buffer(b"")
-        names = _strings(pa, np, pdata, buf, begin, sep - begin, pa.string())
-        values = _strings(pa, np, pdata, buf, sep + 1, end - sep - 1, pa.string())
+        items = pc.split_pattern(props, "\x02")
+        parents = pc.list_parent_indices(items).to_numpy()
+        kv = pc.split_pattern(pc.list_flatten(items), "\x01", max_splits=1)
+        two = pc.equal(pc.list_value_length(kv), 2)
+        kv = kv.filter(two)
+        names, values = pc.list_element(kv, 0), pc.list_element(kv, 1)
+        ok = pc.and_(pc.greater(pc.binary_length(names), 0), pc.greater(pc.binary_length(values), 0))
+        ok = pc.and_(two.filter(two), ok)
+        names, values = names.filter(ok), values.filter(ok)
+        parents = parents[np.asarray(two)][np.asarray(ok)]
         codes = pc.dictionary_encode(names)
         idx = codes.indices.to_numpy().astype(np.int64)
         distinct = len(codes.dictionary)
