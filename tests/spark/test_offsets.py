@@ -144,7 +144,7 @@ def test_good_options() -> None:
     assert (o.min_offsets_per_trigger, o.max_trigger_delay, o.min_partitions) == (500, 90.0, 16)
     assert o.pulls_in_flight == 8 and not o.include_properties
     d = parse_options({"namesrv": "h:1", "topic": "T"}, streaming=True)
-    assert (d.max_trigger_delay, d.pulls_in_flight, d.include_properties) == (900.0, 8, True)
+    assert (d.max_trigger_delay, d.pulls_in_flight, d.include_properties) == (900.0, 16, True)
     assert d.min_partitions is None
     with pytest.raises(ConfigError, match="streaming reads only"):
         parse_options({"namesrv": "h:1", "topic": "T", "minOffsetsPerTrigger": "5"}, streaming=False)
