@@ -20,8 +20,10 @@ member children (:mod:`rmq_async.bench.soak_member`), and runs:
   At the end (``duration`` elapsed, or SIGTERM/SIGINT) churn, faults and the producer stop, all members
   stay up for a drain (until every sent message was seen, at most ``drain`` s), then leave. *lost*:
   acknowledged at send time and never consumed by any member; *duplicates*: extra consumptions;
-  *order violations*: an orderly member consumed, on one queue of the orders topic, a lower send index
-  than the previous one it consumed there (per process, as ``tests/reliability/test_sigkill_orderly``).
+  *order violations*: an orderly member consumed for the first time (no member had consumed it before)
+  a message of a lower send index than the previous one it consumed on that queue (per process, as
+  ``tests/reliability/test_sigkill_orderly``); a lower index consumed again (a replay from the committed
+  offset after a lease ended or a take-over: in order, at least once) counts in *orderly_replays*.
 * samples every ``sample_every`` s into ``samples.jsonl``; the verdicts (:func:`verdicts`) and plots
   (:func:`plot_samples`) are computed from them.
 """
@@ -236,6 +238,7 @@ class Soak:
         self.first_seen = 0
         self.unknown_keys = 0
         self.order_violations = 0
+        self.orderly_replays = 0
         self.violations_by_queue: Counter[str] = Counter()
         self.last_idx: dict[tuple[str, str, int], int] = {}
         # first deliveries: elapsed at receipt, latency (s)
@@ -446,8 +449,11 @@ class Soak:
             q = (m.name, broker, int(qid))
             prev = self.last_idx.get(q)
             if prev is not None and idx < prev:
-                self.order_violations += 1
-                self.violations_by_queue[f"{broker}/{qid}"] += 1
+                if n == 0:  # consumed for the first time after a later message: out of order
+                    self.order_violations += 1
+                    self.violations_by_queue[f"{broker}/{qid}"] += 1
+                else:  # a replay of what was consumed already (a lease ended, a take-over): in order
+                    self.orderly_replays += 1
             else:
                 self.last_idx[q] = idx
 
@@ -640,6 +646,7 @@ class Soak:
             },
             "member_lag": sum(lags) if lags else None,
             "order_violations": self.order_violations,
+            "orderly_replays": self.orderly_replays,
             "members": members,
             "events": self.window_events,
         }
@@ -778,6 +785,7 @@ class Soak:
             "duplicates": dup,
             "dlq": sum(dlq.values()),
             "order_violations": self.order_violations,
+            "orderly_replays": self.orderly_replays,
             "send_failed": self.send_failed,
             "send_retries": self.send_retries,
             "run_s": round(run_s, 1),
@@ -970,6 +978,7 @@ def report(out: Path) -> str:
         ("duplicates", f"{s['duplicates']:,}"),
         ("dead-lettered", f"{s['dlq']}"),
         ("order violations (orderly members)", f"**{s['order_violations']}**"),
+        ("orderly replays (lower index consumed again)", f"{s.get('orderly_replays', '-')}"),
         ("sends retried / failed", f"{s['send_retries']} / {s['send_failed']}"),
         ("run / drain (s)", f"{s['run_s']} / {s['drain_s']}"),
         ("membership changes", ", ".join(f"{k} {n}" for k, n in s["changes"].items())),
