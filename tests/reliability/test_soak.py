@@ -6,7 +6,7 @@ msgs/s, three groups (concurrent, orderly, POP) of member processes that join, l
 are SIGKILLed and replaced every 20 s, a fault every 45 s (connections cut, broker-a restarted on its
 data dir, a name server outage), handlers that fail 1 %, hang past the consume timeout 0.1 % and take
 0-5 ms. Checked: every acknowledged send was consumed (lost 0), no orderly member consumed a message
-for the first time after one of a higher send index on its queue (replays from the committed offset,
+for the first time after one at a higher offset of its queue (replays from the committed offset,
 after a lease ended, are in order and allowed), and the members that live through the whole run (one
 anchor per kind, which see every rebalance) hold no process queue beyond the queues they own and end
 with no more asyncio tasks than they had early on. The one-hour run's figures are in
