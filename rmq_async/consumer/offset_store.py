@@ -3,6 +3,10 @@
 Clustering: :class:`RemoteOffsetStore`, a local map updated after each consumption and written to the
 queue's broker every ``persist_interval`` (oneway, like the Java client), at drop and at shutdown
 (synchronously, so a graceful shutdown really leaves the offsets on the broker).
+A queue dropped while its broker could not be reached (a persist that failed: the broker left the
+route for a moment, a cut) keeps its unpersisted offset for :data:`UNPERSISTED_TTL`; if the queue
+comes back to this consumer meanwhile, it resumes from the larger of that and the broker's offset
+instead of replaying what it already consumed (Java forgets it and replays from the broker's).
 Broadcasting: :class:`LocalFileOffsetStore`, a JSON file written atomically (temp file + rename).
 
 Each queue's committed offset lives in an :class:`OffsetCell` the store hands out (:meth:`cell`) and
@@ -16,6 +20,7 @@ import contextlib
 import logging
 import os
 import tempfile
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
@@ -28,9 +33,13 @@ from ..protocol import fastjson
 from ..protocol import headers as H
 from ..protocol.mq import MessageQueue
 
-__all__ = ["LocalFileOffsetStore", "OffsetCell", "OffsetStore", "RemoteOffsetStore"]
+__all__ = ["UNPERSISTED_TTL", "LocalFileOffsetStore", "OffsetCell", "OffsetStore", "RemoteOffsetStore"]
 
 log = logging.getLogger("rmq_async.consumer")
+
+#: seconds the offset of a dropped queue that never reached its broker is kept (see the module doc):
+#: every message below it was consumed by this client, so resuming from it never skips one
+UNPERSISTED_TTL = 600.0
 
 
 class OffsetCell:
@@ -115,15 +124,32 @@ class RemoteOffsetStore(_MemoryTable):
         super().__init__()
         self.client = client
         self.group = group
+        #: the last offset of each queue the broker has (we persisted it, or read it from there)
         self._persisted: dict[MessageQueue, int] = {}
+        #: dropped queues whose last offset never reached the broker: (offset, monotonic drop time)
+        self._unpersisted: dict[MessageQueue, tuple[int, float]] = {}
 
     async def load(self) -> None:
         return None
 
     async def read_store(self, mq: MessageQueue) -> int | None:
-        """The broker's committed offset, which also becomes the local one; None when it has none
-        (22). Errors propagate."""
+        """The offset a queue (newly assigned) starts from, which also becomes the local one: the
+        broker's committed offset, or this client's own offset of the queue if it dropped the queue
+        less than :data:`UNPERSISTED_TTL` ago without reaching the broker and that offset is larger;
+        None when there is neither (22). Errors propagate."""
         off = await self.query_store(mq)
+        if off is not None:
+            self._persisted[mq] = off
+        kept = self._unpersisted.pop(mq, None)
+        fresh = kept is not None and time.monotonic() - kept[1] < UNPERSISTED_TTL
+        if kept is not None and fresh and (off is None or kept[0] > off):
+            log.info(
+                "%s: resuming from this client's offset %d, which never reached the broker (it has %s)",
+                mq,
+                kept[0],
+                off,
+            )
+            off = kept[0]
         if off is not None:
             self.update(mq, off, increase_only=False)
         return off
@@ -166,8 +192,15 @@ class RemoteOffsetStore(_MemoryTable):
                 log.warning("persisting the offset of %s failed: %s", mq, exc)
 
     def remove(self, mq: MessageQueue) -> None:
+        off = self.read_memory(mq)
         super().remove(mq)
-        self._persisted.pop(mq, None)
+        if off >= 0 and off > self._persisted.pop(mq, -1):
+            self._unpersisted[mq] = (off, time.monotonic())
+        if len(self._unpersisted) > 64:  # bounded: the expired ones go
+            now = time.monotonic()
+            self._unpersisted = {
+                q: kept for q, kept in self._unpersisted.items() if now - kept[1] < UNPERSISTED_TTL
+            }
 
 
 def _parse_offsets(text: str) -> dict[MessageQueue, int]:
