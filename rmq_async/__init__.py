@@ -7,37 +7,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .client.api import PullResult as PullResult
-from .client.api import PullStatus as PullStatus
-from .client.api import SendResult as SendResult
-from .client.api import SendStatus as SendStatus
-from .client.reach import Reach as Reach
-from .config import ClientConfig as ClientConfig
-from .config import ConsumeFrom as ConsumeFrom
-from .config import ConsumerConfig as ConsumerConfig
-from .config import Credentials as Credentials
-from .config import LitePullConfig as LitePullConfig
-from .config import MessageModel as MessageModel
-from .config import OtelConfig as OtelConfig
-from .config import ProducerConfig as ProducerConfig
-from .config import Timing as Timing
-from .config import TLSConfig as TLSConfig
-from .config import TraceConfig as TraceConfig
-from .consumer.delivery import Delivery as Delivery
-from .consumer.delivery import DeliveryStream as DeliveryStream
-from .consumer.health import ConsumerHealth as ConsumerHealth
-from .consumer.health import QueueHealth as QueueHealth
-from .consumer.health import UndecodableCounts as UndecodableCounts
-from .consumer.lite_pull import LitePullConsumer as LitePullConsumer
-from .consumer.push import PushConsumer as PushConsumer
-from .consumer.types import ConsumeContext as ConsumeContext
-from .consumer.types import ConsumeResult as ConsumeResult
-from .consumer.types import Handler as Handler
-from .consumer.types import Hook as Hook
-from .consumer.types import OrderlyContext as OrderlyContext
-from .consumer.types import OrderlyHandler as OrderlyHandler
-from .consumer.types import OrderlyResult as OrderlyResult
-from .consumer.types import RebalanceListener as RebalanceListener
 from .errors import AuthError as AuthError
 from .errors import BrokerError as BrokerError
 from .errors import ClientError as ClientError
@@ -53,21 +22,52 @@ from .errors import RocketMQError as RocketMQError
 from .errors import SubscriptionRefused as SubscriptionRefused
 from .errors import TLSError as TLSError
 from .errors import TopicNotExist as TopicNotExist
-from .producer.producer import MessageQueueSelector as MessageQueueSelector
-from .producer.producer import Producer as Producer
-from .producer.producer import select_by_key_hash as select_by_key_hash
-from .protocol.filter import Selector as Selector
-from .protocol.message import Message as Message
-from .protocol.mq import MessageQueue as MessageQueue
-from .protocol.stored import MessageExt as MessageExt
-from .protocol.stored import Undecodable as Undecodable
-from .protocol.stored import UndecodableMessageError as UndecodableMessageError
 
 if TYPE_CHECKING:
+    from .client.api import PullResult as PullResult
+    from .client.api import PullStatus as PullStatus
+    from .client.api import SendResult as SendResult
+    from .client.api import SendStatus as SendStatus
+    from .client.reach import Reach as Reach
+    from .config import ClientConfig as ClientConfig
+    from .config import ConsumeFrom as ConsumeFrom
+    from .config import ConsumerConfig as ConsumerConfig
+    from .config import Credentials as Credentials
+    from .config import LitePullConfig as LitePullConfig
+    from .config import MessageModel as MessageModel
+    from .config import OtelConfig as OtelConfig
+    from .config import ProducerConfig as ProducerConfig
+    from .config import Timing as Timing
+    from .config import TLSConfig as TLSConfig
+    from .config import TraceConfig as TraceConfig
+    from .consumer.delivery import Delivery as Delivery
+    from .consumer.delivery import DeliveryStream as DeliveryStream
+    from .consumer.health import ConsumerHealth as ConsumerHealth
+    from .consumer.health import QueueHealth as QueueHealth
+    from .consumer.health import UndecodableCounts as UndecodableCounts
+    from .consumer.lite_pull import LitePullConsumer as LitePullConsumer
+    from .consumer.push import PushConsumer as PushConsumer
+    from .consumer.types import ConsumeContext as ConsumeContext
+    from .consumer.types import ConsumeResult as ConsumeResult
+    from .consumer.types import Handler as Handler
+    from .consumer.types import Hook as Hook
+    from .consumer.types import OrderlyContext as OrderlyContext
+    from .consumer.types import OrderlyHandler as OrderlyHandler
+    from .consumer.types import OrderlyResult as OrderlyResult
+    from .consumer.types import RebalanceListener as RebalanceListener
     from .embedded.acl import Account as Account
     from .embedded.acl import AclConfig as AclConfig
     from .embedded.cluster import EmbeddedCluster as EmbeddedCluster
     from .embedded.tls import ServerTLS as ServerTLS
+    from .producer.producer import MessageQueueSelector as MessageQueueSelector
+    from .producer.producer import Producer as Producer
+    from .producer.producer import select_by_key_hash as select_by_key_hash
+    from .protocol.filter import Selector as Selector
+    from .protocol.message import Message as Message
+    from .protocol.mq import MessageQueue as MessageQueue
+    from .protocol.stored import MessageExt as MessageExt
+    from .protocol.stored import Undecodable as Undecodable
+    from .protocol.stored import UndecodableMessageError as UndecodableMessageError
 
 __version__ = "0.1.0.dev0"
 
@@ -134,19 +134,67 @@ __all__ = [
 ]
 
 
-_EMBEDDED = {
-    "Account": "acl",
-    "AclConfig": "acl",
-    "EmbeddedCluster": "cluster",
-    "ServerTLS": "tls",
+#: the public names and their modules, imported on first use (PEP 562): a Spark executor or a script
+#: that needs a producer does not load every consumer, the OpenTelemetry support and the embedded
+#: broker (``import rmq_async`` costs a few milliseconds; each module loads when a name of it is used)
+_LAZY = {
+    "Account": ".embedded.acl",
+    "AclConfig": ".embedded.acl",
+    "ClientConfig": ".config",
+    "ConsumeContext": ".consumer.types",
+    "ConsumeFrom": ".config",
+    "ConsumeResult": ".consumer.types",
+    "ConsumerConfig": ".config",
+    "ConsumerHealth": ".consumer.health",
+    "Credentials": ".config",
+    "Delivery": ".consumer.delivery",
+    "DeliveryStream": ".consumer.delivery",
+    "EmbeddedCluster": ".embedded.cluster",
+    "Handler": ".consumer.types",
+    "Hook": ".consumer.types",
+    "LitePullConfig": ".config",
+    "LitePullConsumer": ".consumer.lite_pull",
+    "Message": ".protocol.message",
+    "MessageExt": ".protocol.stored",
+    "MessageModel": ".config",
+    "MessageQueue": ".protocol.mq",
+    "MessageQueueSelector": ".producer.producer",
+    "OrderlyContext": ".consumer.types",
+    "OrderlyHandler": ".consumer.types",
+    "OrderlyResult": ".consumer.types",
+    "OtelConfig": ".config",
+    "Producer": ".producer.producer",
+    "ProducerConfig": ".config",
+    "PullResult": ".client.api",
+    "PullStatus": ".client.api",
+    "PushConsumer": ".consumer.push",
+    "QueueHealth": ".consumer.health",
+    "Reach": ".client.reach",
+    "RebalanceListener": ".consumer.types",
+    "Selector": ".protocol.filter",
+    "SendResult": ".client.api",
+    "SendStatus": ".client.api",
+    "ServerTLS": ".embedded.tls",
+    "TLSConfig": ".config",
+    "Timing": ".config",
+    "TraceConfig": ".config",
+    "Undecodable": ".protocol.stored",
+    "UndecodableCounts": ".consumer.health",
+    "UndecodableMessageError": ".protocol.stored",
+    "select_by_key_hash": ".producer.producer",
 }
 
 
 def __getattr__(name: str) -> Any:
-    # the embedded broker is imported on first use only: a consumer in production never loads it
-    module = _EMBEDDED.get(name)
-    if module is not None:
-        import importlib
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rmq_async' has no attribute {name!r}")
+    import importlib
 
-        return getattr(importlib.import_module(f".embedded.{module}", __name__), name)
-    raise AttributeError(f"module 'rmq_async' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

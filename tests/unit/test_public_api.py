@@ -77,6 +77,22 @@ def test_importing_rmq_async_does_not_load_the_embedded_broker() -> None:
     assert out.stdout.strip() == "False"
 
 
+def test_importing_rmq_async_loads_only_what_is_used() -> None:
+    """Names load with their module on first use: a Spark executor or a producer script does not pay
+    for every consumer and the OpenTelemetry support."""
+    code = (
+        "import sys, rmq_async; a = sorted(m for m in sys.modules if m.startswith('rmq_async.'));"
+        "from rmq_async import Producer; b = 'rmq_async.consumer.push' in sys.modules;"
+        "from rmq_async import PushConsumer; c = 'rmq_async.consumer.push' in sys.modules;"
+        "print(a, b, c)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "['rmq_async.errors'] False True"
+    assert sorted(rmq_async.__all__) == sorted(set(dir(rmq_async)) & set(rmq_async.__all__))
+    for name in rmq_async.__all__:  # every name resolves, to the same object each time
+        assert getattr(rmq_async, name) is getattr(rmq_async, name), name
+
+
 def test_consumer_internals_are_not_on_the_public_objects() -> None:
     from rmq_async import Delivery, LitePullConsumer, PushConsumer
 
