@@ -1,4 +1,5 @@
-"""The Spark source's way into the async client: blocking portals, and pipelined range reads.
+"""The Spark source's way into the client: a blocking portal for the driver, blocking pulls for the
+executors.
 
 Strategy (STYLE 13): Spark calls are synchronous, so the driver's :class:`Bridge` runs an event loop
 thread (``anyio.from_thread.start_blocking_portal``) and a :class:`Session` (a stream
@@ -8,51 +9,46 @@ group commits) go through ``portal.call``.
 Executors: :func:`read_range` reads one input partition. Each Python worker process keeps one event
 loop thread (uvloop when installed; a daemon, so a worker never waits for it at exit) and one
 :class:`Session` per connection settings, reused by every partition the worker reads and closed at
-exit (``atexit``; a
-worker killed outright just drops its sockets). A partition's offsets are dense and known in
-advance, so :meth:`Session.pipeline` cuts the range into slots and keeps ``pullsInFlight`` of them
-pulling at once (plain pulls without suspend), handing the undecoded bodies over in order; the
-Spark thread builds Arrow record batches from them (``columns.build_batch``) while the loop pulls on.
-A pull is the request ``MQClientAPI.pull`` would send, written from a per-queue template
-(:class:`_PullTemplate`: the JSON header with the offset, count and opaque filled in), its answer's
-header fields read straight from the map (no header objects per pull).
+exit (``atexit``; a worker killed outright just drops its sockets): it finds a queue's broker (the
+route, a slave while the master is down). The pulls themselves do not go through it: Spark's thread
+pulls on a plain blocking connection (:mod:`.pipe`, ``pullsInFlight`` pulls in flight, connections
+cached per broker and reused by the worker's next partitions) and builds the Arrow record batches
+(``columns.build_batch``) from the undecoded bodies.
 """
 
 from __future__ import annotations
 
 import atexit
-import concurrent.futures
 import contextlib
 import logging
 import os
 import pickle
 import queue
-import struct
+import ssl
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import anyio
-from anyio.abc import ObjectSendStream
 from anyio.from_thread import BlockingPortal, start_blocking_portal
-from anyio.streams.memory import MemoryObjectReceiveStream
 
-from ..client.api import PullResult, PullStatus
-from ..client.auth import broker_error
+from ..client.api import PullStatus
 from ..client.instance import ClientInstance, pid_instance_name
 from ..config import ClientConfig, Timing
-from ..errors import BrokerError, ProtocolError, RocketMQError
+from ..errors import BrokerError, RocketMQError
 from ..protocol import headers as H
 from ..protocol.bodies import ConsumerData, SubscriptionData
-from ..protocol.codes import Perm, PullSysFlag, RequestCode, ResponseCode, SerializeType
+from ..protocol.codes import Perm, PullSysFlag, RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
 from ..protocol.filter import parse_tag_expression
 from ..protocol.mq import MessageQueue
 from ..protocol.stored import MessageExt
+from ..transport.tls import client_ssl_context
 from .columns import Chunk, arrow_schema, build_batch, to_arrow
 from .offsets import Range, resolve_start
 from .options import QueueKey, SourceOptions
+from .pipe import BrokerSocket, PullTemplate, pull_range
 
 __all__ = ["ARROW_BATCH_ROWS", "Bridge", "Session", "arrow_schema", "read_range", "to_arrow"]
 
@@ -60,116 +56,8 @@ log = logging.getLogger("rmq_async.spark")
 
 #: rows per Arrow record batch handed to Spark (about: whole pulls are grouped)
 ARROW_BATCH_ROWS = 4096
-#: offsets per pipeline slot at most: one task and one hand-over per slot, so slots are larger than a
-#: pull (a broker answers at most 32 messages: maxTransferCountOnMessageInMemory)...
-SLOT_OFFSETS = 512
-#: ... and about this many body bytes (large messages, short slots)
-SLOT_BYTES = 1 << 20
 #: an Arrow batch is handed to Spark at ARROW_BATCH_ROWS rows or this many bytes of pull bodies
 ARROW_BATCH_BYTES = 64 << 20
-_QUEUE_OFFSET = struct.Struct(">q")  # QUEUEOFFSET, 20 bytes into a stored message
-_PREFIX = struct.Struct(">iI")  # frame length; serialize type << 24 | header length
-_PULL_STATUS = {
-    ResponseCode.SUCCESS: PullStatus.FOUND,
-    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
-    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
-    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
-}
-# unlikely values whose text marks where the varying fields go in a request's JSON header
-_MARK_OFFSET, _MARK_COUNT, _MARK_OPAQUE = 7_919_191_919_191_919_191, 1_931_931_931, 2_011_011_011
-
-
-class _PullTemplate:
-    """The PULL_MESSAGE request of one queue as :meth:`MQClientAPI.pull` writes it, with its JSON
-    header cut where the queue offset, the message count and the opaque go: a pull's frame is then
-    one join (byte for byte what ``RemotingCommand.encode`` writes; checked when the template is
-    made). ``parts`` is None where a template cannot be used (the binary header)."""
-
-    __slots__ = ("base", "order", "parts")
-
-    def __init__(self, base: RemotingCommand) -> None:
-        self.base = base
-        self.parts: tuple[bytes, ...] | None = None
-        self.order: tuple[int, ...] = ()
-        if base.serialize_type != SerializeType.JSON or base.body or base.remark is not None:
-            return
-        probe = self.command(_MARK_OFFSET, _MARK_COUNT)
-        probe.opaque = _MARK_OPAQUE
-        header = probe.encode_header()
-        marks = [(b'"%d"' % _MARK_OFFSET, 0), (b'"%d"' % _MARK_COUNT, 1), (b":%d," % _MARK_OPAQUE, 2)]
-        where = []
-        for mark, field in marks:
-            at = header.find(mark)
-            if at < 0 or header.find(mark, at + 1) >= 0:
-                return
-            where.append((at, len(mark), field))
-        where.sort()
-        parts, pos = [], 0
-        for at, size, _ in where:  # keep the quotes (values) or the colon and comma (opaque)
-            parts.append(header[pos : at + 1])
-            pos = at + size - 1
-        parts.append(header[pos:])
-        self.parts = tuple(parts)
-        self.order = tuple(field for _, _, field in where)
-        check = _PullCommand(self, probe.ext_fields)
-        check.opaque = probe.opaque
-        if check.encode() != probe.encode():  # pragma: no cover
-            self.parts = None
-
-    def command(self, offset: int, count: int) -> RemotingCommand:
-        ext = dict(self.base.ext_fields)
-        ext["queueOffset"] = str(offset)
-        ext["maxMsgNums"] = str(count)
-        if self.parts is None:
-            b = self.base
-            return RemotingCommand.request(
-                b.code, ext, serialize_type=b.serialize_type, language=b.language, version=b.version
-            )
-        return _PullCommand(self, ext)
-
-
-def _pull_result(resp: RemotingCommand, cmd: RemotingCommand, addr: str) -> PullResult:
-    """The answer to a pull, its body undecoded (the header's fields read straight from the map)."""
-    status = _PULL_STATUS.get(resp.code)  # type: ignore[call-overload]
-    if status is None:
-        raise broker_error(resp.code, resp.remark, cmd.code, cmd.ext_fields, addr)
-    ext = resp.ext_fields
-    try:
-        return PullResult(
-            status=status,
-            next_begin_offset=int(ext["nextBeginOffset"]),
-            min_offset=int(ext["minOffset"]),
-            max_offset=int(ext["maxOffset"]),
-            suggest_which_broker_id=int(ext.get("suggestWhichBrokerId", "0")),
-            remark=resp.remark,
-            body=resp.body,
-        )
-    except (KeyError, ValueError) as exc:
-        raise ProtocolError(f"pull answer from {addr} with a bad header: {exc!r} in {ext!r}") from None
-
-
-class _PullCommand(RemotingCommand):
-    """A pull request encoded from its queue's :class:`_PullTemplate` (the generic encoding when
-    something changed it since, e.g. an ACL signature added to its fields)."""
-
-    __slots__ = ("_template",)
-
-    def __init__(self, template: _PullTemplate, ext: dict[str, str]) -> None:
-        b = template.base
-        super().__init__(
-            b.code, ext_fields=ext, language=b.language, version=b.version, serialize_type=b.serialize_type
-        )
-        self._template = template
-
-    def encode(self) -> bytes:
-        parts = self._template.parts
-        ext = self.ext_fields
-        if parts is None or self.flag or len(ext) != len(self._template.base.ext_fields):
-            return super().encode()
-        values = (ext["queueOffset"].encode(), ext["maxMsgNums"].encode(), b"%d" % self.opaque)
-        o = self._template.order
-        header = b"".join((parts[0], values[o[0]], parts[1], values[o[1]], parts[2], values[o[2]], parts[3]))
-        return _PREFIX.pack(4 + len(header), len(header)) + header
 
 
 class _GroupHandle:
@@ -219,9 +107,31 @@ class Session:
         self.tags = frozenset(tags)
         self.expression_type = "TAG" if opts.sql is None else "SQL92"  # option sql: the broker filters
         self._group_made = False
-        self._templates: dict[QueueKey, _PullTemplate] = {}
+        self._templates: dict[QueueKey, PullTemplate] = {}
+        self._ssl: ssl.SSLContext | None = None
 
-    def _template(self, r: Range) -> _PullTemplate:
+    def template(self, r: Range) -> PullTemplate:
+        """The pull request template of ``r``'s queue (made once per queue)."""
+        key = (r.broker_name, r.queue_id)
+        template = self._templates.get(key)
+        if template is None:
+            template = self._templates[key] = self._template(r)
+        return template
+
+    def open_socket(self, addr: str) -> BrokerSocket:
+        """A new blocking connection to ``addr`` with this client's TLS and ACL settings."""
+        tls = self.client.tls
+        if tls is not None and self._ssl is None:
+            self._ssl = client_ssl_context(tls)
+        return BrokerSocket(
+            addr,
+            timeout=self.opts.request_timeout,
+            ssl_context=self._ssl,
+            server_hostname=tls.server_hostname if tls is not None else None,
+            signer=self.client.signer,
+        )
+
+    def _template(self, r: Range) -> PullTemplate:
         """What :meth:`MQClientAPI.pull` would send for this queue (its language, version, header
         type and stream mark), as a template."""
         o = self.opts
@@ -231,7 +141,7 @@ class Session:
             commit_offset=0, suspend_timeout_millis=0, sub_version=0, subscription=self.sub_string,
             expression_type=self.expression_type, bname=r.broker_name,
         )  # fmt: skip
-        return _PullTemplate(self.client.api._cmd(RequestCode.PULL_MESSAGE, header.to_ext_fields()))
+        return PullTemplate(self.client.api._cmd(RequestCode.PULL_MESSAGE, header.to_ext_fields()))
 
     async def __aenter__(self) -> Session:
         await self.client.__aenter__()
@@ -370,95 +280,6 @@ class Session:
                 offset = new
         return out, min(offset, r.end)
 
-    async def fetch(self, r: Range, lo: int, hi: int) -> list[Chunk]:
-        """The undecoded pull bodies holding the messages of ``r`` in [lo, hi) (several pulls when a
-        broker answers fewer messages than asked); the same offset rules as :meth:`read_chunk`."""
-        o = self.opts
-        key = (r.broker_name, r.queue_id)
-        addr = await self._addr(key)
-        out: list[Chunk] = []
-        offset = lo
-        template = self._templates.get(key)
-        if template is None:
-            template = self._templates[key] = self._template(r)
-        pool = self.client.api.pool
-        while offset < hi:
-            cmd = template.command(offset, min(o.pull_batch_size, hi - offset))
-            res = _pull_result(await pool.request(addr, cmd, o.request_timeout), cmd, addr)
-            if res.status is PullStatus.FOUND:
-                body = res.body
-                if len(body) >= 28 and self.sub_string == "*":
-                    (first,) = _QUEUE_OFFSET.unpack_from(body, 20)
-                    if first > offset:  # the first messages of the range were deleted since the plan
-                        offset, warning = resolve_start(
-                            key, offset, first, res.max_offset, fail_on_data_loss=o.fail_on_data_loss
-                        )
-                        if warning:
-                            log.warning(warning)
-                if body and offset < hi:
-                    out.append(Chunk(body, offset, hi))
-                offset = max(offset + 1, min(res.next_begin_offset, hi))
-            elif res.status is PullStatus.NO_MATCHED_MSG:
-                offset = min(max(res.next_begin_offset, offset + 1), hi)
-            else:
-                if res.max_offset <= offset:  # the queue ends before the plan said: the range is done
-                    return out  # (slots run ahead, so this one may start past the end)
-                new, warning = resolve_start(
-                    key, offset, res.min_offset, res.max_offset, fail_on_data_loss=o.fail_on_data_loss
-                )
-                if warning:
-                    log.warning(warning)
-                if new <= offset:  # nothing to read where the broker says there is
-                    raise RocketMQError(
-                        f"pull of {key} at {offset} answered {res.status.value}: {res.remark}"
-                    )
-                offset = new
-        return out
-
-    async def pipeline(self, r: Range, depth: int, send: ObjectSendStream[list[Chunk]]) -> None:
-        """Fetch ``r`` in slots (each slot by pulls of ``pullBatchSize`` one after the other), ``depth``
-        slots at a time, and send each slot's bodies in offset order (``send`` is closed at the end, or
-        on failure). A slot spans about :data:`SLOT_BYTES` of the bytes seen so far per offset, at
-        most :data:`SLOT_OFFSETS` offsets: large messages make short slots, so memory stays bounded."""
-        room = anyio.Semaphore(depth)
-        seen = [0, 0]  # body bytes and offsets fetched so far
-        order_send, order_recv = anyio.create_memory_object_stream[tuple[anyio.Event, list[list[Chunk]]]](
-            depth
-        )
-
-        async def one(lo: int, hi: int, box: list[list[Chunk]], done: anyio.Event) -> None:
-            chunks = await self.fetch(r, lo, hi)
-            seen[0] += sum(len(c.body) for c in chunks)
-            seen[1] += hi - lo
-            box.append(chunks)
-            done.set()
-
-        async def launch() -> None:
-            async with order_send:
-                lo = r.start
-                while lo < r.end:
-                    await room.acquire()
-                    nbytes, offsets = seen
-                    if offsets:
-                        step = max(1, min(SLOT_OFFSETS, SLOT_BYTES * offsets // max(nbytes, 1)))
-                    else:  # nothing seen yet: one pull's worth
-                        step = self.opts.pull_batch_size
-                    hi = min(lo + step, r.end)
-                    box: list[list[Chunk]] = []
-                    done = anyio.Event()
-                    tg.start_soon(one, lo, hi, box, done)
-                    await order_send.send((done, box))
-                    lo = hi
-
-        async with send, anyio.create_task_group() as tg:
-            tg.start_soon(launch)
-            async with order_recv:
-                async for done, box in order_recv:
-                    await done.wait()
-                    room.release()
-                    if box[0]:
-                        await send.send(box[0])
-
 
 class Bridge:
     """Synchronous facade over a :class:`Session` running in a blocking portal."""
@@ -519,20 +340,42 @@ class _Worker:
             raise RocketMQError(f"the Spark source's event loop did not start: {got}") from got
         self.portal: BlockingPortal = got
         self.sessions: dict[bytes, tuple[contextlib.AbstractContextManager[Session], Session]] = {}
+        #: idle broker connections of each session, by broker address
+        self.idle: dict[tuple[bytes, str], list[BrokerSocket]] = {}
 
-    def session(self, opts: SourceOptions) -> Session:
+    def session(self, opts: SourceOptions) -> tuple[bytes, Session]:
+        """The session of these options (and its key)."""
         key = pickle.dumps(opts)
         hit = self.sessions.get(key)
         if hit is not None:
-            return hit[1]
+            return key, hit[1]
         while len(self.sessions) >= self.MAX_SESSIONS:
             self._close(next(iter(self.sessions)))
         cm = self.portal.wrap_async_context_manager(Session(opts))
         session = cm.__enter__()
         self.sessions[key] = (cm, session)
-        return session
+        return key, session
+
+    def take_socket(self, key: bytes, session: Session, addr: str) -> BrokerSocket:
+        """An idle connection of the session to ``addr``, or a new one (the caller owns it)."""
+        idle = self.idle.get((key, addr))
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                return conn
+        return session.open_socket(addr)
+
+    def give_socket(self, key: bytes, conn: BrokerSocket) -> None:
+        """Take back a connection with nothing due on it (kept while its session is)."""
+        if key in self.sessions and not conn.closed:
+            self.idle.setdefault((key, conn.addr), []).append(conn)
+        else:
+            conn.close()
 
     def _close(self, key: bytes) -> None:
+        for idle_key in [k for k in self.idle if k[0] == key]:
+            for conn in self.idle.pop(idle_key):
+                conn.close()
         cm, _ = self.sessions.pop(key)
         try:
             cm.__exit__(None, None, None)
@@ -585,14 +428,23 @@ def _close_worker() -> None:
 
 def read_range(opts: SourceOptions, r: Range) -> Iterator[Any]:
     """Executor side: the messages of ``r`` as Arrow record batches, with ``pullsInFlight`` pulls
-    in flight, through this process's shared client."""
+    in flight on a connection of this process (the Spark thread pulls and builds)."""
     if r.end <= r.start:
         return
     worker = _this_worker()
-    portal = worker.portal
-    session = worker.session(opts)
-    send, receive = anyio.create_memory_object_stream[list[Chunk]](opts.pulls_in_flight)
-    fut = portal.start_task_soon(session.pipeline, r, opts.pulls_in_flight, send)
+    skey, session = worker.session(opts)
+    addr = worker.portal.call(session._addr, (r.broker_name, r.queue_id))
+    bodies = pull_range(
+        lambda: worker.take_socket(skey, session, addr),
+        lambda conn: worker.give_socket(skey, conn),
+        session.template(r),
+        r,
+        depth=opts.pulls_in_flight,
+        batch=opts.pull_batch_size,
+        filtered=session.sub_string != "*",
+        fail_on_data_loss=opts.fail_on_data_loss,
+        warn=log.warning,
+    )
 
     def build(chunks: list[Chunk]) -> Any:
         return build_batch(
@@ -604,13 +456,10 @@ def read_range(opts: SourceOptions, r: Range) -> Iterator[Any]:
             skip_undecodable=opts.on_undecodable == "skip",
         )
 
-    try:
+    with contextlib.closing(bodies):
         pending: list[Chunk] = []
         rows = nbytes = 0
-        while True:
-            chunks = portal.call(_drain, receive)
-            if not chunks:
-                break
+        for chunks in bodies:
             pending.extend(chunks)
             rows += sum(c.hi - c.lo for c in chunks)  # at most: a pull may answer fewer
             nbytes += sum(len(c.body) for c in chunks)
@@ -619,36 +468,7 @@ def read_range(opts: SourceOptions, r: Range) -> Iterator[Any]:
                 pending, rows, nbytes = [], 0, 0
                 if batch.num_rows:
                     yield batch
-        _result(fut)
         if pending:
             batch = build(pending)
             if batch.num_rows:
                 yield batch
-    finally:
-        if not fut.done():
-            fut.cancel()
-        with contextlib.suppress(Exception):
-            portal.call(receive.aclose)
-
-
-async def _drain(receive: MemoryObjectReceiveStream[list[Chunk]]) -> list[Chunk]:
-    """The next slot's bodies and those of every slot already waiting (one thread hop for them all);
-    [] at the end of the range."""
-    try:
-        out = list(await receive.receive())
-    except anyio.EndOfStream:
-        return []
-    with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
-        while True:
-            out.extend(receive.receive_nowait())
-    return out
-
-
-def _result(fut: concurrent.futures.Future[None]) -> None:
-    """``fut.result()``, with a task group's lone error raised as itself."""
-    try:
-        fut.result()
-    except BaseExceptionGroup as eg:
-        if len(eg.exceptions) == 1:
-            raise eg.exceptions[0] from None
-        raise

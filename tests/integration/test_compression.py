@@ -164,14 +164,16 @@ async def test_a_4x_cluster_gets_zlib(cluster: EmbeddedCluster, names: tuple[str
 async def test_spark_source_read_path(
     cluster5: EmbeddedCluster, names: tuple[str, str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The Spark source's executor path (``Session.pipeline`` then ``build_batch``, without a JVM):
+    """The Spark source's executor path (``pipe.pull_range`` then ``build_batch``, without a JVM):
     the interleaved bodies in order; a corrupt one fails the range naming its offset (the source's
     failOnDataLoss-like default)."""
     pytest.importorskip("pyarrow")
     pytest.importorskip("numpy")
+    from support.spark_read import pull_chunks
+
     from rmq_async import UndecodableMessageError
     from rmq_async.spark.bridge import Session
-    from rmq_async.spark.columns import Chunk, build_batch
+    from rmq_async.spark.columns import build_batch
     from rmq_async.spark.offsets import Range
     from rmq_async.spark.options import parse_options
 
@@ -180,14 +182,8 @@ async def test_spark_source_read_path(
     opts = parse_options({"namesrv": cluster5.namesrv_addr, "topic": topic}, streaming=False)
 
     async def read(r: Range, *, skip: bool = False) -> Any:
-        chunks: list[Chunk] = []
         async with Session(opts) as s:
-            send, receive = anyio.create_memory_object_stream[list[Chunk]](2)
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(s.pipeline, r, 2, send)
-                async with receive:
-                    async for got in receive:
-                        chunks.extend(got)
+            chunks = await pull_chunks(s, opts, r, 2)
             return build_batch(chunks, opts.topic, r.broker_name, tags=s.tags, skip_undecodable=skip)
 
     batch = await read(Range(mq.broker_name, mq.queue_id, 0, N))

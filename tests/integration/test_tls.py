@@ -452,3 +452,39 @@ def test_child_process_cluster_with_tls(certs: Certs, names: tuple[str, str], ti
                 await _send(cluster, names[0], False, timing)
 
     asyncio.run(main())
+
+
+# -- the Spark source's executor path (blocking sockets, not the pool) -------------------------------
+
+
+def test_spark_executor_pulls_over_verified_tls(run: Run, certs: Certs, timing: Timing) -> None:
+    """The executor's pulls run on plain blocking sockets of their own (``spark/pipe.py``): on an
+    enforcing cluster they read every message, so they are TLS too; a wrong CA is refused."""
+    pytest.importorskip("pyarrow")
+    from support.spark_read import pull_chunks
+
+    from rmq_async.spark.bridge import Session
+    from rmq_async.spark.columns import build_batch
+    from rmq_async.spark.offsets import Range
+    from rmq_async.spark.options import parse_options
+
+    async def main() -> None:
+        async with enforcing(certs, timing) as cluster:
+            await cluster.create_topic("TlsSpark", 1)
+            await _send(cluster, "TlsSpark", certs.client_tls(), timing, n=40)
+            broker = cluster.brokers[0].name
+            opts = parse_options(
+                {"namesrv": cluster.namesrv_addr, "topic": "TlsSpark", "tls": "true", "tlsCaFile": certs.ca},
+                streaming=False,
+            )
+            async with Session(opts) as s:
+                chunks = await pull_chunks(s, opts, Range(broker, 0, 0, 40))
+                got = build_batch(chunks, "TlsSpark", broker)
+                assert got.column("keys").to_pylist() == [f"k{i}" for i in range(40)]
+                addr = await s._addr((broker, 0))
+                s.client.tls = certs.client_tls(ca_file=certs.wrong_ca)  # the sockets' settings
+                s._ssl = None
+                with pytest.raises(TLSError, match="verification failed"):
+                    await anyio.to_thread.run_sync(s.open_socket, addr)
+
+    run(main())

@@ -1,4 +1,4 @@
-"""The Spark reader's pull requests (``bridge._PullTemplate``): byte for byte the frames
+"""The Spark reader's pull requests (``pipe.PullTemplate``): byte for byte the frames
 ``MQClientAPI.pull`` writes, whatever the field order, and the generic encoding once something (an
 ACL signature) changed the fields. No Spark or broker needed."""
 
@@ -11,7 +11,9 @@ from rmq_async.errors import BrokerError, ProtocolError
 from rmq_async.protocol import headers as H
 from rmq_async.protocol.codes import PullSysFlag, RequestCode, ResponseCode, SerializeType
 from rmq_async.protocol.command import RemotingCommand
-from rmq_async.spark.bridge import _pull_result, _PullCommand, _PullTemplate
+from rmq_async.spark.pipe import PullTemplate as _PullTemplate
+from rmq_async.spark.pipe import _PullCommand
+from rmq_async.spark.pipe import pull_result as _pull_result
 
 
 def header(offset: int, count: int, **kw: str) -> H.PullMessageRequestHeader:
