@@ -12,10 +12,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from anyio.from_thread import start_blocking_portal
-from support.spark_cluster import ClusterHandle
+from support.spark_cluster import ClusterHandle, cluster_in_portal
 
-from rmq_async import EmbeddedCluster, Timing
+from rmq_async import Timing
 
 pyspark = pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
@@ -23,10 +22,8 @@ pytest.importorskip("pyarrow")
 
 @pytest.fixture(scope="module")
 def rmq() -> Iterator[ClusterHandle]:
-    with start_blocking_portal() as portal:
-        cluster = EmbeddedCluster(brokers=1, queues=4, timing=Timing.fast(), process=True)
-        with portal.wrap_async_context_manager(cluster):
-            yield ClusterHandle(portal, cluster)
+    with cluster_in_portal(brokers=1, queues=4, timing=Timing.fast()) as handle:
+        yield handle
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,11 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import pytest
-from anyio.from_thread import start_blocking_portal
-from support.spark_cluster import ClusterHandle
+from support.spark_cluster import ClusterHandle, cluster_in_portal
 
-from rmq_async import EmbeddedCluster, Message, Producer, Timing
+from rmq_async import Message, Producer, Timing
 from rmq_async.config import ProducerConfig
 from rmq_async.consumer.lite_pull import LitePullConsumer
 from rmq_async.protocol.codes import MessageSysFlag
@@ -36,10 +36,8 @@ def kind_of(i: int) -> CompressionType:
 
 @pytest.fixture(scope="module")
 def rmq5() -> Iterator[ClusterHandle]:
-    with start_blocking_portal() as portal:
-        cluster = EmbeddedCluster(brokers=1, queues=1, timing=Timing.fast(), process=True, flavour=5)
-        with portal.wrap_async_context_manager(cluster):
-            yield ClusterHandle(portal, cluster)
+    with cluster_in_portal(brokers=1, queues=1, timing=Timing.fast(), flavour=5) as handle:
+        yield handle
 
 
 def test_interleaved_compression_types_read_in_order(spark: Any, rmq5: ClusterHandle) -> None:
@@ -67,8 +65,9 @@ def test_interleaved_compression_types_read_in_order(spark: Any, rmq5: ClusterHa
             await lc.assign([mq])
             await lc.seek(mq, 0)
             seen: list[MessageExt] = []
-            while len(seen) < N:
-                seen.extend(await lc.poll(5.0, max_messages=N))
+            with anyio.fail_after(30):
+                while len(seen) < N:
+                    seen.extend(await lc.poll(5.0, max_messages=N))
         for i, m in enumerate(seen):
             if i % 4 != 3:
                 assert (

@@ -10,10 +10,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from anyio.from_thread import start_blocking_portal
-from support.spark_cluster import ClusterHandle
+from support.spark_cluster import ClusterHandle, cluster_in_portal
 
-from rmq_async import ClientConfig, Credentials, EmbeddedCluster, Message, Producer, Timing
+from rmq_async import ClientConfig, Credentials, Message, Producer, Timing
 from rmq_async.embedded.acl import Account, AclConfig
 
 pytest.importorskip("pyspark")
@@ -31,21 +30,18 @@ CONFIG = AclConfig(
 
 @pytest.fixture(scope="module")
 def acl_rmq() -> Iterator[ClusterHandle]:
-    with start_blocking_portal() as portal:
-        cluster = EmbeddedCluster(brokers=1, queues=4, timing=Timing.fast(), process=True, acl=CONFIG)
-        with portal.wrap_async_context_manager(cluster):
-            handle = ClusterHandle(portal, cluster)
-            handle.create_topic("SparkAclT")
+    with cluster_in_portal(brokers=1, queues=4, timing=Timing.fast(), acl=CONFIG) as handle:
+        handle.create_topic("SparkAclT")
 
-            async def produce() -> None:
-                creds = Credentials(access_key="sparkUser", secret_key=SECRET)
-                cfg = ClientConfig(namesrv_addr=cluster.namesrv_addr, credentials=creds)
-                async with Producer("spark_acl_pg", client_config=cfg) as p:
-                    for i in range(10):
-                        await p.send(Message("SparkAclT", b"v-%d" % i, keys=f"k-{i}"))
+        async def produce() -> None:
+            creds = Credentials(access_key="sparkUser", secret_key=SECRET)
+            cfg = ClientConfig(namesrv_addr=handle.namesrv, credentials=creds)
+            async with Producer("spark_acl_pg", client_config=cfg) as p:
+                for i in range(10):
+                    await p.send(Message("SparkAclT", b"v-%d" % i, keys=f"k-{i}"))
 
-            portal.call(produce)
-            yield handle
+        handle.portal.call(produce)
+        yield handle
 
 
 @pytest.fixture(scope="module")

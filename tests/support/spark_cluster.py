@@ -3,11 +3,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from anyio.from_thread import BlockingPortal
+from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from rmq_async import EmbeddedCluster, Message, Producer, SendResult, Timing
+
+
+@contextmanager
+def cluster_in_portal(**kw: Any) -> Iterator[ClusterHandle]:
+    """An embedded cluster in a child process (``EmbeddedCluster(process=True, **kw)``), driven from a
+    blocking portal. At the end, portal tasks that a failed test left running (a ``portal.call`` its
+    timeout interrupted) are cancelled: a module fixture's teardown must not wait for them forever."""
+    with start_blocking_portal() as portal:
+        cluster = EmbeddedCluster(process=True, **kw)
+        try:
+            with portal.wrap_async_context_manager(cluster):
+                yield ClusterHandle(portal, cluster)
+        finally:
+            portal.call(portal.stop, True)
 
 
 class ClusterHandle:
