@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 @pytest.mark.timeout(420)
 def test_soak_three_minutes_of_churn_and_faults(tmp_path: Path) -> None:
     cfg = SoakConfig(
-        duration=150, rate=500, change_every=20, fault_every=45, drain=45, sample_every=5, out=str(tmp_path)
+        duration=180, rate=500, change_every=20, fault_every=45, drain=45, sample_every=5, out=str(tmp_path)
     )
     soak = Soak(cfg)
     summary = asyncio.run(soak.run())
