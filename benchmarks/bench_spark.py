@@ -548,6 +548,14 @@ def measure(args: argparse.Namespace, namesrv: str, portal: Any) -> dict[str, An
     }  # fmt: skip
 
 
+def _pin(cpus: set[int]) -> None:
+    """Every thread of this process onto ``cpus`` (processes it starts later inherit them)."""
+    if not cpus:
+        raise SystemExit("--broker-cpus leaves no CPU for Spark")
+    for tid in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(tid), cpus)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="rocketmq Spark source vs in-memory ceiling vs lite pull")
     ap.add_argument("--messages", type=int, default=200_000)
@@ -563,17 +571,31 @@ def main() -> None:
     ap.add_argument("--before", type=Path, help="figures of an earlier run (its --json) to compare")
     ap.add_argument("--plot", type=Path, help="PNG of rows/s over the run")
     ap.add_argument("--write", action="store_true", help="replace the section in benchmarks/RESULTS.md")
+    ap.add_argument(
+        "--broker-cpus",
+        type=lambda v: {int(c) for c in v.split(",")},
+        help="the embedded cluster on these CPUs (e.g. 1), this process, Spark and its workers on the "
+        "others: a broker that does not share Spark's cores, as on another machine (Linux)",
+    )
     args = ap.parse_args()
+    if args.broker_cpus and args.namesrv:
+        ap.error("--broker-cpus pins the embedded cluster: pin a --namesrv cluster yourself (taskset)")
     t0 = time.perf_counter()
     with start_blocking_portal() as portal:
         if args.namesrv:
             res = measure(args, args.namesrv, portal)
         else:
             args.preload = True
+            everything = os.sched_getaffinity(0)
+            if args.broker_cpus:
+                _pin(args.broker_cpus)  # the cluster's process is started from here: it inherits these
             cluster = EmbeddedCluster(brokers=1, queues=args.queues, timing=Timing(), process=True)
             with portal.wrap_async_context_manager(cluster):
+                if args.broker_cpus:
+                    _pin(everything - args.broker_cpus)  # this process, then the JVM and its workers
                 portal.call(cluster.create_topic, args.topic, args.queues)
                 res = measure(args, cluster.namesrv_addr, portal)
+            res["broker_cpus"] = sorted(args.broker_cpus or ())
     res["wall_s"] = time.perf_counter() - t0
     before = json.loads(args.before.read_text()) if args.before else None
     if args.json:

@@ -96,7 +96,11 @@ def _config_error(model: str, exc: ValidationError) -> ConfigError:
 class ConfigModel(BaseModel):
     """Base of every config model: frozen, no unknown fields, errors raised as ConfigError."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
+    # defer_build: a model's validator is built at its first use, not at import (``import rmq_async``
+    # in a Spark planning process or a CLI start does not pay for models it never uses)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False, defer_build=True
+    )
 
     @field_validator("*", mode="before")
     @classmethod

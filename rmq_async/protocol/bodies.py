@@ -118,7 +118,10 @@ def _plain(value: Any, flavour5: bool) -> Any:
 class JsonBody(BaseModel):
     """Base of the bodies: fastjson bean encoding and decoding (see the module doc)."""
 
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, alias_generator=to_camel)
+    # defer_build: validators are built at first use, not at import (see config.ConfigModel)
+    model_config = ConfigDict(
+        extra="ignore", populate_by_name=True, alias_generator=to_camel, defer_build=True
+    )
 
     #: Fields a 5.x peer writes, with the Java default ``encode(flavour5=True)`` uses when unset.
     _FLAVOUR5: ClassVar[Mapping[str, Any]] = {}

