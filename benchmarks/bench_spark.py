@@ -577,6 +577,14 @@ def main() -> None:
         help="the embedded cluster on these CPUs (e.g. 1), this process, Spark and its workers on the "
         "others: a broker that does not share Spark's cores, as on another machine (Linux)",
     )
+    ap.add_argument(
+        "--max-transfer-count",
+        type=int,
+        default=32,
+        metavar="N",
+        help="the embedded broker's maxTransferCountOnMessageInMemory (Java's default 32); with "
+        "--source-opt pullBatchSize=N, pulls of N messages",
+    )
     args = ap.parse_args()
     if args.broker_cpus and args.namesrv:
         ap.error("--broker-cpus pins the embedded cluster: pin a --namesrv cluster yourself (taskset)")
@@ -589,13 +597,21 @@ def main() -> None:
             everything = os.sched_getaffinity(0)
             if args.broker_cpus:
                 _pin(args.broker_cpus)  # the cluster's process is started from here: it inherits these
-            cluster = EmbeddedCluster(brokers=1, queues=args.queues, timing=Timing(), process=True)
+            cluster = EmbeddedCluster(
+                brokers=1,
+                queues=args.queues,
+                timing=Timing(),
+                process=True,
+                max_transfer_count=args.max_transfer_count,
+                max_transfer_bytes=max(256 << 10, args.max_transfer_count * (args.size + 256)),
+            )
             with portal.wrap_async_context_manager(cluster):
                 if args.broker_cpus:
                     _pin(everything - args.broker_cpus)  # this process, then the JVM and its workers
                 portal.call(cluster.create_topic, args.topic, args.queues)
                 res = measure(args, cluster.namesrv_addr, portal)
             res["broker_cpus"] = sorted(args.broker_cpus or ())
+            res["max_transfer_count"] = args.max_transfer_count
     res["wall_s"] = time.perf_counter() - t0
     before = json.loads(args.before.read_text()) if args.before else None
     if args.json:

@@ -37,7 +37,7 @@ from .jcompat import json_body
 from .outbound import Outbound
 from .server import Connection, Reply, Server, error_response
 from .state import BrokerState
-from .store import MessageStore
+from .store import MAX_TRANSFER_BYTES, MAX_TRANSFER_COUNT, MessageStore
 from .tls import ServerTLS
 
 __all__ = ["Broker"]
@@ -79,6 +79,8 @@ class Broker:
         filter_support_retry: bool = False,
         trace_topic_enable: bool = False,
         trace_topic: str = "RMQ_SYS_TRACE_TOPIC",
+        max_transfer_count: int = MAX_TRANSFER_COUNT,
+        max_transfer_bytes: int = MAX_TRANSFER_BYTES,
     ) -> None:
         self.settings = s = BrokerSettings(
             name,
@@ -94,6 +96,8 @@ class Broker:
             filter_support_retry=filter_support_retry,
             trace_topic_enable=trace_topic_enable,
             trace_topic=trace_topic,
+            max_transfer_count=max_transfer_count,
+            max_transfer_bytes=max_transfer_bytes,
         )
         self.name = name
         self.requested_port = port

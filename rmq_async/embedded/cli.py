@@ -20,9 +20,20 @@ import anyio
 from ..config import Timing
 from .acl import AclConfig
 from .cluster import ACL_ENV, TLS_KEY_PASSWORD_ENV, EmbeddedCluster
+from .store import MAX_TRANSFER_BYTES, MAX_TRANSFER_COUNT
 from .tls import ServerTLS, TLSMode
 
 __all__ = ["add_arguments", "run"]
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text!r}")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,6 +77,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--trace-topic-enable",
         action="store_true",
         help="create the message trace topic RMQ_SYS_TRACE_TOPIC at start (traceTopicEnable)",
+    )
+    parser.add_argument(
+        "--max-transfer-count",
+        type=_positive,
+        default=MAX_TRANSFER_COUNT,
+        metavar="N",
+        help="messages one pull answers at most (maxTransferCountOnMessageInMemory; default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-transfer-bytes",
+        type=_positive,
+        default=MAX_TRANSFER_BYTES,
+        metavar="N",
+        help="bytes of messages one pull answers at most, a first message always whole "
+        "(maxTransferBytesOnMessageInMemory; default %(default)s)",
     )
     parser.add_argument("--exit-on-stdin-eof", action="store_true", help="stop when stdin is closed")
     parser.add_argument(
@@ -145,6 +171,8 @@ async def run(args: argparse.Namespace) -> int:
         enable_property_filter=args.enable_property_filter,
         filter_support_retry=args.filter_support_retry,
         trace_topic_enable=args.trace_topic_enable,
+        max_transfer_count=args.max_transfer_count,
+        max_transfer_bytes=args.max_transfer_bytes,
         acl=_acl(args),
         tls=server_tls(args),
     )

@@ -38,6 +38,7 @@ from .faults import Faults
 from .namesrv import NameServer
 from .outbound import Outbound
 from .state import load_json, save_json
+from .store import MAX_TRANSFER_BYTES, MAX_TRANSFER_COUNT
 from .tls import ServerTLS
 
 __all__ = ["ACL_ENV", "TLS_KEY_PASSWORD_ENV", "EmbeddedCluster", "RemoteBroker"]
@@ -91,9 +92,17 @@ class EmbeddedCluster:
         enable_property_filter: bool = False,
         filter_support_retry: bool = False,
         trace_topic_enable: bool = False,
+        max_transfer_count: int = MAX_TRANSFER_COUNT,
+        max_transfer_bytes: int = MAX_TRANSFER_BYTES,
     ) -> None:
         if flavour not in (4, 5):
             raise ValueError(f"flavour must be 4 or 5, not {flavour!r}")
+        for name, value in (
+            ("max_transfer_count", max_transfer_count),
+            ("max_transfer_bytes", max_transfer_bytes),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, not {value!r}")
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
         self.broker_count = brokers
@@ -111,6 +120,10 @@ class EmbeddedCluster:
         self.filter_support_retry = filter_support_retry
         #: the brokers' ``traceTopicEnable``: ``RMQ_SYS_TRACE_TOPIC`` exists from the start
         self.trace_topic_enable = trace_topic_enable
+        #: the brokers' ``maxTransferCountOnMessageInMemory`` / ``maxTransferBytesOnMessageInMemory``:
+        #: what one pull answers at most (Java's defaults, 32 messages and 256 KiB)
+        self.max_transfer_count = max_transfer_count
+        self.max_transfer_bytes = max_transfer_bytes
         #: ACL accounts every broker enforces (None: off); a path is read as a ``plain_acl.yml``
         self.acl = AclConfig.coerce(acl) if acl is not None else None
         self.namesrv_addr = ""
@@ -255,6 +268,8 @@ class EmbeddedCluster:
             enable_property_filter=self.enable_property_filter,
             filter_support_retry=self.filter_support_retry,
             trace_topic_enable=self.trace_topic_enable,
+            max_transfer_count=self.max_transfer_count,
+            max_transfer_bytes=self.max_transfer_bytes,
         )
         if old is not None:
             b.faults = old.faults
@@ -397,6 +412,10 @@ class EmbeddedCluster:
             args.append("--filter-support-retry")
         if self.trace_topic_enable:
             args.append("--trace-topic-enable")
+        if self.max_transfer_count != MAX_TRANSFER_COUNT:
+            args += ["--max-transfer-count", str(self.max_transfer_count)]
+        if self.max_transfer_bytes != MAX_TRANSFER_BYTES:
+            args += ["--max-transfer-bytes", str(self.max_transfer_bytes)]
         if self.tls is not None:  # the key password, if any, goes in the environment (_child_env)
             args += ["--tls-mode", self.tls.mode, "--tls-client-auth", self.tls.client_auth]
             for flag, value in (

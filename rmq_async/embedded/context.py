@@ -31,7 +31,15 @@ from .holds import HoldService
 from .jcompat import delay_level, java_ext, java_sized_capacity, props_decode, props_encode, tags_code_of
 from .server import Connection, Reply
 from .state import SCHEDULE_TOPIC, BrokerState, TopicConfig
-from .store import MessageStore, PutResult, TagsCodeFn, host_bytes, now_ms
+from .store import (
+    MAX_TRANSFER_BYTES,
+    MAX_TRANSFER_COUNT,
+    MessageStore,
+    PutResult,
+    TagsCodeFn,
+    host_bytes,
+    now_ms,
+)
 
 __all__ = [
     "BrokerContext",
@@ -75,6 +83,10 @@ class BrokerSettings:
     #: ``BrokerConfig.traceTopicEnable`` / ``msgTraceTopicName``: create the trace topic at start
     trace_topic_enable: bool = False
     trace_topic: str = "RMQ_SYS_TRACE_TOPIC"
+    #: ``MessageStoreConfig.maxTransferCountOnMessageInMemory`` / ``maxTransferBytesOnMessageInMemory``:
+    #: what one pull answers at most (this store keeps every message in memory: no "in disk" limits)
+    max_transfer_count: int = MAX_TRANSFER_COUNT
+    max_transfer_bytes: int = MAX_TRANSFER_BYTES
     version: int = field(init=False)  # the broker's MQVersion, written in every command
     delay_ms: tuple[int, ...] = field(init=False)
 
@@ -116,7 +128,12 @@ def recovery_tags_code(delay_ms: tuple[int, ...]) -> TagsCodeFn:
 
 def open_store(settings: BrokerSettings, port: int) -> tuple[MessageStore, int]:
     """The broker's store for its listening ``port``, opened; and the number of messages recovered."""
-    store = MessageStore(host_bytes("127.0.0.1", port), settings.data_dir)
+    store = MessageStore(
+        host_bytes("127.0.0.1", port),
+        settings.data_dir,
+        max_transfer_count=settings.max_transfer_count,
+        max_transfer_bytes=settings.max_transfer_bytes,
+    )
     return store, store.open(recovery_tags_code(settings.delay_ms))
 
 

@@ -206,8 +206,18 @@ TagsCodeFn = Callable[[str, str, int], int]
 class MessageStore:
     """Commit log + consume queues; optionally mirrored to ``<data_dir>/commitlog``."""
 
-    def __init__(self, store_host: bytes, data_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        store_host: bytes,
+        data_dir: Path | None = None,
+        *,
+        max_transfer_count: int = MAX_TRANSFER_COUNT,
+        max_transfer_bytes: int = MAX_TRANSFER_BYTES,
+    ) -> None:
         self.store_host = store_host
+        #: what one pull answers at most: messages and bytes (a first message is always sent whole)
+        self.max_transfer_count = max_transfer_count
+        self.max_transfer_bytes = max_transfer_bytes
         self._store_v6 = len(store_host) == 20
         self._id_prefix = store_host.hex().upper()
         self.segments: list[bytearray] = []
@@ -548,11 +558,10 @@ class MessageStore:
         total = 0
         count = 0
         i = offset
+        max_count, max_bytes = min(max_nums, self.max_transfer_count), self.max_transfer_bytes
         while i < end:
             size = sizes[i]
-            if count and (
-                count >= max_nums or total + size > MAX_TRANSFER_BYTES or count >= MAX_TRANSFER_COUNT
-            ):
+            if count and (count >= max_count or total + size > max_bytes):
                 break
             if codes is None or tags[i] in codes:
                 seg, pos = divmod(offsets[i], SEGMENT_SIZE)
@@ -606,11 +615,10 @@ class MessageStore:
         total = 0
         count = 0
         i = offset
+        max_count, max_bytes = min(max_nums, self.max_transfer_count), self.max_transfer_bytes
         while i < end:
             size = sizes[i]
-            if count and (
-                count >= max_nums or total + size > MAX_TRANSFER_BYTES or count >= MAX_TRANSFER_COUNT
-            ):
+            if count and (count >= max_count or total + size > max_bytes):
                 break
             if codes is None or tags[i] in codes:
                 phys = offsets[i]

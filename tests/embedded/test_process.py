@@ -69,3 +69,38 @@ async def test_child_dies_with_stdin_eof() -> None:
     proc.stdin.close()  # what the OS does when the parent dies
     assert await asyncio.wait_for(proc.wait(), 10) == 0
     await cluster.__aexit__(None, None, None)
+
+
+async def test_pull_transfer_limits_reach_the_child_process() -> None:
+    # maxTransferCountOnMessageInMemory raised on a child cluster (its command line): a pull asking
+    # for 64 gets 50; Java's default answers 32
+    from .rawclient import decode_messages
+
+    for count in (50, 32):  # 32: the default, no flag on the command line
+        cluster = EmbeddedCluster(timing=Timing.fast(), process=True, max_transfer_count=count)
+        async with cluster, RawClient(cluster.brokers[0].addr) as b:
+            for i in range(80):
+                assert (await b.send("BigPulls", b"m%d" % i, queues=1)).code == 0
+            r = await b.pull("g", "BigPulls", 0, 0, max_nums=64, sys_flag=4, subscription="*")
+            assert r.code == 0 and len(list(decode_messages(r.body))) == count
+
+
+def test_transfer_limits_must_be_positive() -> None:
+    import argparse
+
+    import pytest
+
+    from rmq_async.embedded.cli import add_arguments
+
+    def build_parser() -> argparse.ArgumentParser:
+        parser = argparse.ArgumentParser()
+        add_arguments(parser)
+        return parser
+
+    with pytest.raises(ValueError, match="max_transfer_count must be a positive integer"):
+        EmbeddedCluster(max_transfer_count=0)
+    with pytest.raises(ValueError, match="max_transfer_bytes"):
+        EmbeddedCluster(max_transfer_bytes=True)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--max-transfer-count", "x"])
+    assert build_parser().parse_args(["--max-transfer-bytes", "1048576"]).max_transfer_bytes == 1 << 20

@@ -99,6 +99,17 @@ def test_get_stops_at_the_transfer_byte_limit_but_returns_one_big_message() -> N
     assert big.get("T", 0, 0, 32, None).count == 1
 
 
+def test_transfer_limits_are_settings() -> None:
+    store = MessageStore(HOST, max_transfer_count=100, max_transfer_bytes=1 << 20)
+    fill(store, 300, size=1000)
+    assert store.get("T", 0, 0, 200, None).count == 100  # maxTransferCountOnMessageInMemory
+    assert store.get("T", 0, 0, 50, None).count == 50  # never more than asked
+    small = MessageStore(HOST, max_transfer_bytes=5000)
+    fill(small, 10, size=1000)  # about 1,100 bytes stored each
+    assert small.get("T", 0, 0, 32, None).count == 4
+    assert MessageStore(HOST).max_transfer_count == 32  # Java's default
+
+
 def test_message_at_only_where_a_message_starts() -> None:
     store = MessageStore(HOST)
     fill(store, 2)
