@@ -48,6 +48,58 @@ def read_all(namesrv: str, topic: str, extra: dict[str, str]) -> tuple[int, floa
     return rows, time.process_time() - c0, time.perf_counter() - t0
 
 
+def phases(namesrv: str, topic: str, extra: dict[str, str]) -> tuple[int, float, float]:
+    """The same reads cut in two: every pull of every queue first (bodies kept), then every Arrow
+    batch built from them (4,096 rows each, as ``read_range`` cuts them); CPU seconds of each."""
+    import contextlib
+
+    from rmq_async.spark import bridge
+    from rmq_async.spark.bridge import ARROW_BATCH_ROWS
+    from rmq_async.spark.columns import Chunk, build_batch
+    from rmq_async.spark.offsets import Range
+    from rmq_async.spark.options import parse_options
+    from rmq_async.spark.pipe import pull_range
+
+    opts = parse_options({"namesrv": namesrv, "topic": topic, **extra}, streaming=False)
+    b = bridge.Bridge(opts)
+    try:
+        bounds = b.bounds(b.queues())
+    finally:
+        b.close()
+    worker = bridge._this_worker()
+    pulled: list[tuple[str, list[Chunk]]] = []
+    c0 = time.process_time()
+    for (broker, q), (lo, hi) in sorted(bounds.items()):
+        r = Range(broker, q, lo, hi)
+        key, session = worker.session(opts)
+        addr = worker.portal.call(session._addr, (broker, q))
+        chunks: list[Chunk] = []
+        gen = pull_range(
+            lambda: worker.take_socket(key, session, addr), lambda c: worker.give_socket(key, c),  # noqa: B023
+            session.template(r), r, depth=opts.pulls_in_flight, batch=opts.pull_batch_size,
+            filtered=session.sub_string != "*", fail_on_data_loss=True, warn=print,
+        )  # fmt: skip
+        with contextlib.closing(gen):
+            for got in gen:
+                chunks.extend(got)
+        pulled.append((broker, chunks))
+    pull_cpu = time.process_time() - c0
+    rows = 0
+    c0 = time.process_time()
+    for broker, chunks in pulled:
+        pending: list[Chunk] = []
+        n = 0
+        for c in chunks:
+            pending.append(c)
+            n += c.hi - c.lo
+            if n >= ARROW_BATCH_ROWS:
+                rows += build_batch(pending, topic, broker).num_rows
+                pending, n = [], 0
+        if pending:
+            rows += build_batch(pending, topic, broker).num_rows
+    return rows, pull_cpu, time.process_time() - c0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=200_000)
@@ -57,12 +109,23 @@ def main() -> None:
     ap.add_argument("--namesrv", help="a running cluster's name server (default: an embedded cluster)")
     ap.add_argument("--topic", default="BenchSparkReader")
     ap.add_argument("--source-opt", action="append", default=[], metavar="K=V")
+    ap.add_argument(
+        "--phases", action="store_true", help="time the pulls and the batch building apart (pulls first)"
+    )
     args = ap.parse_args()
     extra = dict(kv.split("=", 1) for kv in args.source_opt)
     results: list[dict[str, Any]] = []
 
     def rounds(namesrv: str) -> None:
         for rnd in range(1, args.rounds + 1):
+            if args.phases:
+                rows, pull_cpu, build_cpu = phases(namesrv, args.topic, extra)
+                res = {"round": rnd, "rows": rows, "pull_us_row": pull_cpu / rows * 1e6}
+                res["build_us_row"] = build_cpu / rows * 1e6
+                results.append(res)
+                print(f"round {rnd}: {rows:,} rows, pulls {res['pull_us_row']:.2f} CPU-us/row, "
+                      f"batches {res['build_us_row']:.2f} CPU-us/row")  # fmt: skip
+                continue
             rows, cpu, wall = read_all(namesrv, args.topic, extra)
             res = {"round": rnd, "rows": rows, "rows_s": rows / wall, "cpu_us_row": cpu / rows * 1e6}
             results.append(res)
@@ -82,17 +145,12 @@ def main() -> None:
     rest = results[1:] or results
     import rmq_async
 
-    print(
-        json.dumps(
-            {
-                "rmq_async": str(Path(rmq_async.__file__).parent),
-                "rows": rest[0]["rows"],
-                "rows_s": statistics.median(r["rows_s"] for r in rest),
-                "cpu_us_row": statistics.median(r["cpu_us_row"] for r in rest),
-                "source_opts": extra,
-            }
-        )
-    )
+    summary: dict[str, Any] = {"rmq_async": str(Path(rmq_async.__file__).parent), "rows": rest[0]["rows"]}
+    for k in ("rows_s", "cpu_us_row", "pull_us_row", "build_us_row"):
+        if k in rest[0]:
+            summary[k] = statistics.median(r[k] for r in rest)
+    summary["source_opts"] = extra
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":
