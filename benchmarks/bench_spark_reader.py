@@ -29,17 +29,26 @@ from bench_spark import backlog, preload
 from rmq_async import EmbeddedCluster, Timing
 
 
-def read_all(namesrv: str, topic: str, extra: dict[str, str]) -> tuple[int, float, float]:
+def plan(
+    namesrv: str, topic: str, extra: dict[str, str]
+) -> tuple[Any, dict[tuple[str, int], tuple[int, int]]]:
+    """The source's options, and [min, max) offsets of every queue (as the driver plans them)."""
     from rmq_async.spark import bridge
-    from rmq_async.spark.offsets import Range
     from rmq_async.spark.options import parse_options
 
     opts = parse_options({"namesrv": namesrv, "topic": topic, **extra}, streaming=False)
     b = bridge.Bridge(opts)
     try:
-        bounds = b.bounds(b.queues())
+        return opts, b.bounds(b.queues())
     finally:
         b.close()
+
+
+def read_all(namesrv: str, topic: str, extra: dict[str, str]) -> tuple[int, float, float]:
+    from rmq_async.spark import bridge
+    from rmq_async.spark.offsets import Range
+
+    opts, bounds = plan(namesrv, topic, extra)
     rows = 0
     c0, t0 = time.process_time(), time.perf_counter()
     for (broker, q), (lo, hi) in sorted(bounds.items()):
@@ -57,15 +66,9 @@ def phases(namesrv: str, topic: str, extra: dict[str, str]) -> tuple[int, float,
     from rmq_async.spark.bridge import ARROW_BATCH_ROWS
     from rmq_async.spark.columns import Chunk, build_batch
     from rmq_async.spark.offsets import Range
-    from rmq_async.spark.options import parse_options
     from rmq_async.spark.pipe import pull_range
 
-    opts = parse_options({"namesrv": namesrv, "topic": topic, **extra}, streaming=False)
-    b = bridge.Bridge(opts)
-    try:
-        bounds = b.bounds(b.queues())
-    finally:
-        b.close()
+    opts, bounds = plan(namesrv, topic, extra)
     worker = bridge._this_worker()
     pulled: list[tuple[str, list[Chunk]]] = []
     c0 = time.process_time()
