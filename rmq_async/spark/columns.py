@@ -1,18 +1,20 @@
 """Arrow record batches built straight from pull bodies (sans-IO; numpy and pyarrow, no asyncio).
 
 Strategy. A pull body is stored messages back to back (see ``protocol/stored.py``). One Python loop
-only finds where each message starts (one ``unpack_from`` of its size and magic code); every fixed
-field is then gathered for all messages at once with numpy (big-endian views of the bytes at
-``start + field offset``). Bodies and raw property strings are never sliced one by one in Python:
-numpy writes an Arrow *binary view* array over the pull bytes (16 bytes per value: length, and the
-first bytes or the whole value if it has at most 12), and one Arrow cast copies the values into the
-plain binary/string column (checking UTF-8 for strings). The property strings are split once with
-Arrow kernels (on ``\x02``, then each item on its first ``\x01``; items without a name or value
-dropped; a name repeated in one message keeps its first place and its last value, as a dict filled
-item by item; splitting with numpy on the separators' positions measured slower). ``keys``,
-``tags`` and ``msg_id`` are picked from those items by name, and the ``properties`` map is made of
-them unless the query leaves it out. These are
-:func:`~rmq_async.protocol.properties.parse_properties`' rules, Java's.
+only finds where each message starts (one ``unpack_from`` of its size, over the joined bodies of the
+batch); the fixed part of every message is then copied out as one row each (numpy, a structured
+big-endian dtype over the 88 bytes), which gives every fixed field for all messages at once. Bodies
+and raw property strings are never sliced one by one in Python: numpy writes an Arrow *binary view*
+array over the pull bytes (16 bytes per value: length, and the first bytes or the whole value if it
+has at most 12), and one Arrow cast copies the values into the plain binary/string column (checking
+UTF-8 for strings, once). The property strings are split once. When every row names the same
+properties in the same order (one producer's messages: the common case), numpy finds the separators
+and cuts every value out as a view, without a kernel per item (:class:`_Uniform`); otherwise Arrow
+kernels split them (on ``\x02``, then each item on its first ``\x01``; :class:`_Props`). Either way
+items without a name or value are dropped and a name repeated in one message keeps its first place
+and its last value, as a dict filled item by item. ``keys``, ``tags`` and ``msg_id`` are picked from
+those items by name, and the ``properties`` map is made of them unless the query leaves it out.
+These are :func:`~rmq_async.protocol.properties.parse_properties`' rules, Java's.
 
 What this path does not take (a message with a V2 magic code, an IPv6 host, a compressed body,
 anything malformed) makes :func:`build_batch` go the careful way for that batch:
@@ -123,27 +125,50 @@ def _starts(buf: bytes) -> list[int] | None:
     return out if pos == len(buf) else None
 
 
-def _gather(data: Any, starts: Any, off: int, width: int) -> Any:
-    """The big-endian signed integers of ``width`` bytes at ``starts + off``, as native int64."""
-    import numpy as np
+def _fixed_parts(np: Any, data: Any, starts: Any) -> Any:
+    """The fixed part (``_FIXED`` bytes, IPv4 hosts) of every message at ``starts``, as a structured
+    array of its big-endian fields: one row copy per message (``data`` holds at least ``_FIXED`` bytes
+    from every start)."""
+    global _fixed_dtype
+    if _fixed_dtype is None:
+        fields = [
+            ("total", ">i4", 0), ("magic", ">i4", 4), ("qid", ">i4", _QID), ("qoff", ">i8", _QOFF),
+            ("phys", ">i8", _PHYS), ("sys_flag", ">i4", _SYSFLAG), ("born_ts", ">i8", _BORN_TS),
+            ("store_ts", ">i8", _STORE_TS), ("store_ip", ">u4", _STORE_IP),
+            ("store_port", ">i4", _STORE_PORT),
+            ("reconsume", ">i4", _RECONSUME), ("body_len", ">i4", _BODY_LEN),
+        ]  # fmt: skip
+        _fixed_dtype = np.dtype(
+            {
+                "names": [f[0] for f in fields],
+                "formats": [f[1] for f in fields],
+                "offsets": [f[2] for f in fields],
+                "itemsize": _FIXED,
+            }
+        )
+    rows = np.lib.stride_tricks.sliding_window_view(data, _FIXED)[starts]
+    return rows.view(_fixed_dtype).ravel()
 
-    idx = starts[:, None] + np.arange(off, off + width)
-    return data[idx].view(">i8" if width == 8 else ">i4").ravel().astype(np.int64)
+
+_fixed_dtype: Any = None
 
 
-def _strings(pa: Any, np: Any, data: Any, buf: Any, begin: Any, length: Any, kind: Any) -> Any:
+def _strings(
+    pa: Any, np: Any, data: Any, buf: Any, begin: Any, length: Any, kind: Any, *, utf8: bool = False
+) -> Any:
     """A binary or string array (``kind``) of ``buf[begin[i]:begin[i] + length[i]]`` (``data``: ``buf``
     as numpy bytes). Built as an Arrow binary view array over ``buf`` (16 bytes per value, made with
     numpy; values of up to 12 bytes inline) and cast: one copy of the values in C++, no Python slice
-    per value. Casting to string checks the UTF-8 (:class:`pyarrow.ArrowInvalid`). A pyarrow that
-    cannot cast views gets the values joined from slices instead."""
+    per value. Casting to string checks the UTF-8 (:class:`pyarrow.ArrowInvalid`), unless ``utf8``
+    says the values are already known to be (pieces of checked text cut at ASCII bytes). A pyarrow
+    that cannot cast views gets the values joined from slices instead."""
     global _views_cast
     n = len(begin)
     if n == 0:
         return pa.array([], kind)
     if _views_cast:
         try:
-            return _from_views(pa, np, data, buf, begin, length, kind)
+            return _from_views(pa, np, data, buf, begin, length, kind, utf8)
         except pa.ArrowNotImplementedError:
             _views_cast = False
     view = memoryview(buf)
@@ -156,33 +181,55 @@ def _strings(pa: Any, np: Any, data: Any, buf: Any, begin: Any, length: Any, kin
 
 
 _views_cast = True  # pyarrow casts binary views (pyarrow >= 16)
+_INLINE = 12  # a view holds a value of up to 12 bytes itself
 
 
-def _from_views(pa: Any, np: Any, data: Any, buf: Any, begin: Any, length: Any, kind: Any) -> Any:
+def _view_masks(np: Any) -> Any:
+    """Per value length (13: longer), which of the 12 bytes after a view's length it keeps from the
+    value: all of an inline value's bytes, the 4-byte prefix of a longer one."""
+    global _masks
+    if _masks is None:
+        keep = np.zeros((_INLINE + 2, _INLINE), dtype=np.uint8)
+        for k in range(_INLINE + 1):
+            keep[k, :k] = 0xFF
+        keep[_INLINE + 1, :4] = 0xFF
+        _masks = keep.view("<u4")
+    return _masks
+
+
+_masks: Any = None
+
+
+def _from_views(pa: Any, np: Any, data: Any, buf: Any, begin: Any, length: Any, kind: Any, utf8: bool) -> Any:
     n = len(begin)
-    views = np.zeros((n, 4), dtype="<i4")  # length, then 12 inline bytes or (prefix, buffer 0, offset)
+    # the 12 bytes from every begin, one row copy each (the few values within 12 bytes of the end
+    # are copied on their own)
+    near = len(data) - _INLINE
+    heads = np.zeros((n, _INLINE), dtype=np.uint8)
+    if near >= 0:
+        within = begin <= near
+        every = bool(within.all())
+        rows = np.lib.stride_tricks.sliding_window_view(data, _INLINE)
+        if every:
+            heads = rows[begin]
+        else:
+            heads[within] = rows[begin[within]]
+    for i in np.flatnonzero(begin > near).tolist():
+        b = int(begin[i])
+        tail = data[b : b + _INLINE]
+        heads[i, : len(tail)] = tail
+    words = heads.view("<u4")  # (n, 3), contiguous
+    words &= _view_masks(np)[np.minimum(length, _INLINE + 1)]
+    words[:, 2] += np.where(length > _INLINE, begin, 0).astype("<u4")
+    views = np.empty((n, 4), dtype="<u4")  # length, then 12 inline bytes or (prefix, buffer 0, offset)
     views[:, 0] = length
-    views[:, 3] = begin
-    raw = views.view(np.uint8)
-    ar = np.arange(12)
-    last = len(data) - 1
-    inline = length <= 12
-    every = bool(inline.all())
-    if not every:
-        raw[:, 4:8] = data[np.minimum(begin[:, None] + ar[:4], last)]  # the prefix of long values
-    if every or inline.any():
-        rows = slice(None) if every else np.flatnonzero(inline)
-        b = begin[rows]
-        if len(data) < 12 or int(b.max()) > len(data) - 12:  # a value near the end: pad the bytes
-            padded = np.zeros(len(data) + 12, dtype=np.uint8)
-            padded[: len(data)] = data
-            data = padded
-        head = np.lib.stride_tricks.sliding_window_view(data, 12)[b]  # 12 bytes from each begin
-        head *= ar < length[rows, None]  # zeros past the value
-        raw[rows, 4:16] = head
+    views[:, 1:] = words
     if not isinstance(buf, pa.Buffer):
         buf = pa.py_buffer(buf)
-    view = pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views), buf])
+    if utf8 and kind == pa.string():
+        view = pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(views), buf])
+    else:
+        view = pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views), buf])
     return view.cast(kind)
 
 
@@ -251,6 +298,92 @@ class _Props:
         return pa.MapArray.from_arrays(pa.array(offsets), self.names.dictionary_decode(), self.values)
 
 
+class _Uniform:
+    """The common case of :class:`_Props`, split with numpy alone: every row of the batch has the same
+    property names in the same order (one producer's messages), each item ``name\\x01value`` with a
+    non-empty name and value, one ``\\x01`` in it, and every row with a trailing ``\\x02`` or none.
+    Row ``r``'s kept items are ``values[r * m : (r + 1) * m]``, named ``names`` (a repeated name: its
+    first place, its last value, as :class:`_Props`)."""
+
+    __slots__ = ("m", "n", "names", "values")
+
+    def __init__(self, n: int, names: Any, values: Any) -> None:
+        self.n, self.names, self.values, self.m = n, names, values, len(names)
+
+    @classmethod
+    def split(cls, pa: Any, np: Any, props: Any) -> _Uniform | None:
+        """The items of ``props`` (a string array), or None if its rows are not all alike."""
+        n = len(props)
+        if n == 0 or props.null_count:
+            return None
+        _, offsets, raw = props.buffers()
+        off = np.frombuffer(offsets, dtype=np.int32)[props.offset : props.offset + n + 1].astype(np.int64)
+        if raw is None or off[-1] == off[0]:
+            return None
+        data = np.frombuffer(raw, dtype=np.uint8)
+        sep = np.flatnonzero(data[off[0] : off[-1]] < 3) + off[0]  # \x01, \x02 (and \x00: refused below)
+        k = len(sep) // n
+        if k == 0 or len(sep) != k * n:
+            return None
+        at = sep.reshape(n, k)  # sorted: k separators in every row iff each row's first and last are its own
+        begins, ends = off[:-1], off[1:]
+        if not ((at[:, 0] >= begins).all() and (at[:, -1] < ends).all()):
+            return None
+        kinds = data[at]
+        if not (kinds[:, 0::2] == 1).all() or not (kinds[:, 1::2] == 2).all():
+            return None
+        trailing = k % 2 == 0  # every row ends with \x02 or none does
+        if trailing and not (at[:, -1] == ends - 1).all():
+            return None
+        name_end = at[:, 0::2]
+        items = name_end.shape[1]
+        name_begin = np.empty_like(name_end)
+        name_begin[:, 0] = begins
+        value_end = np.empty_like(name_end)
+        seconds = at[:, 1::2]
+        if trailing:
+            name_begin[:, 1:] = seconds[:, :-1] + 1
+            value_end[:] = seconds
+        else:
+            name_begin[:, 1:] = seconds + 1
+            value_end[:, :-1] = seconds
+            value_end[:, -1] = ends
+        name_len = name_end - name_begin
+        value_begin = name_end + 1
+        value_len = value_end - value_begin
+        if not ((name_len > 0).all() and (value_len > 0).all() and (name_len == name_len[0]).all()):
+            return None
+        # the same name bytes in every row as in the first: the names' first ``width`` bytes, one row
+        # copy per name, compared where they belong to the name
+        width = int(name_len[0].max())
+        if int(name_begin.max()) + width > len(data):
+            data = np.concatenate([data, np.zeros(width, dtype=np.uint8)])
+        heads = np.lib.stride_tricks.sliding_window_view(data, width)[name_begin]  # (n, items, width)
+        own = np.arange(width) < name_len[0][:, None]
+        if not ((heads == heads[0]) | ~own).all():
+            return None
+        template = [bytes(heads[0, j, : name_len[0, j]]).decode() for j in range(items)]
+        place: dict[str, int] = {}  # name -> its last item (a dict keeps the first insertion's place)
+        for j, name in enumerate(template):
+            place[name] = j
+        cols = list(place.values())
+        begin, length = value_begin[:, cols].ravel(), value_len[:, cols].ravel()
+        values = _strings(pa, np, data, raw, begin, length, pa.string(), utf8=True)
+        return cls(n, pa.array(list(place), pa.string()), values)
+
+    def column(self, pa: Any, np: Any, name: str) -> Any:
+        """The value of ``name`` per row (null where absent)."""
+        names = self.names.to_pylist()
+        if name not in names:
+            return pa.nulls(self.n, pa.string())
+        return self.values.take(pa.array(np.arange(self.n, dtype=np.int64) * self.m + names.index(name)))
+
+    def map(self, pa: Any, np: Any) -> Any:
+        offsets = np.arange(0, self.n * self.m + 1, self.m, dtype=np.int32)
+        keys = self.names.take(pa.array(np.tile(np.arange(self.m, dtype=np.int64), self.n)))
+        return pa.MapArray.from_arrays(pa.array(offsets), keys, self.values)
+
+
 def _repeats(np: Any, parents: Any, idx: Any, distinct: int) -> bool:
     """Whether some row has two items of one name (``parents`` ascend, ``idx`` are name codes)."""
     if distinct <= 62:
@@ -280,28 +413,25 @@ def build_batch(
 
     chunks = list(chunks)
     buf = chunks[0].body if len(chunks) == 1 else b"".join(c.body for c in chunks)
-    starts_list: list[int] = []
-    bounds: list[tuple[int, int, int]] = []  # (count, lo, hi) per chunk
-    base = 0
-    fast = True
-    for c in chunks:
-        s = _starts(c.body)
-        if s is None:
-            fast = False
-            break
-        starts_list.extend(p + base for p in s) if base else starts_list.extend(s)
-        bounds.append((len(s), c.lo, c.hi))
-        base += len(c.body)
-    batch = _fast(pa, pc, np, buf, starts_list, topic, broker_name, properties) if fast else None
+    # the messages of the joined bodies, found in one walk; every chunk must start with one of them
+    # (else a chunk's walk would not end at its end: the careful path says where and why)
+    starts_list = _starts(buf)
+    batch = None
+    if starts_list is not None:
+        starts = np.array(starts_list, dtype=np.int64)
+        ends = np.cumsum([len(c.body) for c in chunks], dtype=np.int64)
+        first = np.searchsorted(starts, ends[:-1])
+        if (first < len(starts)).all() and (starts[first] == ends[:-1]).all():
+            batch = _fast(pa, pc, np, buf, starts, topic, broker_name, properties)
     if batch is None:
         return _careful(
             chunks, topic, broker_name, tags=tags, properties=properties, skip_undecodable=skip_undecodable
         )
-    counts = [b[0] for b in bounds]
-    lo = np.repeat(np.array([b[1] for b in bounds], dtype=np.int64), counts)
-    hi = np.repeat(np.array([b[2] for b in bounds], dtype=np.int64), counts)
+    chunk_of = np.searchsorted(ends, starts, side="right")  # the chunk each message came in
     qoff = batch.column(3).to_numpy()
-    keep = (qoff >= lo) & (qoff < hi)
+    keep = (qoff >= np.array([c.lo for c in chunks], dtype=np.int64)[chunk_of]) & (
+        qoff < np.array([c.hi for c in chunks], dtype=np.int64)[chunk_of]
+    )
     if tags:
         keep &= pc.fill_null(pc.is_in(batch.column(6), value_set=pa.array(sorted(tags))), False).to_numpy(
             zero_copy_only=False
@@ -310,19 +440,17 @@ def build_batch(
 
 
 def _fast(
-    pa: Any, pc: Any, np: Any, buf: bytes, starts_list: list[int], topic: str, broker: str, properties: bool
+    pa: Any, pc: Any, np: Any, buf: bytes, starts: Any, topic: str, broker: str, properties: bool
 ) -> Any | None:
-    n = len(starts_list)
+    n = len(starts)
     if n == 0:
         return pa.RecordBatch.from_pylist([], schema=arrow_schema())
     data = np.frombuffer(buf, dtype=np.uint8)
-    starts = np.array(starts_list, dtype=np.int64)
-    sys_flag = _gather(data, starts, _SYSFLAG, 4)
-    if (sys_flag & _SLOW_FLAGS).any() or (_gather(data, starts, 4, 4) != MAGIC_CODE_V1).any():
+    fixed = _fixed_parts(np, data, starts)
+    if (fixed["sys_flag"] & _SLOW_FLAGS).any() or (fixed["magic"] != MAGIC_CODE_V1).any():
         return None
-    total = _gather(data, starts, 0, 4)
-    end = starts + total
-    body_len = _gather(data, starts, _BODY_LEN, 4)
+    end = starts + fixed["total"]
+    body_len = fixed["body_len"].astype(np.int64)
     body_begin = starts + _FIXED
     q = body_begin + body_len  # topic length byte
     if (body_len < 0).any() or (q + 3 > end).any():
@@ -337,36 +465,36 @@ def _fast(
         props = _strings(pa, np, data, buf, props_begin, end - props_begin, pa.string())  # UTF-8 checked
     except pa.ArrowInvalid:
         return None
-    items = _Props.split(pa, pc, np, props)
+    items = _Uniform.split(pa, np, props) or _Props.split(pa, pc, np, props)
     map_col = items.map(pa, np) if properties else pa.nulls(n, pa.map_(pa.string(), pa.string()))
     msg_id = items.column(pa, np, Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
     if msg_id.null_count:
-        msg_id = _with_offset_ids(pa, data, starts, msg_id)
+        msg_id = _with_offset_ids(pa, fixed, msg_id)
     ts = pa.timestamp("us", tz="UTC")
     cols = [
         pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.repeat(pa.scalar(broker, pa.string()), n),
-        pa.array(_gather(data, starts, _QID, 4).astype(np.int32)),
-        pa.array(_gather(data, starts, _QOFF, 8)),
+        pa.array(fixed["qid"].astype(np.int32)),
+        pa.array(fixed["qoff"].astype(np.int64)),
         msg_id,
         items.column(pa, np, Prop.KEYS),
         items.column(pa, np, Prop.TAGS),
         _strings(pa, np, data, buf, body_begin, body_len, pa.binary()),
-        pa.array(_gather(data, starts, _BORN_TS, 8) * 1000).cast(ts),
-        pa.array(_gather(data, starts, _STORE_TS, 8) * 1000).cast(ts),
+        pa.array(fixed["born_ts"].astype(np.int64) * 1000).cast(ts),
+        pa.array(fixed["store_ts"].astype(np.int64) * 1000).cast(ts),
         map_col,
-        pa.array(_gather(data, starts, _RECONSUME, 4).astype(np.int32)),
+        pa.array(fixed["reconsume"].astype(np.int32)),
     ]
     return pa.RecordBatch.from_arrays(cols, schema=arrow_schema())
 
 
-def _with_offset_ids(pa: Any, data: Any, starts: Any, msg_id: Any) -> Any:
+def _with_offset_ids(pa: Any, fixed: Any, msg_id: Any) -> Any:
     """Fill the rows without ``UNIQ_KEY`` with the offset message id (store host + commit log offset),
     as :attr:`MessageExt.msg_id` does."""
     ids = msg_id.to_pylist()
-    ips = (_gather(data, starts, _STORE_IP, 4) & 0xFFFFFFFF).tolist()
-    ports = (_gather(data, starts, _STORE_PORT, 4) & 0xFFFFFFFF).tolist()
-    phys = _gather(data, starts, _PHYS, 8).tolist()
+    ips = fixed["store_ip"].tolist()
+    ports = (fixed["store_port"].astype("i8") & 0xFFFFFFFF).tolist()
+    phys = fixed["phys"].tolist()
     for i, v in enumerate(ids):
         if v is None:
             ids[i] = f"{_ip_hex(ips[i])}{ports[i]:08X}{phys[i] & 0xFFFFFFFFFFFFFFFF:016X}"

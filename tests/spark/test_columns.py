@@ -172,3 +172,83 @@ def test_any_property_strings(rows: list[list[tuple[str, bool, str]]], trailing:
         body += msg(i, properties=raw + ("\x02" if trailing and raw else ""))
     got = build_batch([Chunk(body, 0, len(rows))], "T", "broker-a")
     assert got.to_pylist() == careful([Chunk(body, 0, len(rows))]).to_pylist()
+
+
+def split_by(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Which splitter built each batch: "uniform" (numpy, rows alike) or "general" (Arrow kernels)."""
+    used: list[str] = []
+    uniform, general = columns._Uniform.split.__func__, columns._Props.split.__func__  # type: ignore[attr-defined]
+
+    def spy_uniform(cls: Any, *a: Any) -> Any:
+        got = uniform(cls, *a)
+        if got is not None:
+            used.append("uniform")
+        return got
+
+    def spy_general(cls: Any, *a: Any) -> Any:
+        used.append("general")
+        return general(cls, *a)
+
+    monkeypatch.setattr(columns._Uniform, "split", classmethod(spy_uniform))
+    monkeypatch.setattr(columns._Props, "split", classmethod(spy_general))
+    return used
+
+
+@pytest.mark.parametrize("trailing", [False, True])
+def test_one_producers_rows_are_split_with_numpy(monkeypatch: pytest.MonkeyPatch, trailing: bool) -> None:
+    used = split_by(monkeypatch)
+    # values of every size around a view's 12 inline bytes, a repeated name (first place, last value),
+    # text beyond ASCII, and short properties on the last message (within 12 bytes of the end)
+    rows = []
+    for i in range(40):
+        keys = "k" * (i % 16 + 1)
+        raw = f"UNIQ_KEY\x01U{i:031d}\x02WAIT\x01true\x02KEYS\x01{keys}\x02TAGS\x01é{i}\x02WAIT\x01f{i}"
+        rows.append(msg(i, properties=raw + ("\x02" if trailing else "")))
+    same([Chunk(b"".join(rows), 0, 40)], fast=True)
+    assert used == ["uniform"]
+    got = same(
+        [Chunk(b"".join(msg(i, properties="A\x01b\x02B\x01c\x02A\x01d") for i in range(3)), 0, 3)], fast=True
+    )
+    assert got.column("properties").to_pylist()[2] == [("A", "d"), ("B", "c")]
+    assert used == ["uniform", "uniform"]
+
+
+@pytest.mark.parametrize(
+    "raws",
+    [
+        ["K\x01a\x02T\x01b", "K\x01a\x02X\x01b"],  # another name
+        ["K\x01a\x02T\x01b", "K\x01a\x02TT\x01b"],  # a longer name
+        ["K\x01a\x02T\x01b", "K\x01a"],  # fewer items
+        ["K\x01a\x02T\x01b", "K\x01a\x02T\x01b\x02"],  # a trailing separator on one row only
+        ["K\x01a\x02T\x01b", "K\x01a\x01c\x02T\x01b"],  # \x01 in a value
+        ["K\x01a\x02T\x01b", "K\x01\x02T\x01b"],  # an empty value
+        ["K\x01a\x02T\x01b", "K\x01a\x00\x02T\x01b"],  # \x00 in a value
+        ["K\x01a\x02T\x01b", ""],  # no properties
+        ["", ""],
+    ],
+)
+def test_rows_not_alike_are_split_the_general_way(monkeypatch: pytest.MonkeyPatch, raws: list[str]) -> None:
+    used = split_by(monkeypatch)
+    same([Chunk(b"".join(msg(i, properties=r) for i, r in enumerate(raws)), 0, 9)], fast=True)
+    assert used == ["general"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.sampled_from(["KEYS", "TAGS", "UNIQ_KEY", "WAIT", "a", "é"]), min_size=1, max_size=5),
+    st.lists(
+        st.lists(
+            st.text(alphabet=st.sampled_from("ab\x01 é"), min_size=1, max_size=14), min_size=5, max_size=5
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    st.booleans(),
+)
+def test_rows_of_the_same_names(names: list[str], rows: list[list[str]], trailing: bool) -> None:
+    body = b""
+    for i, vals in enumerate(rows):
+        raw = "\x02".join(f"{n}\x01{v}" for n, v in zip(names, vals, strict=False))
+        body += msg(i, properties=raw + ("\x02" if trailing else ""))
+    got = build_batch([Chunk(body, 0, len(rows))], "T", "broker-a")
+    assert got.to_pylist() == careful([Chunk(body, 0, len(rows))]).to_pylist()
