@@ -127,13 +127,13 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
             )
         accept = None
         if tag and not (retry_filtered and topic.startswith(RETRY_PREFIX)):
-            res = store.get(topic, queue_id, offset, max_nums, sub.codes)  # the hot path
+            res = store.get(topic, queue_id, offset, max_nums, sub.codes, runs=True)  # the hot path
         else:
             accept = message_filter(
                 sub, fdata, filters, group, support_retry=support_retry, flavour=filters.flavour
             )
             if accept is None:
-                res = store.get(topic, queue_id, offset, max_nums, sub.codes)
+                res = store.get(topic, queue_id, offset, max_nums, sub.codes, runs=True)
             else:
                 res = store.get_filtered(topic, queue_id, offset, max_nums, sub.codes, accept)
         ext = {

@@ -149,3 +149,32 @@ def test_truncate_head_moves_the_min_offset_as_retention_does() -> None:
     assert store.get("T", 0, 5, 32, None).status == "OFFSET_OVERFLOW_ONE"
     assert store.get("T", 0, 4, 32, None).status == "OFFSET_TOO_SMALL"
     assert store.min_offset("Other", 0) == 0
+
+
+def test_get_with_runs_joins_messages_that_lie_back_to_back() -> None:
+    store = MessageStore(HOST)
+    # queue 0: 0-3 back to back, then 4-5 after a message of queue 1, then 6 (tag 7) after another
+    for q, code in [(0, 1)] * 4 + [(1, 1)] + [(0, 1)] * 2 + [(1, 1), (0, 7)]:
+        store.put("T", q, b"b" * 20, 0, "", code, 0, 1, BORN)
+    per_message = store.get("T", 0, 0, 32, None)
+    joined = store.get("T", 0, 0, 32, None, runs=True)
+    assert [len(p) for p in per_message.parts] == [per_message.parts[0].nbytes] * 7
+    assert len(joined.parts) == 3
+    assert b"".join(joined.parts) == b"".join(per_message.parts)
+    a, b = per_message, joined
+    assert (a.status, a.count, a.total, a.next_begin) == (b.status, b.count, b.total, b.next_begin)
+    # a message the tag filter skips ends a run; limits still count messages
+    tagged = store.get("T", 0, 1, 32, frozenset({1}), runs=True)
+    assert tagged.count == 5 and len(tagged.parts) == 2 and tagged.next_begin == 7
+    assert store.get("T", 0, 0, 3, None, runs=True).count == 3
+    assert len(store.get("T", 0, 0, 3, None, runs=True).parts) == 1
+
+
+def test_a_run_ends_where_a_commit_log_segment_ends() -> None:
+    store = MessageStore(HOST, max_transfer_bytes=64 << 20)
+    for _ in range(5):  # 4 MB each: the fifth goes to a new segment, after the first one's blank end
+        store.put("T", 0, b"x" * 4_000_000, 0, "", 0, 0, 1, BORN)
+    assert len(store.segments) == 2
+    joined = store.get("T", 0, 0, 32, None, runs=True)
+    assert joined.count == 5 and len(joined.parts) == 2
+    assert b"".join(joined.parts) == b"".join(store.get("T", 0, 0, 32, None).parts)
