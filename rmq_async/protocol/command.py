@@ -16,7 +16,7 @@ import json
 import struct
 from typing import Any
 
-from pydantic_core import from_json
+from pydantic_core import from_json, to_json
 
 from ..errors import FrameError, ProtocolError
 from .codes import MQ_VERSION_V4_9_8, LanguageCode, SerializeType
@@ -185,7 +185,7 @@ class RemotingCommand:
             obj["remark"] = self.remark
         obj["serializeTypeCurrentRPC"] = "JSON"
         obj["version"] = self.version
-        return _JSON_HEADER.encode(obj).encode("utf-8")
+        return _dumps(obj)
 
     def _encode_binary_header(self) -> bytes:
         lang = _LANG_BY_NAME.get(self.language, LanguageCode.OTHER)
@@ -231,6 +231,16 @@ def _loads(raw: bytes) -> Any:
         return from_json(raw)
     except ValueError:
         return json.loads(raw)
+
+
+def _dumps(obj: dict[str, Any]) -> bytes:
+    """A header's JSON as ``_JSON_HEADER`` writes it (the same bytes), by pydantic-core's serializer
+    (about 4x faster); what it refuses (a lone surrogate) goes to ``_JSON_HEADER``, whose error is
+    raised."""
+    try:
+        return to_json(obj)
+    except ValueError:  # PydanticSerializationError
+        return _JSON_HEADER.encode(obj).encode("utf-8")
 
 
 def _decode_json_header(data: bytes | memoryview) -> RemotingCommand:

@@ -290,3 +290,25 @@ def test_json_header_fields_survive_the_fast_parser(ext: dict[str, str], remark:
     back = decode_frame(cmd.encode())
     assert (back.code, back.ext_fields, back.remark) == (7, ext, remark)
     assert list(back.ext_fields) == list(ext)
+
+
+@given(
+    st.dictionaries(st.text(max_size=8), st.text(max_size=12), max_size=6),
+    st.one_of(st.none(), st.text(max_size=20)),
+    st.integers(-(2**31), 2**31 - 1),
+)
+@settings(max_examples=200, deadline=None)
+def test_json_headers_are_written_as_the_json_module_writes_them(
+    ext: dict[str, str], remark: str | None, opaque: int
+) -> None:
+    # the fast serializer writes the bytes json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+    # writes, for any text (control characters, quotes, non-ASCII, line separators)
+    cmd = RemotingCommand(10, ext_fields=ext, remark=remark, opaque=opaque)
+    obj = json.loads(cmd.encode_header())
+    assert cmd.encode_header() == json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def test_a_header_with_a_lone_surrogate_fails_as_json_fails() -> None:
+    cmd = RemotingCommand(10, ext_fields={"k": "\ud800"})
+    with pytest.raises(UnicodeEncodeError):
+        cmd.encode_header()
