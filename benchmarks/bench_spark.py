@@ -482,6 +482,10 @@ def write_section(text: str) -> None:
 def measure(args: argparse.Namespace, namesrv: str, portal: Any) -> dict[str, Any]:
     topic = args.topic
     if args.preload:
+        if args.namesrv:  # --queues queues on every broker, not the 4 a topic is auto-created with
+            from rmq_async.bench.cluster import create_topic
+
+            portal.call(create_topic, namesrv, topic, args.queues)
         rate = portal.call(preload, namesrv, topic, args.messages, args.size)
         print(f"preload: {args.messages} x {args.size} B at {rate:,.0f} msgs/s", flush=True)
     n, queues = portal.call(backlog, namesrv, topic)
@@ -560,7 +564,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description="rocketmq Spark source vs in-memory ceiling vs lite pull")
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--size", type=int, default=1024)
-    ap.add_argument("--queues", type=int, default=8)
+    ap.add_argument(
+        "--queues", type=int, default=8, help="the topic's queues (with --namesrv: made by --preload)"
+    )
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--namesrv", help="a running cluster's name server (default: an embedded cluster)")
     ap.add_argument("--topic", default="BenchSpark")
