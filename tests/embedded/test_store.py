@@ -6,6 +6,8 @@ Recovery from a data directory and segment roll are in test_restart.py.
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rmq_async.embedded.store import MAX_MESSAGE_SIZE, MessageStore, StoredMessage, StoreError, host_bytes
 
@@ -178,3 +180,37 @@ def test_a_run_ends_where_a_commit_log_segment_ends() -> None:
     joined = store.get("T", 0, 0, 32, None, runs=True)
     assert joined.count == 5 and len(joined.parts) == 2
     assert b"".join(joined.parts) == b"".join(store.get("T", 0, 0, 32, None).parts)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 2), st.integers(0, 300), st.integers(0, 3)), min_size=1, max_size=60),
+    st.integers(1, 40),
+    st.integers(150, 5000),
+    st.integers(0, 30),
+    st.integers(1, 40),
+    st.one_of(st.none(), st.frozensets(st.integers(0, 3), max_size=3)),
+)
+def test_runs_give_the_same_messages_as_one_slice_each(
+    puts: list[tuple[int, int, int]],
+    count: int,
+    nbytes: int,
+    offset: int,
+    want: int,
+    codes: frozenset[int] | None,
+) -> None:
+    store = MessageStore(HOST, max_transfer_count=count, max_transfer_bytes=nbytes)
+    for q, size, code in puts:
+        store.put("T", q, b"y" * size, 0, "", code, 0, 1, BORN)
+    a = store.get("T", 0, offset, want, codes)
+    b = store.get("T", 0, offset, want, codes, runs=True)
+    assert (a.status, a.count, a.total, a.next_begin, a.min_offset, a.max_offset) == (
+        b.status,
+        b.count,
+        b.total,
+        b.next_begin,
+        b.min_offset,
+        b.max_offset,
+    )
+    assert b"".join(a.parts) == b"".join(b.parts)
+    assert len(b.parts) <= len(a.parts)
