@@ -132,10 +132,7 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
             accept = message_filter(
                 sub, fdata, filters, group, support_retry=support_retry, flavour=filters.flavour
             )
-            if accept is None:
-                res = store.get(topic, queue_id, offset, max_nums, sub.codes, runs=True)
-            else:
-                res = store.get_filtered(topic, queue_id, offset, max_nums, sub.codes, accept)
+            res = store.get(topic, queue_id, offset, max_nums, sub.codes, runs=True, accept=accept)
         ext = {
             "suggestWhichBrokerId": "0",
             "nextBeginOffset": str(res.next_begin),

@@ -537,6 +537,24 @@ class MessageStore:
             return left
         return right if abs(timestamp - left_v) > abs(timestamp - right_v) else left
 
+    def _window(
+        self, topic: str, queue_id: int, offset: int, max_nums: int
+    ) -> tuple[GetResult, ConsumeQueue | None, int]:
+        """Where a get starts: the answer so far and, when ``offset`` lies in the queue, the queue and
+        the queue offset where looking for matches stops (else None: the answer is final)."""
+        cq = self.cqs.get((topic, queue_id))
+        max_offset = len(cq.offsets) if cq is not None else 0
+        if cq is None or max_offset == 0:  # findConsumeQueue creates missing queues: empty, not absent
+            return GetResult("NO_MESSAGE_IN_QUEUE", 0, 0, 0), None, 0
+        if offset < cq.head:
+            return GetResult("OFFSET_TOO_SMALL", cq.head, cq.head, max_offset), None, 0
+        if offset == max_offset:
+            return GetResult("OFFSET_OVERFLOW_ONE", offset, cq.head, max_offset), None, 0
+        if offset > max_offset:
+            return GetResult("OFFSET_OVERFLOW_BADLY", max_offset, cq.head, max_offset), None, 0
+        res = GetResult("NO_MATCHED_MESSAGE", offset, cq.head, max_offset)
+        return res, cq, min(max_offset, offset + max(800, max_nums))
+
     def get(
         self,
         topic: str,
@@ -546,37 +564,33 @@ class MessageStore:
         codes: frozenset[int] | None,
         *,
         runs: bool = False,
+        accept: Callable[[str], bool] | None = None,
     ) -> GetResult:
-        """``DefaultMessageStore.getMessage``: ``codes`` None matches every tag. With ``runs``, messages
-        that lie back to back in the commit log share one slice (fewer buffers to write for a pull;
-        ``parts`` are then not one per message)."""
-        cq = self.cqs.get((topic, queue_id))
-        max_offset = len(cq.offsets) if cq is not None else 0
-        if cq is None or max_offset == 0:  # findConsumeQueue creates missing queues: empty, not absent
-            return GetResult("NO_MESSAGE_IN_QUEUE", 0, 0, 0)
-        if offset < cq.head:
-            return GetResult("OFFSET_TOO_SMALL", cq.head, cq.head, max_offset)
-        if offset == max_offset:
-            return GetResult("OFFSET_OVERFLOW_ONE", offset, cq.head, max_offset)
-        if offset > max_offset:
-            return GetResult("OFFSET_OVERFLOW_BADLY", max_offset, cq.head, max_offset)
-        res = GetResult("NO_MATCHED_MESSAGE", offset, cq.head, max_offset)
-        end = min(max_offset, offset + max(800, max_nums))
+        """``DefaultMessageStore.getMessage``: ``codes`` None matches every tag; with ``accept``, a
+        message whose tag code matches is taken only if ``accept(its properties string)`` (a
+        commit-log filter, ``MessageFilter.isMatchedByCommitLog``). With ``runs``, messages that lie
+        back to back in the commit log share one slice (fewer buffers to write for a pull; ``parts``
+        are then not one per message)."""
+        res, cq, end = self._window(topic, queue_id, offset, max_nums)
+        if cq is None:
+            return res
         offsets, sizes, tags, views = cq.offsets, cq.sizes, cq.tags, self.views
         parts = res.parts
         total = 0
         count = 0
         i = offset
         max_count, max_bytes = min(max_nums, self.max_transfer_count), self.max_transfer_bytes
-        if runs:
-            run_at, run_end = -1, -1  # the commit-log span of the current run
-            while i < end:
-                size = sizes[i]
-                if count and (count >= max_count or total + size > max_bytes):
-                    break
-                if codes is None or tags[i] in codes:
-                    at = offsets[i]
-                    if at != run_end or at % SEGMENT_SIZE == 0:  # not next to the run, or a new segment
+        run_at, run_end = -1, -1  # the commit-log span of the current slice
+        while i < end:
+            size = sizes[i]
+            if count and (count >= max_count or total + size > max_bytes):
+                break
+            if codes is None or tags[i] in codes:
+                at = offsets[i]
+                if accept is None or accept(self._props_or_empty(at)):
+                    # a new slice unless the message goes on from the last one (a segment ends with a
+                    # blank: a slice never crosses one; checked anyway)
+                    if not runs or at != run_end or at % SEGMENT_SIZE == 0:
                         if run_at >= 0:
                             seg, pos = divmod(run_at, SEGMENT_SIZE)
                             parts.append(views[seg][pos : pos + run_end - run_at])
@@ -584,27 +598,22 @@ class MessageStore:
                     run_end = at + size
                     total += size
                     count += 1
-                i += 1
-            if run_at >= 0:
-                seg, pos = divmod(run_at, SEGMENT_SIZE)
-                parts.append(views[seg][pos : pos + run_end - run_at])
-        else:
-            while i < end:
-                size = sizes[i]
-                if count and (count >= max_count or total + size > max_bytes):
-                    break
-                if codes is None or tags[i] in codes:
-                    seg, pos = divmod(offsets[i], SEGMENT_SIZE)
-                    parts.append(views[seg][pos : pos + size])
-                    total += size
-                    count += 1
-                i += 1
+            i += 1
+        if run_at >= 0:
+            seg, pos = divmod(run_at, SEGMENT_SIZE)
+            parts.append(views[seg][pos : pos + run_end - run_at])
         res.next_begin = i
         if count:
             res.status = "FOUND"
             res.total = total
             res.count = count
         return res
+
+    def _props_or_empty(self, phys: int) -> str:
+        try:
+            return self.props_at(phys)
+        except (struct.error, IndexError, UnicodeDecodeError):
+            return ""  # a damaged message: its properties do not read
 
     def props_at(self, phys: int) -> str:
         """The properties string of the message at ``phys`` (``MessageDecoder.decodeProperties``)."""
@@ -621,53 +630,6 @@ class MessageStore:
             p += 1 + view[p]
         (plen,) = struct.unpack_from(">h", view, p)
         return str(view[p + 2 : p + 2 + plen], "utf-8")
-
-    def get_filtered(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_nums: int,
-        codes: frozenset[int] | None,
-        accept: Callable[[str], bool],
-    ) -> GetResult:
-        """:meth:`get` with a commit-log filter (``MessageFilter.isMatchedByCommitLog``): a message
-        whose tag code matches is taken only if ``accept(its properties string)``. A separate loop,
-        so a tag-only pull pays nothing for it."""
-        cq = self.cqs.get((topic, queue_id))
-        max_offset = len(cq.offsets) if cq is not None else 0
-        if cq is None or max_offset == 0 or offset < cq.head or offset >= max_offset:
-            return self.get(topic, queue_id, offset, max_nums, codes)
-        res = GetResult("NO_MATCHED_MESSAGE", offset, cq.head, max_offset)
-        end = min(max_offset, offset + max(800, max_nums))
-        offsets, sizes, tags, views = cq.offsets, cq.sizes, cq.tags, self.views
-        parts = res.parts
-        total = 0
-        count = 0
-        i = offset
-        max_count, max_bytes = min(max_nums, self.max_transfer_count), self.max_transfer_bytes
-        while i < end:
-            size = sizes[i]
-            if count and (count >= max_count or total + size > max_bytes):
-                break
-            if codes is None or tags[i] in codes:
-                phys = offsets[i]
-                try:
-                    props = self.props_at(phys)
-                except (struct.error, IndexError, UnicodeDecodeError):
-                    props = ""  # a damaged message: its properties do not read
-                if accept(props):
-                    seg, pos = divmod(phys, SEGMENT_SIZE)
-                    parts.append(views[seg][pos : pos + size])
-                    total += size
-                    count += 1
-            i += 1
-        res.next_begin = i
-        if count:
-            res.status = "FOUND"
-            res.total = total
-            res.count = count
-        return res
 
     # -- lifecycle ----------------------------------------------------------------------------
 
