@@ -367,8 +367,11 @@ class _Uniform:
         for j, name in enumerate(template):
             place[name] = j
         cols = list(place.values())
-        begin, length = value_begin[:, cols].ravel(), value_len[:, cols].ravel()
-        values = _strings(pa, np, data, raw, begin, length, pa.string(), utf8=True)
+        begin, length = value_begin[:, cols], value_len[:, cols]
+        if (length == length[0]).all():
+            values = _fixed_width_values(pa, np, data, begin, length[0])
+        else:
+            values = _strings(pa, np, data, raw, begin.ravel(), length.ravel(), pa.string(), utf8=True)
         return cls(n, pa.array(list(place), pa.string()), values)
 
     def column(self, pa: Any, np: Any, name: str) -> Any:
@@ -382,6 +385,23 @@ class _Uniform:
         offsets = np.arange(0, self.n * self.m + 1, self.m, dtype=np.int32)
         keys = self.names.take(pa.array(np.tile(np.arange(self.m, dtype=np.int64), self.n)))
         return pa.MapArray.from_arrays(pa.array(offsets), keys, self.values)
+
+
+def _fixed_width_values(pa: Any, np: Any, data: Any, begin: Any, widths: Any) -> Any:
+    """The string array of ``data[begin[r, j] : begin[r, j] + widths[j]]`` in row-major order, when
+    every row's ``j``-th value has the same width (``UNIQ_KEY``, ``WAIT``, one producer's ``TAGS``):
+    one row copy per column into the values buffer, no views. The values are pieces of checked text
+    cut at ASCII bytes: valid UTF-8."""
+    n, m = begin.shape
+    widths = [int(w) for w in widths]
+    out = np.empty((n, sum(widths)), dtype=np.uint8)
+    at = 0
+    for j, w in enumerate(widths):
+        out[:, at : at + w] = np.lib.stride_tricks.sliding_window_view(data, w)[begin[:, j]]
+        at += w
+    offsets = np.zeros(n * m + 1, dtype=np.int32)
+    np.cumsum(np.tile(np.array(widths, dtype=np.int32), n), out=offsets[1:])
+    return pa.Array.from_buffers(pa.string(), n * m, [None, pa.py_buffer(offsets), pa.py_buffer(out)])
 
 
 def _repeats(np: Any, parents: Any, idx: Any, distinct: int) -> bool:

@@ -252,3 +252,31 @@ def test_rows_of_the_same_names(names: list[str], rows: list[list[str]], trailin
         body += msg(i, properties=raw + ("\x02" if trailing else ""))
     got = build_batch([Chunk(body, 0, len(rows))], "T", "broker-a")
     assert got.to_pylist() == careful([Chunk(body, 0, len(rows))]).to_pylist()
+
+
+@pytest.mark.parametrize("trailing", [False, True])
+def test_values_of_one_width_per_name_are_copied_by_rows(
+    monkeypatch: pytest.MonkeyPatch, trailing: bool
+) -> None:
+    used = split_by(monkeypatch)
+    copied: list[int] = []
+    real = columns._fixed_width_values
+
+    def spy(*a: Any) -> Any:
+        got = real(*a)
+        copied.append(len(got))
+        return got
+
+    monkeypatch.setattr(columns, "_fixed_width_values", spy)
+    # every value of a name has the same width (in bytes: "é" is two); a repeated name keeps its
+    # first place and its last value; the last message's values end at the buffer's end
+    raw = "UNIQ_KEY\x01U{i:031d}\x02WAIT\x01true\x02TAGS\x01é{d}\x02WAIT\x01f{d}\x02C\x01x"
+    body = b"".join(
+        msg(i, properties=raw.format(i=i, d=i % 10) + ("\x02" if trailing else "")) for i in range(30)
+    )
+    got = same([Chunk(body, 0, 30)], fast=True)
+    assert used == ["uniform"] and copied == [30 * 4]
+    assert got.column("properties").to_pylist()[7] == [
+        ("UNIQ_KEY", f"U{7:031d}"), ("WAIT", "f7"), ("TAGS", "é7"), ("C", "x")
+    ]  # fmt: skip
+    assert got.column("tags").to_pylist()[3] == "é3" and got.column("msg_id").to_pylist()[0] == f"U{0:031d}"
