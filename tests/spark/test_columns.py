@@ -280,3 +280,24 @@ def test_values_of_one_width_per_name_are_copied_by_rows(
         ("UNIQ_KEY", f"U{7:031d}"), ("WAIT", "f7"), ("TAGS", "é7"), ("C", "x")
     ]  # fmt: skip
     assert got.column("tags").to_pylist()[3] == "é3" and got.column("msg_id").to_pylist()[0] == f"U{0:031d}"
+
+
+def test_captured_producers_property_strings(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the property strings real Java producers sent (4.9.8, and 5.x with its trailing separator):
+    # a batch of each one repeated goes the numpy way, a batch of all of them the general way
+    from support.wire import CAPTURE_FILES, frames
+
+    raws = sorted({
+        fr.header["extFields"]["i"]
+        for f in CAPTURE_FILES
+        for fr in frames(f)
+        if fr.code == 310 and fr.kind != "response"
+    })  # fmt: skip
+    assert len(raws) > 100
+    used = split_by(monkeypatch)
+    for raw in raws[::10]:
+        same([Chunk(b"".join(msg(i, properties=raw) for i in range(4)), 0, 4)], fast=True)
+    assert set(used) == {"uniform"}
+    used.clear()
+    same([Chunk(b"".join(msg(i, properties=r) for i, r in enumerate(raws)), 0, len(raws))], fast=True)
+    assert used == ["general"]
