@@ -205,19 +205,17 @@ def _from_views(pa: Any, np: Any, data: Any, buf: Any, begin: Any, length: Any, 
     # the 12 bytes from every begin, one row copy each (the few values within 12 bytes of the end
     # are copied on their own)
     near = len(data) - _INLINE
-    heads = np.zeros((n, _INLINE), dtype=np.uint8)
-    if near >= 0:
-        within = begin <= near
-        every = bool(within.all())
-        rows = np.lib.stride_tricks.sliding_window_view(data, _INLINE)
-        if every:
-            heads = rows[begin]
-        else:
-            heads[within] = rows[begin[within]]
-    for i in np.flatnonzero(begin > near).tolist():
-        b = int(begin[i])
-        tail = data[b : b + _INLINE]
-        heads[i, : len(tail)] = tail
+    within = begin <= near  # all False when data is shorter than 12 bytes
+    if near >= 0 and bool(within.all()):
+        heads = np.lib.stride_tricks.sliding_window_view(data, _INLINE)[begin]
+    else:
+        heads = np.zeros((n, _INLINE), dtype=np.uint8)
+        if near >= 0:
+            heads[within] = np.lib.stride_tricks.sliding_window_view(data, _INLINE)[begin[within]]
+        for i in np.flatnonzero(~within).tolist():
+            b = int(begin[i])
+            tail = data[b : b + _INLINE]
+            heads[i, : len(tail)] = tail
     words = heads.view("<u4")  # (n, 3), contiguous
     words &= _view_masks(np)[np.minimum(length, _INLINE + 1)]
     words[:, 2] += np.where(length > _INLINE, begin, 0).astype("<u4")
