@@ -346,8 +346,9 @@ def start_spark(master: str, progress: Path) -> tuple[Any, float]:
 
 def cpu_by_role() -> dict[str, float]:
     """CPU seconds used so far by this process tree, by role: the JVM, the Python workers (pyspark's
-    daemon and its children), the broker (other children) and this driver process (Linux /proc;
-    empty elsewhere). Workers that exited are missed; Spark keeps them between tasks."""
+    daemon and its children), the broker (other children) and this driver process, and the seconds
+    every CPU of the machine spent idle (Linux /proc; empty elsewhere). Workers that exited are
+    missed; Spark keeps them between tasks."""
     if not os.path.isdir("/proc"):
         return {}
     tick = os.sysconf("SC_CLK_TCK")
@@ -382,6 +383,9 @@ def cpu_by_role() -> dict[str, float]:
         else:
             role = "broker"
         out[role] = out.get(role, 0.0) + secs
+    with open("/proc/stat", encoding="ascii") as f:
+        fields = f.readline().split()
+    out["machine idle"] = (int(fields[4]) + int(fields[5])) / tick  # idle and iowait, every CPU
     return out
 
 
@@ -513,6 +517,8 @@ def measure(args: argparse.Namespace, namesrv: str, portal: Any) -> dict[str, An
                 ("rocketmq availableNow", lambda: r.available_now(r.source_reader(True))),
             ]
             for name, run in plan:
+                if args.only and name not in args.only:
+                    continue
                 c0 = cpu_by_role()
                 t0, t1 = run()
                 cpu = cpu_delta(c0, cpu_by_role())
@@ -527,6 +533,8 @@ def measure(args: argparse.Namespace, namesrv: str, portal: Any) -> dict[str, An
                 series.append({"name": f"{name} r{rnd}", "offset": offset, "points": binned(events, t0, t1)})
                 offset += t1 - t0 + 0.5
                 print(f"round {rnd} {name}: {rate:,.0f} rows/s ({t1 - t0:.2f} s); cpu s {cpu}", flush=True)
+            if args.only and "lite pull" not in args.only:
+                continue
             log: list[tuple[float, int]] = []
             c0 = cpu_by_role()
             t0 = time.time()
@@ -573,6 +581,13 @@ def main() -> None:
     ap.add_argument("--preload", action="store_true", help="with --namesrv: produce --messages first")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--source-opt", action="append", default=[], metavar="K=V")
+    ap.add_argument(
+        "--only",
+        action="append",
+        choices=[f"{w} {m}" for m in ("batch", "availableNow") for w in ("memory", "rocketmq")]
+        + ["lite pull"],
+        help="run only these readers (repeatable; default: all five, in turn each round)",
+    )
     ap.add_argument("--json", type=Path, help="write the figures (and the plot's series) here")
     ap.add_argument("--before", type=Path, help="figures of an earlier run (its --json) to compare")
     ap.add_argument("--plot", type=Path, help="PNG of rows/s over the run")

@@ -30,7 +30,7 @@ _KNOWN = {
     "startingtimestamp", "maxrecordspertrigger", "maxrecordsperpartition", "failondataloss", "tags",
     "group", "commitoffsets", "pullbatchsize", "requesttimeout", "path", "pullsinflight", "includeproperties",
     "minpartitions", "minoffsetspertrigger", "maxtriggerdelay", "sql", "onundecodable",
-    "accesskey", "secretkey", "securitytoken",
+    "accesskey", "secretkey", "securitytoken", "gcfreeze",
     "tls", "tlscafile", "tlsinsecure", "tlscertfile", "tlskeyfile", "tlskeypassword", "tlsserverhostname",
 }  # fmt: skip
 
@@ -76,6 +76,10 @@ class SourceOptions:
     #: a message of the range that cannot be decoded (option onUndecodable): "fail" the query naming it
     #: (the default, as failOnDataLoss), or "skip" it with an ERROR record
     on_undecodable: Literal["fail", "skip"] = "fail"
+    #: freeze a Python worker's heap after its first partition (option gcFreeze): pyspark's daemon
+    #: runs a full gc.collect() after every task of a reused worker, which then walks only what the
+    #: worker allocated since (see :func:`~rmq_async.spark.bridge.freeze_worker_heap`)
+    gc_freeze: bool = True
 
 
 def _fail(name: str, value: object, why: str) -> ConfigError:
@@ -271,6 +275,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         max_trigger_delay=delay,
         sql=sql,
         on_undecodable=_undecodable_policy(opts),
+        gc_freeze=_bool(opts, "gcFreeze", True),
     )
 
 

@@ -26,7 +26,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from .bridge import Bridge, read_range
+from .bridge import Bridge, freeze_worker_heap, read_range
 from .offsets import (
     Range,
     from_json,
@@ -143,8 +143,15 @@ class RocketMQBatchReader(DataSourceReader):
         return _partitions(opts, ranges)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        if isinstance(partition.value, Range):  # Spark sends an empty partition when there are none
-            yield from read_range(self.opts, partition.value)
+        yield from _read(self.opts, partition)
+
+
+def _read(opts: SourceOptions, partition: InputPartition) -> Iterator[Any]:
+    """A partition's batches in a Python worker; the worker's heap frozen after its first one."""
+    if isinstance(partition.value, Range):  # Spark sends an empty partition when there are none
+        yield from read_range(opts, partition.value)
+        if opts.gc_freeze:
+            freeze_worker_heap()
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -224,8 +231,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _partitions(self.opts, ranges)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        if isinstance(partition.value, Range):  # Spark sends an empty partition when there are none
-            yield from read_range(self.opts, partition.value)
+        yield from _read(self.opts, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         """With ``commitOffsets``, write ``end`` for ``group`` (lag in RocketMQ's tools). Spark calls

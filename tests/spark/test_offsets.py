@@ -120,6 +120,7 @@ def test_trigger_ready() -> None:
         ({"namesrv": "h:1", "topic": "T", "pullsInFlight": "65"}, "at most 64"),
         ({"namesrv": "h:1", "topic": "T", "minPartitions": "0"}, "'minPartitions'"),
         ({"namesrv": "h:1", "topic": "T", "includeProperties": "no"}, "'includeProperties'"),
+        ({"namesrv": "h:1", "topic": "T", "gcFreeze": "sometimes"}, "'gcFreeze'"),
     ],
 )
 def test_bad_options(opts: dict[str, str], needle: str) -> None:

@@ -97,3 +97,46 @@ def test_partitions_of_a_worker_share_one_client() -> None:
             finally:
                 bridge._close_worker()
     assert n == 80 and again > 0
+
+
+def test_a_worker_freezes_its_heap_once_after_its_first_partition() -> None:
+    """gcFreeze (on by default): gc.freeze() after a worker's first partition read to its end, once
+    per process; not after an abandoned read, and never with gcFreeze=false."""
+    import gc
+
+    from anyio.from_thread import start_blocking_portal
+    from pyspark.sql.datasource import InputPartition
+
+    from rmq_async.spark.source import RocketMQBatchReader
+
+    def rows(opts: Any, part: InputPartition) -> int:
+        return sum(b.num_rows for b in RocketMQBatchReader(opts).read(part))
+
+    with start_blocking_portal() as portal:
+        cluster = EmbeddedCluster(queues=1, timing=Timing.fast())
+        with portal.wrap_async_context_manager(cluster):
+            portal.call(cluster.create_topic, "PipeFreeze", 1)
+            portal.call(lambda: produce(cluster.namesrv_addr, "PipeFreeze", 40))
+            base = {"namesrv": cluster.namesrv_addr, "topic": "PipeFreeze"}
+            on = parse_options(base, streaming=False)
+            off = parse_options({**base, "gcFreeze": "false"}, streaming=False)
+            assert on.gc_freeze and not off.gc_freeze
+            part = InputPartition(Range(cluster.brokers[0].name, 0, 0, 40))
+            before = gc.get_freeze_count()
+            try:
+                assert rows(off, part) == 40
+                assert gc.get_freeze_count() == before
+                gen = RocketMQBatchReader(on).read(part)
+                next(gen)
+                gen.close()  # type: ignore[attr-defined]
+                assert gc.get_freeze_count() == before
+                assert rows(on, part) == 40
+                frozen = gc.get_freeze_count()
+                assert frozen > before
+                young = [[i] for i in range(5000)]  # a second freeze would take these too
+                assert rows(on, part) == 40
+                assert gc.get_freeze_count() < frozen + len(young)
+            finally:
+                gc.unfreeze()
+                bridge._frozen_in = None
+                bridge._close_worker()
