@@ -422,22 +422,25 @@ def table(runs: dict[str, list[float]], before: dict[str, Any] | None) -> str:
         ceiling = med(f"memory {mode}", runs)
         for who in ("memory", "rocketmq"):
             name = f"{who} {mode}"
+            if not runs.get(name):  # not run (--only)
+                continue
             m = med(name, runs)
             label = "in-memory ceiling" if who == "memory" else "`rocketmq` source"
             row = (
                 f"| {label} | {mode} | {m:,.0f} | {max(runs.get(name) or [0]):,.0f} | "
-                f"{m / ceiling if ceiling else 0:.2f} | {m / lite if lite else 0:.2f} |"
+                f"{f'{m / ceiling:.2f}' if ceiling else '-'} | {f'{m / lite:.2f}' if lite else '-'} |"
             )
             if before:
                 b = med(name, before["runs"])
                 bc = med(f"memory {mode}", before["runs"])
                 row += f" {b:,.0f} | {b / bc if bc else 0:.2f} |"
             lines.append(row)
-    best = max(runs.get("lite pull") or [0])
-    row = f"| `LitePullConsumer` alone | - | {lite:,.0f} | {best:,.0f} | - | 1.00 |"
-    if before:
-        row += f" {med('lite pull', before['runs']):,.0f} | - |"
-    lines.append(row)
+    if lite:
+        best = max(runs["lite pull"])
+        row = f"| `LitePullConsumer` alone | - | {lite:,.0f} | {best:,.0f} | - | 1.00 |"
+        if before:
+            row += f" {med('lite pull', before['runs']):,.0f} | - |"
+        lines.append(row)
     return "\n".join(lines)
 
 
