@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pydantic_core import from_json, to_json
 
@@ -26,6 +27,7 @@ __all__ = [
     "FLAG_ONEWAY",
     "FLAG_RESPONSE",
     "FrameDecoder",
+    "RawFrame",
     "RemotingCommand",
     "decode_frame",
     "parse_command",
@@ -369,6 +371,15 @@ def decode_frame(data: bytes | memoryview) -> RemotingCommand:
     return parse_command(memoryview(data)[8:], mark >> 24, mark & 0xFFFFFF)
 
 
+#: a frame split but not decoded: serialize type, header bytes, body bytes
+RawFrame = tuple[int, bytes, bytes]
+_T = TypeVar("_T")
+
+
+def _raw_frame(frame: memoryview, serialize_type: int, header_len: int) -> RawFrame:
+    return serialize_type, bytes(frame[:header_len]), bytes(frame[header_len:])
+
+
 class FrameDecoder:
     """Incremental decoder: bytes in any chunking, whole commands out.
 
@@ -423,10 +434,19 @@ class FrameDecoder:
 
     def buffer_updated(self, nbytes: int) -> list[RemotingCommand]:
         """``nbytes`` were written at the start of the last :meth:`get_buffer` view: parse them."""
+        return self._split(nbytes, parse_command)
+
+    def frames_updated(self, nbytes: int) -> list[RawFrame]:
+        """:meth:`buffer_updated` without decoding: every complete frame as (serialize type, header
+        bytes, body bytes), for a reader that decodes only the header fields it needs (a header that
+        does not decode is then that reader's :class:`ProtocolError` to raise)."""
+        return self._split(nbytes, _raw_frame)
+
+    def _split(self, nbytes: int, make: Callable[[memoryview, int, int], _T]) -> list[_T]:
         if self._broken is not None:
             raise FrameError(f"decoder already failed: {self._broken}")
         self._end += nbytes
-        out: list[RemotingCommand] = []
+        out: list[_T] = []
         pos, n = self._start, self._end
         need = 0
         try:
@@ -443,7 +463,7 @@ class FrameDecoder:
                     header_len = mark & 0xFFFFFF
                     if header_len > total - 4:
                         raise FrameError(f"header length {header_len} exceeds frame length {total}")
-                    out.append(parse_command(view[pos + 8 : end], (mark >> 24) & 0xFF, header_len))
+                    out.append(make(view[pos + 8 : end], (mark >> 24) & 0xFF, header_len))
                     pos = end
         except ProtocolError as exc:
             self._broken = exc

@@ -309,6 +309,62 @@ class _Uniform:
         self.n, self.names, self.values, self.m = n, names, values, len(names)
 
     @classmethod
+    def fixed(cls, pa: Any, np: Any, data: Any, begin: Any, length: Any) -> _Uniform | None:
+        """The commonest case, read straight from the stored messages (``data[begin[r]:][:length[r]]``,
+        no string array first): every row's property string is as long as the first's, ASCII, with
+        its separators at the same places and the same names (one producer's messages whose values
+        have one width per name: ``UNIQ_KEY``, ``WAIT``, a fixed ``TAGS``). Each value is then a
+        column of the rows. None when the rows are not so (:meth:`split` and :class:`_Props` decide,
+        checking UTF-8)."""
+        n = len(begin)
+        width = int(length[0]) if n else 0
+        if width == 0 or not (length == width).all():
+            return None
+        rows = np.lib.stride_tricks.sliding_window_view(data, width)[begin]  # (n, width), one copy per row
+        first = rows[0]
+        if int(rows.max()) >= 0x80:  # text beyond ASCII: split checks its UTF-8
+            return None
+        seps = np.flatnonzero(first < 3)
+        k = len(seps)
+        kinds = first[seps]
+        if k == 0 or not ((kinds[0::2] == 1).all() and (kinds[1::2] == 2).all()):
+            return None
+        if k % 2 == 0 and seps[-1] != width - 1:  # a trailing \x02 must end the string
+            return None
+        bounds = [-1, *seps.tolist()]
+        if k % 2:
+            bounds.append(width)
+        # item j: name bounds[2j] + 1 .. bounds[2j + 1], value bounds[2j + 1] + 1 .. bounds[2j + 2]
+        spans = [(bounds[i] + 1, bounds[i + 1], bounds[i + 2]) for i in range(0, len(bounds) - 2, 2)]
+        if any(
+            name_end <= name_begin or value_end <= name_end + 1 for name_begin, name_end, value_end in spans
+        ):
+            return None
+        # names and separators as in the first row, no separator (nor \x00) inside a value
+        structure = np.zeros(width, dtype=bool)
+        for name_begin, name_end, _ in spans:
+            structure[name_begin : name_end + 1] = True
+        structure[seps] = True
+        if ((rows != first) & structure).any() or ((rows < 3) & ~structure).any():
+            return None
+        place: dict[str, int] = {}  # name -> its last item (a dict keeps the first insertion's place)
+        for j, (name_begin, name_end, _) in enumerate(spans):
+            place[bytes(first[name_begin:name_end]).decode()] = j
+        kept = [spans[j] for j in place.values()]
+        widths = [value_end - name_end - 1 for _, name_end, value_end in kept]
+        out = np.empty((n, sum(widths)), dtype=np.uint8)
+        at = 0
+        for (_, name_end, value_end), w in zip(kept, widths, strict=True):
+            out[:, at : at + w] = rows[:, name_end + 1 : value_end]
+            at += w
+        offsets = np.zeros(n * len(kept) + 1, dtype=np.int32)
+        np.cumsum(np.tile(np.array(widths, dtype=np.int32), n), out=offsets[1:])
+        values = pa.Array.from_buffers(
+            pa.string(), n * len(kept), [None, pa.py_buffer(offsets), pa.py_buffer(out)]
+        )
+        return cls(n, pa.array(list(place), pa.string()), values)
+
+    @classmethod
     def split(cls, pa: Any, np: Any, props: Any) -> _Uniform | None:
         """The items of ``props`` (a string array), or None if its rows are not all alike."""
         n = len(props)
@@ -479,11 +535,13 @@ def _fast(
     props_begin = p + 2
     if ((data[p].astype(np.int64) << 8 | data[p + 1]) != end - props_begin).any():
         return None
-    try:
-        props = _strings(pa, np, data, buf, props_begin, end - props_begin, pa.string())  # UTF-8 checked
-    except pa.ArrowInvalid:
-        return None
-    items = _Uniform.split(pa, np, props) or _Props.split(pa, pc, np, props)
+    items: _Uniform | _Props | None = _Uniform.fixed(pa, np, data, props_begin, end - props_begin)
+    if items is None:
+        try:
+            props = _strings(pa, np, data, buf, props_begin, end - props_begin, pa.string())  # UTF-8 checked
+        except pa.ArrowInvalid:
+            return None
+        items = _Uniform.split(pa, np, props) or _Props.split(pa, pc, np, props)
     map_col = items.map(pa, np) if properties else pa.nulls(n, pa.map_(pa.string(), pa.string()))
     msg_id = items.column(pa, np, Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
     if msg_id.null_count:

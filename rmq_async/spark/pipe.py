@@ -25,22 +25,25 @@ import ssl
 import struct
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
+from typing import Any
 
-from ..client.api import PullResult, PullStatus
+from pydantic_core import from_json
+
+from ..client.api import PullStatus
 from ..client.auth import broker_error
 from ..errors import ConnectError, ConnectionClosed, ProtocolError, RequestTimeout, RocketMQError
 from ..protocol.codes import ResponseCode, SerializeType
-from ..protocol.command import FLAG_RESPONSE, FrameDecoder, RemotingCommand
+from ..protocol.command import FLAG_RESPONSE, FrameDecoder, RawFrame, RemotingCommand, parse_command
 from ..transport.tls import handshake_error
 from .columns import Chunk
 from .offsets import Range, resolve_start
 
-__all__ = ["BrokerSocket", "PullTemplate", "pull_range", "pull_result"]
+__all__ = ["Answer", "BrokerSocket", "PullTemplate", "pull_range", "pull_status"]
 
 _QUEUE_OFFSET = struct.Struct(">q")  # QUEUEOFFSET, 20 bytes into a stored message
 _PREFIX = struct.Struct(">iI")  # frame length; serialize type << 24 | header length
 _OPAQUE_MASK = 0x7FFFFFFF
-_PULL_STATUS = {
+_PULL_STATUS: dict[int, PullStatus] = {
     ResponseCode.SUCCESS: PullStatus.FOUND,
     ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
     ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
@@ -102,6 +105,16 @@ class PullTemplate:
             )
         return _PullCommand(self, ext)
 
+    def frame(self, offset: int, count: int, opaque: int) -> bytes:
+        """The whole frame of the pull at ``offset`` for ``count`` messages (``parts`` must be set):
+        byte for byte ``command(offset, count)`` with ``opaque``, encoded."""
+        parts = self.parts
+        assert parts is not None
+        values = (b"%d" % offset, b"%d" % count, b"%d" % opaque)
+        o = self.order
+        header = b"".join((parts[0], values[o[0]], parts[1], values[o[1]], parts[2], values[o[2]], parts[3]))
+        return _PREFIX.pack(4 + len(header), len(header)) + header
+
 
 class _PullCommand(RemotingCommand):
     """A pull request encoded from its queue's :class:`PullTemplate` (the generic encoding when
@@ -121,29 +134,55 @@ class _PullCommand(RemotingCommand):
         ext = self.ext_fields
         if parts is None or self.flag or len(ext) != len(self._template.base.ext_fields):
             return super().encode()
-        values = (ext["queueOffset"].encode(), ext["maxMsgNums"].encode(), b"%d" % self.opaque)
-        o = self._template.order
-        header = b"".join((parts[0], values[o[0]], parts[1], values[o[1]], parts[2], values[o[2]], parts[3]))
-        return _PREFIX.pack(4 + len(header), len(header)) + header
+        return self._template.frame(int(ext["queueOffset"]), int(ext["maxMsgNums"]), self.opaque)
 
 
-def pull_result(resp: RemotingCommand, cmd: RemotingCommand, addr: str) -> PullResult:
-    """The answer to a pull, its body undecoded (the header's fields read straight from the map)."""
-    status = _PULL_STATUS.get(resp.code)  # type: ignore[call-overload]
+#: one answer as the pull loop reads it: code, opaque, header fields, remark, body
+Answer = tuple[int, int, dict[str, Any], str | None, bytes]
+
+
+def _answer(frame: RawFrame) -> Answer | None:
+    """The fields of a response frame the pull loop needs, read straight from its JSON header (no
+    :class:`RemotingCommand`); None for a request. A header this does not take (the binary header
+    type, anything not shaped as a response's JSON header) is decoded the generic way, which also
+    raises :class:`ProtocolError` for one that does not decode."""
+    stype, header, body = frame
+    if stype == SerializeType.JSON:
+        try:
+            obj = from_json(header)
+        except ValueError:
+            obj = None
+        if type(obj) is dict:
+            code, opaque, flag = obj.get("code"), obj.get("opaque", 0), obj.get("flag", 0)
+            ext, remark = obj.get("extFields"), obj.get("remark")
+            if (
+                type(code) is int
+                and type(opaque) is int
+                and type(flag) is int
+                and (ext is None or (type(ext) is dict and all(type(v) is str for v in ext.values())))
+                and (remark is None or type(remark) is str)
+            ):
+                return (code, opaque, ext or {}, remark, body) if flag & FLAG_RESPONSE else None
+    cmd = parse_command(header + body, stype, len(header))
+    if not cmd.flag & FLAG_RESPONSE:
+        return None
+    return cmd.code, cmd.opaque, cmd.ext_fields, cmd.remark, cmd.body
+
+
+def pull_status(
+    answer: Answer, template: PullTemplate, offset: int, count: int, addr: str
+) -> tuple[PullStatus, int, int, int]:
+    """The status, next begin, min and max offsets of the answer to ``template``'s pull at ``offset``
+    for ``count`` messages: a :class:`~rmq_async.errors.BrokerError` (or ACL refusal) for a code a
+    pull does not answer with, a :class:`ProtocolError` for a header without those fields."""
+    code, _, ext, remark, _ = answer
+    status = _PULL_STATUS.get(code)
     if status is None:
-        raise broker_error(resp.code, resp.remark, cmd.code, cmd.ext_fields, addr)
-    ext = resp.ext_fields
+        ask = template.command(offset, count)
+        raise broker_error(code, remark, ask.code, ask.ext_fields, addr)
     try:
-        return PullResult(
-            status=status,
-            next_begin_offset=int(ext["nextBeginOffset"]),
-            min_offset=int(ext["minOffset"]),
-            max_offset=int(ext["maxOffset"]),
-            suggest_which_broker_id=int(ext.get("suggestWhichBrokerId", "0")),
-            remark=resp.remark,
-            body=resp.body,
-        )
-    except (KeyError, ValueError) as exc:
+        return status, int(ext["nextBeginOffset"]), int(ext["minOffset"]), int(ext["maxOffset"])
+    except (KeyError, ValueError, TypeError) as exc:
         raise ProtocolError(f"pull answer from {addr} with a bad header: {exc!r} in {ext!r}") from None
 
 
@@ -165,9 +204,9 @@ class BrokerSocket:
     ) -> None:
         self.addr = addr
         self.timeout = timeout
-        self._signer = signer
+        self.signer = signer
         self._decoder = FrameDecoder()
-        self._ready: collections.deque[RemotingCommand] = collections.deque()
+        self._ready: collections.deque[Answer] = collections.deque()
         self._opaque = 0
         host, _, port = addr.rpartition(":")
         try:
@@ -192,25 +231,33 @@ class BrokerSocket:
         if sock is not None:
             sock.close()
 
+    def next_opaque(self) -> int:
+        self._opaque = (self._opaque + 1) & _OPAQUE_MASK
+        return self._opaque
+
     def send(self, cmds: list[RemotingCommand]) -> None:
-        """Write requests (their opaques assigned here) with one ``sendall``."""
-        sock = self._sock
-        if sock is None:
-            raise ConnectionClosed("connection closed", self.addr)
+        """Write requests (their opaques assigned here, signed) with one ``sendall``."""
         frames = []
         for cmd in cmds:
             cmd.flag = 0
-            cmd.opaque = self._opaque = (self._opaque + 1) & _OPAQUE_MASK
-            if self._signer is not None:
-                self._signer(cmd)
+            cmd.opaque = self.next_opaque()
+            if self.signer is not None:
+                self.signer(cmd)
             frames.append(cmd.encode())
+        self.send_frames(frames)
+
+    def send_frames(self, frames: list[bytes]) -> None:
+        """Write encoded requests with one ``sendall``."""
+        sock = self._sock
+        if sock is None:
+            raise ConnectionClosed("connection closed", self.addr)
         try:
             sock.sendall(b"".join(frames))
         except OSError as exc:
             self.close()
             raise ConnectionClosed(f"connection lost: {exc}", self.addr) from None
 
-    def receive(self, code: int) -> RemotingCommand:
+    def receive(self, code: int) -> Answer:
         """The next response (requests from the broker are not expected and are dropped); waits at
         most ``timeout`` seconds for bytes (``code``: the request code named by the timeout error)."""
         ready = self._ready
@@ -230,11 +277,13 @@ class BrokerSocket:
                 self.close()
                 raise ConnectionClosed("connection closed by the peer", self.addr)
             try:
-                got = self._decoder.buffer_updated(n)
+                for frame in self._decoder.frames_updated(n):
+                    got = _answer(frame)
+                    if got is not None:
+                        ready.append(got)
             except ProtocolError as exc:
                 self.close()
                 raise ConnectionClosed(f"unreadable frame: {exc}", self.addr) from None
-            ready.extend(cmd for cmd in got if cmd.flag & FLAG_RESPONSE)
         return ready.popleft()
 
     def pending(self) -> bool:
@@ -272,50 +321,74 @@ def pull_range(
     offset rules are the lite pull's: NO_MATCHED_MSG moves on to ``nextBeginOffset``; a pull below
     the min offset (retention deleted the head since the plan) goes on at the min offset (or raises
     :class:`~rmq_async.spark.offsets.DataLossError` under ``fail_on_data_loss``); the queue ending
-    before the plan's end ends the slot."""
+    before the plan's end ends the slot.
+
+    New pulls go out together once at most a quarter of ``depth`` is still in flight (fewer, larger
+    writes on both ends of the connection; the broker still has those to answer meanwhile)."""
     key = (r.broker_name, r.queue_id)
     slots: collections.deque[_Slot] = collections.deque()
-    inflight: dict[int, tuple[_Slot, RemotingCommand]] = {}
-    queued: list[tuple[_Slot, RemotingCommand]] = []
+    inflight: dict[int, tuple[_Slot, int, int]] = {}  # opaque -> slot, offset and count asked
+    queued: list[_Slot] = []  # slots whose next pull is due
     next_lo = r.start
     conn = connect()
     reconnects = 0
+    low = depth // 4
+    code = template.base.code
 
-    def pull(slot: _Slot) -> None:
-        queued.append((slot, template.command(slot.cursor, min(batch, slot.hi - slot.cursor))))
+    def send() -> None:
+        asks = [(slot, slot.cursor, min(batch, slot.hi - slot.cursor)) for slot in queued]
+        if template.parts is not None and conn.signer is None:
+            frames = []
+            for ask in asks:
+                opaque = conn.next_opaque()
+                frames.append(template.frame(ask[1], ask[2], opaque))
+                inflight[opaque] = ask
+            try:
+                conn.send_frames(frames)
+            except ConnectionClosed:
+                for opaque in list(inflight)[-len(asks) :]:
+                    del inflight[opaque]
+                raise
+        else:
+            cmds = [template.command(offset, count) for _, offset, count in asks]
+            conn.send(cmds)  # opaques assigned (and the commands signed) there
+            for cmd, ask in zip(cmds, asks, strict=True):
+                inflight[cmd.opaque] = ask
+        queued.clear()
 
-    def settle(slot: _Slot, res: PullResult) -> None:
+    def settle(slot: _Slot, answer: Answer, offset: int, count: int) -> None:
         """Apply one answer to its slot: a body kept, the cursor moved, a follow-up pull queued."""
+        status, next_begin, min_offset, max_offset = pull_status(answer, template, offset, count, conn.addr)
+        remark, body = answer[3], answer[4]
         cursor, hi = slot.cursor, slot.hi
-        if res.status is PullStatus.FOUND:
-            body = res.body
+        if status is PullStatus.FOUND:
             if len(body) >= 28 and not filtered:
                 (first,) = _QUEUE_OFFSET.unpack_from(body, 20)
                 if first > cursor:  # the first messages of the range were deleted since the plan
                     cursor, warning = resolve_start(
-                        key, cursor, first, res.max_offset, fail_on_data_loss=fail_on_data_loss
+                        key, cursor, first, max_offset, fail_on_data_loss=fail_on_data_loss
                     )
                     if warning:
                         warn(warning)
             if body and cursor < hi:
                 slot.chunks.append(Chunk(body, cursor, hi))
-            cursor = max(cursor + 1, min(res.next_begin_offset, hi))
-        elif res.status is PullStatus.NO_MATCHED_MSG:
-            cursor = min(max(res.next_begin_offset, cursor + 1), hi)
-        elif res.max_offset <= cursor:  # the queue ends before the plan said: the slot is done
+            cursor = max(cursor + 1, min(next_begin, hi))
+        elif status is PullStatus.NO_MATCHED_MSG:
+            cursor = min(max(next_begin, cursor + 1), hi)
+        elif max_offset <= cursor:  # the queue ends before the plan said: the slot is done
             cursor = hi
         else:
             new, warning = resolve_start(
-                key, cursor, res.min_offset, res.max_offset, fail_on_data_loss=fail_on_data_loss
+                key, cursor, min_offset, max_offset, fail_on_data_loss=fail_on_data_loss
             )
             if warning:
                 warn(warning)
             if new <= cursor:  # nothing to read where the broker says there is
-                raise RocketMQError(f"pull of {key} at {cursor} answered {res.status.value}: {res.remark}")
+                raise RocketMQError(f"pull of {key} at {cursor} answered {status.value}: {remark}")
             cursor = new
         slot.cursor = cursor
         if cursor < hi:
-            pull(slot)
+            queued.append(slot)
         else:
             slot.done = True
 
@@ -324,17 +397,14 @@ def pull_range(
             while len(inflight) + len(queued) < depth and next_lo < r.end and len(slots) < 2 * depth:
                 slot = _Slot(next_lo, min(next_lo + batch, r.end))
                 slots.append(slot)
-                pull(slot)
+                queued.append(slot)
                 next_lo = slot.hi
-            if queued:
+            if queued and len(inflight) <= low:
                 try:
-                    conn.send([cmd for _, cmd in queued])
+                    send()
                 except ConnectionClosed:
                     conn, reconnects = _again(connect, conn, reconnects)
                     continue  # everything is still queued
-                for slot_cmd in queued:
-                    inflight[slot_cmd[1].opaque] = slot_cmd
-                queued.clear()
             if slots and slots[0].done:
                 out: list[Chunk] = []
                 while slots and slots[0].done:
@@ -346,17 +416,16 @@ def pull_range(
                 return
             while True:  # every answer already read, at least one
                 try:
-                    resp = conn.receive(template.base.code)
+                    answer = conn.receive(code)
                 except ConnectionClosed:
                     # pulls are reads: the outstanding ones go again on a new connection
-                    queued[:0] = [(slot, template.command(slot.cursor, min(batch, slot.hi - slot.cursor)))
-                                  for slot, _ in inflight.values()]  # fmt: skip
+                    queued[:0] = [slot for slot, _, _ in inflight.values()]
                     inflight.clear()
                     conn, reconnects = _again(connect, conn, reconnects)
                     break
-                hit = inflight.pop(resp.opaque, None)
+                hit = inflight.pop(answer[1], None)
                 if hit is not None:  # else a late answer of a connection's earlier reader
-                    settle(hit[0], pull_result(resp, hit[1], conn.addr))
+                    settle(hit[0], answer, hit[1], hit[2])
                 if not conn.pending():
                     break
     finally:

@@ -175,9 +175,17 @@ def test_any_property_strings(rows: list[list[tuple[str, bool, str]]], trailing:
 
 
 def split_by(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Which splitter built each batch: "uniform" (numpy, rows alike) or "general" (Arrow kernels)."""
+    """Which splitter built each batch: "fixed" (one layout, read by rows), "uniform" (numpy, rows
+    alike) or "general" (Arrow kernels)."""
     used: list[str] = []
     uniform, general = columns._Uniform.split.__func__, columns._Props.split.__func__  # type: ignore[attr-defined]
+    fixed = columns._Uniform.fixed.__func__  # type: ignore[attr-defined]
+
+    def spy_fixed(cls: Any, *a: Any) -> Any:
+        got = fixed(cls, *a)
+        if got is not None:
+            used.append("fixed")
+        return got
 
     def spy_uniform(cls: Any, *a: Any) -> Any:
         got = uniform(cls, *a)
@@ -190,6 +198,7 @@ def split_by(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return general(cls, *a)
 
     monkeypatch.setattr(columns._Uniform, "split", classmethod(spy_uniform))
+    monkeypatch.setattr(columns._Uniform, "fixed", classmethod(spy_fixed))
     monkeypatch.setattr(columns._Props, "split", classmethod(spy_general))
     return used
 
@@ -210,7 +219,7 @@ def test_one_producers_rows_are_split_with_numpy(monkeypatch: pytest.MonkeyPatch
         [Chunk(b"".join(msg(i, properties="A\x01b\x02B\x01c\x02A\x01d") for i in range(3)), 0, 3)], fast=True
     )
     assert got.column("properties").to_pylist()[2] == [("A", "d"), ("B", "c")]
-    assert used == ["uniform", "uniform"]
+    assert used == ["uniform", "fixed"]  # the second batch: one layout
 
 
 @pytest.mark.parametrize(
@@ -297,7 +306,28 @@ def test_captured_producers_property_strings(monkeypatch: pytest.MonkeyPatch) ->
     used = split_by(monkeypatch)
     for raw in raws[::10]:
         same([Chunk(b"".join(msg(i, properties=raw) for i in range(4)), 0, 4)], fast=True)
-    assert set(used) == {"uniform"}
+        assert used.pop() == ("fixed" if raw.isascii() else "uniform")
     used.clear()
     same([Chunk(b"".join(msg(i, properties=r) for i, r in enumerate(raws)), 0, len(raws))], fast=True)
     assert used == ["general"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.sampled_from(["KEYS", "TAGS", "UNIQ_KEY", "WAIT", "a", "é"]), min_size=1, max_size=5),
+    st.lists(st.integers(min_value=0, max_value=3), min_size=5, max_size=5),
+    st.data(),
+    st.booleans(),
+)
+def test_rows_of_one_layout(names: list[str], widths: list[int], data: st.DataObject, trailing: bool) -> None:
+    # every row with the same names and values of one width per name: the layout the fixed path reads
+    # by rows; a value may hold a separator, \x00 or text beyond ASCII (then it must not take them)
+    text = st.text(alphabet=st.sampled_from("ab\x01\x00 é"), min_size=0, max_size=3)
+    body = b""
+    n = data.draw(st.integers(min_value=1, max_value=6))
+    for i in range(n):
+        vals = [data.draw(text.filter(lambda v, w=w: len(v.encode()) == w)) for w in widths[: len(names)]]
+        raw = "\x02".join(f"{k}\x01{v}" for k, v in zip(names, vals, strict=True))
+        body += msg(i, properties=raw + ("\x02" if trailing else ""))
+    got = build_batch([Chunk(body, 0, n)], "T", "broker-a")
+    assert got.to_pylist() == careful([Chunk(body, 0, n)]).to_pylist()
