@@ -341,6 +341,13 @@ def start_spark(master: str, progress: Path) -> tuple[Any, float]:
     return spark, time.perf_counter() - t0
 
 
+def worker_package(spark: Any) -> Path:
+    """Where the Python workers import rmq_async from."""
+    rdd = spark.sparkContext.parallelize([0], 1)
+    (path,) = rdd.map(lambda _: __import__("rmq_async").__file__).collect()
+    return Path(path).parent
+
+
 # -- CPU by role ----------------------------------------------------------------------------------------
 
 
@@ -367,7 +374,8 @@ def cpu_by_role() -> dict[str, float]:
     me = os.getpid()
     out: dict[str, float] = {}
     for pid, (_, secs, cmd) in table.items():
-        chain, p = [], pid
+        chain: list[int] = []
+        p = pid
         while p in table and p != me and len(chain) < 50:
             chain.append(p)
             p = table[p][0]
@@ -504,7 +512,14 @@ def measure(args: argparse.Namespace, namesrv: str, portal: Any) -> dict[str, An
     progress.touch()
     spark, started = start_spark(args.master, progress)
     where = Path(sys.modules["rmq_async"].__file__ or "").parent
-    print(f"session start {started:.1f} s; rmq_async from {where}", flush=True)
+    workers = worker_package(spark)
+    print(f"session start {started:.1f} s; rmq_async from {where} (Python workers: {workers})", flush=True)
+    if workers != where:
+        raise SystemExit(
+            f"Spark's Python workers import rmq_async from {workers}, this process from {where}: a "
+            "worker's sys.path starts with the directory Spark was started in, before PYTHONPATH; run "
+            "from a directory without an rmq_async package to compare trees"
+        )
     runs: dict[str, list[float]] = {}
     cpus: dict[str, list[dict[str, float]]] = {}
     series: list[dict[str, Any]] = []
