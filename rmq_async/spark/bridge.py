@@ -25,9 +25,12 @@ import logging
 import os
 import pickle
 import queue
+import socket
 import ssl
+import sys
 import threading
 import time
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -57,6 +60,7 @@ __all__ = [
     "Session",
     "arrow_schema",
     "freeze_worker_heap",
+    "quick_ack_spark_connection",
     "read_range",
     "to_arrow",
 ]
@@ -454,6 +458,41 @@ def freeze_worker_heap() -> None:
     if _frozen_in != pid and gc.isenabled():
         _frozen_in = pid
         gc.freeze()
+
+
+def quick_ack_spark_connection() -> bool:
+    """Ask the kernel to acknowledge at once what Spark's JVM sends next on this Python worker's
+    connection (``TCP_QUICKACK``, Linux); True when it was set.
+
+    Called by the readers at the end of every partition. Between two tasks of a reused worker the
+    JVM writes the next task's command, then its input; with Nagle's algorithm on its side it holds
+    the input until the worker acknowledges the command, and Linux delays that acknowledgement by
+    up to 40 ms. That was 40 ms per task before every partition after a worker's first (about 10 %
+    of a 400,000-row batch read on 8 queues). The connection is found from pyspark's frames (the
+    file ``pyspark.worker.main`` writes); where it is not found, not TCP or not Linux, nothing is
+    done."""
+    quick_ack = getattr(socket, "TCP_QUICKACK", None)
+    if quick_ack is None:
+        return False
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == "pyspark.worker" and frame.f_code.co_name == "main":
+            break
+        frame = frame.f_back
+    if frame is None:
+        return False
+    try:
+        conn = socket.socket(fileno=os.dup(frame.f_locals["outfile"].fileno()))
+    except (KeyError, AttributeError, OSError, ValueError):
+        return False
+    with conn:  # closes the duplicate only
+        if conn.family not in (socket.AF_INET, socket.AF_INET6) or conn.type != socket.SOCK_STREAM:
+            return False
+        try:
+            conn.setsockopt(socket.IPPROTO_TCP, quick_ack, 1)
+        except OSError:
+            return False
+    return True
 
 
 def read_range(opts: SourceOptions, r: Range) -> Iterator[Any]:

@@ -26,7 +26,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from .bridge import Bridge, freeze_worker_heap, read_range
+from .bridge import Bridge, freeze_worker_heap, quick_ack_spark_connection, read_range
 from .offsets import (
     Range,
     from_json,
@@ -152,6 +152,7 @@ def _read(opts: SourceOptions, partition: InputPartition) -> Iterator[Any]:
         yield from read_range(opts, partition.value)
         if opts.gc_freeze:
             freeze_worker_heap()
+    quick_ack_spark_connection()
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
