@@ -527,7 +527,7 @@ def measure(args: argparse.Namespace, namesrv: str, portal: Any) -> dict[str, An
     try:
         r = Runner(spark, namesrv, topic, n, progress, extra)
         r.sample(queues, args.size)
-        for rnd in range(1, args.rounds + 1):
+        for rnd in range(1 - args.warmup, args.rounds + 1):
             plan: list[tuple[str, Any]] = [
                 ("memory batch", lambda: r.batch(r.memory_reader(False))),
                 ("rocketmq batch", lambda: r.batch(r.source_reader(False))),
@@ -539,6 +539,9 @@ def measure(args: argparse.Namespace, namesrv: str, portal: Any) -> dict[str, An
                     continue
                 c0 = cpu_by_role()
                 t0, t1 = run()
+                if rnd <= 0:  # a warm-up round: not counted
+                    print(f"warm-up {name}: {n / (t1 - t0):,.0f} rows/s", flush=True)
+                    continue
                 cpu = cpu_delta(c0, cpu_by_role())
                 cpus.setdefault(name, []).append(cpu)
                 logged = r.logged_rows(t0, t1)
@@ -551,7 +554,7 @@ def measure(args: argparse.Namespace, namesrv: str, portal: Any) -> dict[str, An
                 series.append({"name": f"{name} r{rnd}", "offset": offset, "points": binned(events, t0, t1)})
                 offset += t1 - t0 + 0.5
                 print(f"round {rnd} {name}: {rate:,.0f} rows/s ({t1 - t0:.2f} s); cpu s {cpu}", flush=True)
-            if args.only and "lite pull" not in args.only:
+            if rnd <= 0 or (args.only and "lite pull" not in args.only):
                 continue
             log: list[tuple[float, int]] = []
             c0 = cpu_by_role()
@@ -571,6 +574,7 @@ def measure(args: argparse.Namespace, namesrv: str, portal: Any) -> dict[str, An
 
     return {
         "rows": n, "size": args.size, "queues": queues, "master": args.master, "rounds": args.rounds,
+        "warmup": args.warmup,
         "source_opts": extra, "session_start_s": started, "runs": runs, "cpu": cpus, "series": series,
         "python": platform.python_version(), "pyspark": pyspark.__version__, "cpus": os.cpu_count(),
         "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
@@ -594,6 +598,14 @@ def main() -> None:
         "--queues", type=int, default=8, help="the topic's queues (with --namesrv: made by --preload)"
     )
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=0,
+        metavar="N",
+        help="rounds of the Spark readers run first and not counted (the JVM keeps compiling for about "
+        "10 rounds: a warm JVM makes the ceiling faster)",
+    )
     ap.add_argument("--namesrv", help="a running cluster's name server (default: an embedded cluster)")
     ap.add_argument("--topic", default="BenchSpark")
     ap.add_argument("--preload", action="store_true", help="with --namesrv: produce --messages first")
