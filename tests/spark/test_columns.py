@@ -323,10 +323,14 @@ def test_rows_of_one_layout(names: list[str], widths: list[int], data: st.DataOb
     # every row with the same names and values of one width per name: the layout the fixed path reads
     # by rows; a value may hold a separator, \x00 or text beyond ASCII (then it must not take them)
     text = st.text(alphabet=st.sampled_from("ab\x01\x00 é"), min_size=0, max_size=3)
+
+    def of_width(w: int) -> st.SearchStrategy[str]:
+        return text.filter(lambda v: len(v.encode()) == w)
+
     body = b""
     n = data.draw(st.integers(min_value=1, max_value=6))
     for i in range(n):
-        vals = [data.draw(text.filter(lambda v, w=w: len(v.encode()) == w)) for w in widths[: len(names)]]
+        vals = [data.draw(of_width(w)) for w in widths[: len(names)]]
         raw = "\x02".join(f"{k}\x01{v}" for k, v in zip(names, vals, strict=True))
         body += msg(i, properties=raw + ("\x02" if trailing else ""))
     got = build_batch([Chunk(body, 0, n)], "T", "broker-a")
