@@ -452,6 +452,21 @@ def table(runs: dict[str, list[float]], before: dict[str, Any] | None) -> str:
     return "\n".join(lines)
 
 
+def round_ratios(runs: dict[str, list[float]], skip: int) -> str:
+    """One line per mode: the source's rows/s over the ceiling's of the same round, rounds after the
+    first ``skip`` (median and range): the ceiling's speed moves from round to round with the JVM's."""
+    out = []
+    for mode in ("batch", "availableNow"):
+        ceiling, source = runs.get(f"memory {mode}", [])[skip:], runs.get(f"rocketmq {mode}", [])[skip:]
+        ratios = [b / a for a, b in zip(ceiling, source, strict=False) if a]
+        if ratios:
+            out.append(
+                f"{mode}: {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}, "
+                f"{len(ratios)} rounds)"
+            )
+    return "per-round ratio to the ceiling: " + "; ".join(out) if out else ""
+
+
 def plot(path: Path, series: list[dict[str, Any]], before: dict[str, Any] | None, title: str) -> None:
     import matplotlib
 
@@ -668,6 +683,9 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(res))
     tab = table(res["runs"], before)
+    per_round = round_ratios(res["runs"], 0 if args.warmup else 1)
+    if per_round:
+        tab += f"\n\n{per_round} (rounds after the first, or every round after --warmup)"
     print(tab)
     if args.plot:
         plot(args.plot, res["series"], before, f"{res['rows']:,} x {res['size']} B, {res['master']}")
