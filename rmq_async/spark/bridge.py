@@ -460,6 +460,15 @@ def freeze_worker_heap() -> None:
         gc.freeze()
 
 
+def _module_name(scope: dict[str, Any]) -> str | None:
+    """A module's name, also when it runs as ``__main__`` (``python -m pyspark.worker``: Spark's
+    workers without its daemon)."""
+    name = scope.get("__name__")
+    if name == "__main__":
+        return getattr(scope.get("__spec__"), "name", None)
+    return name if isinstance(name, str) else None
+
+
 def quick_ack_spark_connection() -> bool:
     """Ask the kernel to acknowledge at once what Spark's JVM sends next on this Python worker's
     connection (``TCP_QUICKACK``, Linux); True when it was set.
@@ -469,14 +478,14 @@ def quick_ack_spark_connection() -> bool:
     the input until the worker acknowledges the command, and Linux delays that acknowledgement by
     up to 40 ms. That was 40 ms per task before every partition after a worker's first (about 10 %
     of a 400,000-row batch read on 8 queues). The connection is found from pyspark's frames (the
-    file ``pyspark.worker.main`` writes); where it is not found, not TCP or not Linux, nothing is
-    done."""
+    file ``pyspark.worker.main`` writes, with or without Spark's daemon); where it is not found, not
+    TCP or not Linux, nothing is done."""
     quick_ack = getattr(socket, "TCP_QUICKACK", None)
     if quick_ack is None:
         return False
     frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
-        if frame.f_globals.get("__name__") == "pyspark.worker" and frame.f_code.co_name == "main":
+        if frame.f_code.co_name == "main" and _module_name(frame.f_globals) == "pyspark.worker":
             break
         frame = frame.f_back
     if frame is None:

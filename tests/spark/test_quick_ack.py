@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,9 +18,12 @@ from rmq_async.spark import bridge
 pytestmark = pytest.mark.skipif(not hasattr(socket, "TCP_QUICKACK"), reason="TCP_QUICKACK is Linux's")
 
 
-def as_pyspark_main(fn: Callable[[], bool]) -> Callable[[Any, Any], bool]:
-    """A function named ``main`` in a module named ``pyspark.worker`` that calls ``fn``."""
+def as_pyspark_main(fn: Callable[[], bool], *, as_script: bool = False) -> Callable[[Any, Any], bool]:
+    """A function named ``main`` in a module named ``pyspark.worker`` (or run as ``__main__`` by
+    ``python -m pyspark.worker``) that calls ``fn``."""
     scope: dict[str, Any] = {"__name__": "pyspark.worker", "fn": fn}
+    if as_script:
+        scope.update(__name__="__main__", __spec__=types.SimpleNamespace(name="pyspark.worker"))
     exec("def main(infile, outfile):\n    return fn()\n", scope)
     return scope["main"]  # type: ignore[no-any-return]
 
@@ -31,10 +35,11 @@ def tcp_pair() -> Iterator[socket.socket]:
     yield from (client, accepted)
 
 
-def test_the_connection_pyspark_writes_to_is_set() -> None:
+@pytest.mark.parametrize("as_script", [False, True])
+def test_the_connection_pyspark_writes_to_is_set(as_script: bool) -> None:
     client, accepted = tcp_pair()
     with client, accepted, os.fdopen(os.dup(accepted.fileno()), "wb") as outfile:
-        assert as_pyspark_main(bridge.quick_ack_spark_connection)(None, outfile) is True
+        assert as_pyspark_main(bridge.quick_ack_spark_connection, as_script=as_script)(None, outfile) is True
         assert accepted.fileno() >= 0  # the duplicate was closed, not the connection
         accepted.sendall(b"x")
         assert client.recv(1) == b"x"
@@ -46,6 +51,12 @@ def test_nothing_is_done_outside_pyspark_or_on_a_unix_socket() -> None:
     with a, b, os.fdopen(os.dup(a.fileno()), "wb") as outfile:
         assert as_pyspark_main(bridge.quick_ack_spark_connection)(None, outfile) is False
     assert as_pyspark_main(bridge.quick_ack_spark_connection)(None, object()) is False
+    # another module's main, or a script that is not pyspark's worker
+    scope: dict[str, Any] = {"__name__": "__main__", "fn": bridge.quick_ack_spark_connection}
+    exec("def main(infile, outfile):\n    return fn()\n", scope)
+    client, accepted = tcp_pair()
+    with client, accepted, os.fdopen(os.dup(accepted.fileno()), "wb") as outfile:
+        assert scope["main"](None, outfile) is False
 
 
 @pytest.mark.spark
