@@ -403,8 +403,12 @@ def pull_range(
                 try:
                     send()
                 except ConnectionClosed:
+                    # the pulls still due on the lost connection go again on the new one, as do
+                    # those that were being sent
+                    queued[:0] = [slot for slot, _, _ in inflight.values()]
+                    inflight.clear()
                     conn, reconnects = _again(connect, conn, reconnects)
-                    continue  # everything is still queued
+                    continue
             if slots and slots[0].done:
                 out: list[Chunk] = []
                 while slots and slots[0].done:
@@ -413,6 +417,9 @@ def pull_range(
                     yield out
                 continue
             if not inflight:
+                if slots or next_lo < r.end:  # pragma: no cover - every pull due is in flight or queued
+                    at = slots[0].cursor if slots else next_lo
+                    raise RocketMQError(f"read of {key} lost track of its pulls at offset {at}")
                 return
             while True:  # every answer already read, at least one
                 try:

@@ -133,6 +133,69 @@ def test_answers_out_of_order_and_short_come_out_in_offset_order() -> None:
     assert closed == [False] and released == 1  # one connection, reusable
 
 
+class OneByOne(Broker):
+    """Writes its answers one at a time, a moment apart: the reader sees pulls answered while others
+    are still due."""
+
+    def _serve(self, conn: socket.socket) -> None:
+        dec = FrameDecoder()
+        with conn:
+            while True:
+                try:
+                    n = conn.recv_into(dec.get_buffer())
+                except OSError:
+                    return
+                if n == 0:
+                    return
+                reqs = dec.buffer_updated(n)
+                self.pulled.extend(int(r.ext_fields["queueOffset"]) for r in reqs)
+                for a in self.script(reqs) or []:
+                    try:
+                        conn.sendall(a.encode())
+                    except OSError:
+                        return
+                    time.sleep(0.002)
+
+
+class FailingSend(BrokerSocket):
+    """A real connection whose ``sends``-th write fails as a reset connection's does (it is closed)."""
+
+    def __init__(self, addr: str, sends: int) -> None:
+        super().__init__(addr, timeout=5.0)
+        self.left = sends
+
+    def send_frames(self, frames: list[bytes]) -> None:
+        self.left -= 1
+        if self.left == 0:
+            self.close()
+        super().send_frames(frames)
+
+
+def test_pulls_in_flight_when_a_write_fails_are_sent_again() -> None:
+    # the second write fails while the first write's pulls are still due: those go again on the new
+    # connection with the ones being written (else the read would wait for answers that never come)
+    broker = OneByOne(lambda reqs: [answer(q) for q in reqs])
+    opened: list[BrokerSocket] = []
+
+    def connect() -> BrokerSocket:
+        opened.append(FailingSend(broker.addr, 2) if not opened else BrokerSocket(broker.addr, timeout=5.0))
+        return opened[-1]
+
+    try:
+        gen = pull_range(
+            connect, lambda c: None, template(), Range("b", 0, 0, 32 * 40), depth=16, batch=32,
+            filtered=False, fail_on_data_loss=True, warn=lambda w: None,
+        )  # fmt: skip
+        started = time.monotonic()
+        chunks = [c for got in gen for c in got]
+    finally:
+        for c in opened:
+            c.close()
+        broker.close()
+    assert [c.lo for c in chunks] == list(range(0, 32 * 40, 32))
+    assert len(opened) == 2 and time.monotonic() - started < 4.0  # no wait for a request timeout
+
+
 def test_a_connection_closed_by_the_broker_is_replaced_and_the_pulls_sent_again() -> None:
     served = [0]
 
