@@ -190,12 +190,12 @@ class PullLoop:
             if pq.dropped:
                 return
             try:
-                await self._loop(pq)
+                await self._loop(pq, scope)
             finally:
                 if pq.scope is scope:  # a seek may have started the next loop already
                     pq.scope = None
 
-    async def _loop(self, pq: ProcessQueue) -> None:
+    async def _loop(self, pq: ProcessQueue, scope: anyio.CancelScope) -> None:
         c = self.ctx
         s = self.settings
         mq = pq.mq
@@ -332,6 +332,12 @@ class PullLoop:
                 log.warning("pull of %s failed: %s", mq, exc)
                 await anyio.sleep(timing.pull_error_delay)
                 continue
+            if scope.cancel_called:
+                # a seek cancelled this loop after the answer had arrived (the task resumes with it
+                # before the cancellation reaches an await): it is for the old position, and the
+                # seek's loop pulls the new one. Applying it would put the old position's messages
+                # in the buffer the seek emptied and move the queue's next offset past the seek.
+                return
             if header.max_msg_nums != batch_size:  # a narrowed pull (#19) answered
                 if alone_next:  # the good messages before a broken one: now that one alone
                     alone_next = False
