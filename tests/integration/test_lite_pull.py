@@ -28,6 +28,14 @@ async def poll_until(c: LitePullConsumer, n: int, timeout: float = 15.0) -> list
     return out
 
 
+def from_first(cluster: EmbeddedCluster, group: str, timing: Timing) -> LitePullConsumer:
+    """A lite consumer committing only when told, new queues read from their first offset."""
+    return LitePullConsumer(
+        group, namesrv_addr=cluster.namesrv_addr, timing=timing, auto_commit=False,
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+    )  # fmt: skip
+
+
 def offsets_by_queue(msgs: list[MessageExt]) -> dict[int, list[int]]:
     by: dict[int, list[int]] = {}
     for m in msgs:
@@ -40,10 +48,7 @@ async def test_assign_poll_seek_commit(
 ) -> None:
     topic, group = names
     await produce(cluster.namesrv_addr, topic, 40)
-    async with LitePullConsumer(
-        group, namesrv_addr=cluster.namesrv_addr, timing=timing, auto_commit=False,
-        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-    ) as c:  # fmt: skip
+    async with from_first(cluster, group, timing) as c:
         assert c._client.client_id.endswith("@STREAM")
         mqs = await c.fetch_queues(topic)
         assert len(mqs) == 4
@@ -346,10 +351,7 @@ async def test_a_seek_while_a_pull_answer_is_in_hand_wins(
     # the seek and the old position never came, found as a flaky tests/spark/test_compressed.py)
     topic, group = names
     await produce(cluster.namesrv_addr, topic, 40)
-    async with LitePullConsumer(
-        group, namesrv_addr=cluster.namesrv_addr, timing=timing, auto_commit=False,
-        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-    ) as c:  # fmt: skip
+    async with from_first(cluster, group, timing) as c:
         q0 = (await c.fetch_queues(topic))[0]
         api = c._client.api
         real = api.pull

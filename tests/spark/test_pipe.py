@@ -81,7 +81,13 @@ class Broker:
                 out = self.script(reqs)
                 if out is None:
                     return
-                conn.sendall(b"".join(a.encode() for a in out))
+                try:
+                    self.write(conn, out)
+                except OSError:  # the reader closed the connection
+                    return
+
+    def write(self, conn: socket.socket, answers: list[RemotingCommand]) -> None:
+        conn.sendall(b"".join(a.encode() for a in answers))
 
     def close(self) -> None:
         self.sock.close()
@@ -137,24 +143,10 @@ class OneByOne(Broker):
     """Writes its answers one at a time, a moment apart: the reader sees pulls answered while others
     are still due."""
 
-    def _serve(self, conn: socket.socket) -> None:
-        dec = FrameDecoder()
-        with conn:
-            while True:
-                try:
-                    n = conn.recv_into(dec.get_buffer())
-                except OSError:
-                    return
-                if n == 0:
-                    return
-                reqs = dec.buffer_updated(n)
-                self.pulled.extend(int(r.ext_fields["queueOffset"]) for r in reqs)
-                for a in self.script(reqs) or []:
-                    try:
-                        conn.sendall(a.encode())
-                    except OSError:
-                        return
-                    time.sleep(0.002)
+    def write(self, conn: socket.socket, answers: list[RemotingCommand]) -> None:
+        for a in answers:
+            conn.sendall(a.encode())
+            time.sleep(0.002)
 
 
 class FailingSend(BrokerSocket):
