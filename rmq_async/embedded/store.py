@@ -576,10 +576,30 @@ class MessageStore:
             return res
         offsets, sizes, tags, views = cq.offsets, cq.sizes, cq.tags, self.views
         parts = res.parts
+        max_count, max_bytes = min(max_nums, self.max_transfer_count), self.max_transfer_bytes
+        if codes is None and accept is None and runs:
+            # Every message matches: the answer is the next max_count messages unless the byte limit
+            # cuts it. When they lie back to back in one segment (a batch, or one producer's
+            # messages to one queue) it is one slice, found without a step per message.
+            stop = min(end, offset + max_count)
+            total = sum(sizes[offset:stop])
+            last = stop - 1
+            at = offsets[offset]
+            pos = at % SEGMENT_SIZE
+            if (
+                (total <= max_bytes or last == offset)
+                and offsets[last] + sizes[last] - at == total  # queue entries ascend: no gaps
+                and pos + total <= SEGMENT_SIZE
+            ):
+                parts.append(views[at // SEGMENT_SIZE][pos : pos + total])
+                res.next_begin = stop
+                res.status = "FOUND"
+                res.total = total
+                res.count = stop - offset
+                return res
         total = 0
         count = 0
         i = offset
-        max_count, max_bytes = min(max_nums, self.max_transfer_count), self.max_transfer_bytes
         run_at, run_end = -1, -1  # the commit-log span of the current slice
         while i < end:
             size = sizes[i]

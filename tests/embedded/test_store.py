@@ -101,6 +101,23 @@ def test_get_stops_at_the_transfer_byte_limit_but_returns_one_big_message() -> N
     assert big.get("T", 0, 0, 32, None).count == 1
 
 
+def test_back_to_back_messages_every_tag_takes_are_one_slice_within_the_limits() -> None:
+    store = MessageStore(HOST)
+    fill(store, 40, size=100)
+    res = store.get("T", 0, 3, 32, None, runs=True)
+    assert (res.status, res.count, res.next_begin, len(res.parts)) == ("FOUND", 32, 35, 1)
+    assert bytes(res.parts[0]) == b"".join(store.get("T", 0, 3, 32, None).parts)
+    assert store.get("T", 0, 30, 32, None, runs=True).count == 10  # the queue's end
+    big = MessageStore(HOST)
+    fill(big, 4, size=100 * 1024)
+    res = big.get("T", 0, 0, 32, None, runs=True)
+    assert (res.count, res.next_begin, len(res.parts)) == (2, 2, 1)  # the byte limit still cuts
+    huge = MessageStore(HOST)
+    fill(huge, 2, size=300 * 1024)
+    res = huge.get("T", 0, 0, 32, None, runs=True)
+    assert (res.count, res.total) == (1, res.parts[0].nbytes)  # one message over the limit goes whole
+
+
 def test_transfer_limits_are_settings() -> None:
     store = MessageStore(HOST, max_transfer_count=100, max_transfer_bytes=1 << 20)
     fill(store, 300, size=1000)
