@@ -224,6 +224,24 @@ def test_runs_give_the_same_messages_as_one_slice_each(
     accept = (lambda props: not props.endswith("2")) if filtered else None
     a = store.get("T", 0, offset, want, codes, accept=accept)
     b = store.get("T", 0, offset, want, codes, runs=True, accept=accept)
+    # getMessage's rules written out: from the offset, matching messages until the count or the
+    # byte limit (the first message always whole), at most max(800, asked) consume queue entries
+    cq = store.queue("T", 0)
+    if cq is not None and offset < len(cq):
+        taken: list[bytes] = []
+        size_sum, i = 0, offset
+        while i < min(len(cq), offset + max(800, want)):
+            size = cq.sizes[i]
+            if taken and (len(taken) >= min(want, count) or size_sum + size > nbytes):
+                break
+            msg = bytes(store.slice(cq.offsets[i], size))
+            props = StoredMessage(msg).props
+            if (codes is None or cq.tags[i] in codes) and (accept is None or accept(props)):
+                taken.append(msg)
+                size_sum += size
+            i += 1
+        assert (a.count, a.total, a.next_begin) == (len(taken), size_sum, i)
+        assert b"".join(a.parts) == b"".join(taken)
     assert (a.status, a.count, a.total, a.next_begin, a.min_offset, a.max_offset) == (
         b.status, b.count, b.total, b.next_begin, b.min_offset, b.max_offset
     )  # fmt: skip
