@@ -48,6 +48,7 @@ from rmq_async.consumer.lite_pull import LitePullConsumer
 RESULTS = Path(__file__).with_name("RESULTS.md")
 SECTION = "## Spark source at Spark speed (#22)"
 PROGRESS_ENV = "RMQ_BENCH_PROGRESS"  # file the Python workers append "time rows" lines to
+FREE_BUILD_ENV = "RMQ_BENCH_FREE_BUILD"  # "1": --free-build in the Python workers
 BATCH_ROWS = 4096
 
 # -- the progress log (driver and Python workers share the machine and its clock) ------------------
@@ -177,13 +178,37 @@ class MemorySource(DataSource):
 # -- the source, with its batches logged ---------------------------------------------------------------
 
 
+def _free_build() -> None:
+    """``--free-build``, once per Python worker: the source's batch builder replaced by one that hands
+    out slices of the first batch it built (cache-hot, as the ceiling's), so the source costs only
+    its pulls. A bound, not a reader: the rows are not the pulled ones (their count is)."""
+    from rmq_async.spark import bridge, columns
+
+    real = columns.build_batch
+    if os.environ.get(FREE_BUILD_ENV) != "1" or getattr(bridge, "_free_build", False):
+        return
+    kept: list[Any] = []
+
+    def cached(chunks: Any, topic: str, broker_name: str, **kw: Any) -> Any:
+        chunks = list(chunks)
+        rows = sum(c.hi - c.lo for c in chunks)  # every pull answers what it asks for here
+        if not kept or kept[0].num_rows < rows:
+            kept[:] = [real(chunks, topic, broker_name, **kw)]
+            return kept[0]
+        return kept[0].slice(0, rows)
+
+    bridge.__dict__.update(build_batch=cached, _free_build=True)  # what read_range calls
+
+
 class TimedBatchReader(RocketMQBatchReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        _free_build()
         yield from _log_rows(super().read(partition))
 
 
 class TimedStreamReader(RocketMQStreamReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        _free_build()
         yield from _log_rows(super().read(partition))
 
 
@@ -322,9 +347,10 @@ class Runner:
         return total
 
 
-def start_spark(master: str, progress: Path) -> tuple[Any, float]:
+def start_spark(master: str, progress: Path, *, free_build: bool = False) -> tuple[Any, float]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ[PROGRESS_ENV] = str(progress)
+    os.environ[FREE_BUILD_ENV] = "1" if free_build else "0"
     from pyspark.sql import SparkSession
 
     t0 = time.perf_counter()
@@ -333,6 +359,7 @@ def start_spark(master: str, progress: Path) -> tuple[Any, float]:
         .appName("rmq_async bench_spark")
         .config("spark.ui.enabled", "false")
         .config("spark.executorEnv." + PROGRESS_ENV, str(progress))
+        .config("spark.executorEnv." + FREE_BUILD_ENV, os.environ[FREE_BUILD_ENV])
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -525,7 +552,7 @@ def measure(args: argparse.Namespace, namesrv: str, portal: Any) -> dict[str, An
     work = Path(tempfile.mkdtemp(prefix="bench_spark_"))
     progress = work / "progress.log"
     progress.touch()
-    spark, started = start_spark(args.master, progress)
+    spark, started = start_spark(args.master, progress, free_build=args.free_build)
     where = Path(sys.modules["rmq_async"].__file__ or "").parent
     workers = worker_package(spark)
     print(f"session start {started:.1f} s; rmq_async from {where} (Python workers: {workers})", flush=True)
@@ -590,7 +617,8 @@ def measure(args: argparse.Namespace, namesrv: str, portal: Any) -> dict[str, An
     return {
         "rows": n, "size": args.size, "queues": queues, "master": args.master, "rounds": args.rounds,
         "warmup": args.warmup,
-        "source_opts": extra, "session_start_s": started, "runs": runs, "cpu": cpus, "series": series,
+        "source_opts": extra, "free_build": args.free_build, "session_start_s": started, "runs": runs,
+        "cpu": cpus, "series": series,
         "python": platform.python_version(), "pyspark": pyspark.__version__, "cpus": os.cpu_count(),
         "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
         "namesrv": args.namesrv or "embedded (child process)",
@@ -633,6 +661,12 @@ def main() -> None:
         + ["lite pull"],
         help="run only these readers (repeatable; default: all five, in turn each round)",
     )
+    ap.add_argument(
+        "--free-build",
+        action="store_true",
+        help="a bound, not a measurement of the source: its batch builder hands out slices of the "
+        "first batch it built, so the source costs its pulls only (what a free batch build would give)",
+    )
     ap.add_argument("--json", type=Path, help="write the figures (and the plot's series) here")
     ap.add_argument("--before", type=Path, help="figures of an earlier run (its --json) to compare")
     ap.add_argument("--plot", type=Path, help="PNG of rows/s over the run")
@@ -652,6 +686,8 @@ def main() -> None:
         "--source-opt pullBatchSize=N, pulls of N messages",
     )
     args = ap.parse_args()
+    if args.write and args.free_build:
+        ap.error("--free-build is a bound, not the source: it does not go to RESULTS.md")
     if args.broker_cpus and args.namesrv:
         ap.error("--broker-cpus pins the embedded cluster: pin a --namesrv cluster yourself (taskset)")
     t0 = time.perf_counter()
