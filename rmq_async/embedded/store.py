@@ -25,7 +25,7 @@ import struct
 import time
 import zlib
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from ..protocol.codes import MessageSysFlag
@@ -574,24 +574,33 @@ class MessageStore:
         res, cq, end = self._window(topic, queue_id, offset, max_nums)
         if cq is None:
             return res
-        offsets, sizes, tags = cq.offsets, cq.sizes, cq.tags
+        offsets, sizes, tags, views = cq.offsets, cq.sizes, cq.tags, self.views
+        parts = res.parts
         max_count, max_bytes = min(max_nums, self.max_transfer_count), self.max_transfer_bytes
-        if codes is None and accept is None:
-            # Every message matches: the answer is the next max_count messages unless the byte limit
-            # cuts it, found without a step per message (the slices made from them need one, unless
-            # they all lie back to back: a batch, or one producer's messages to one queue)
-            stop = min(end, offset + max_count)
-            lengths = sizes[offset:stop]
-            total = sum(lengths)
-            if total <= max_bytes or stop - offset == 1:
-                self._slices(offsets[offset:stop], lengths, total, runs, res.parts)
-                res.next_begin = stop
-                res.status = "FOUND"
-                res.total = total
-                res.count = stop - offset
-                return res
-        views, parts = self.views, res.parts
-        total = count = 0
+        if codes is None and accept is None and runs:
+            # Every message matches: the answer is the next max_count messages (the first whatever
+            # is asked) unless the byte limit cuts it. When they all lie back to back in one segment
+            # (a batch, or one producer's messages to one queue; the first two tell most others
+            # apart at once) it is one slice, found without a step per message.
+            at = offsets[offset]
+            stop = min(end, offset + max_count) if max_count > 1 else offset + 1
+            last = stop - 1
+            if last == offset or offsets[offset + 1] == at + sizes[offset]:
+                total = sum(sizes[offset:stop])
+                pos = at % SEGMENT_SIZE
+                if (
+                    (total <= max_bytes or last == offset)
+                    and offsets[last] + sizes[last] - at == total  # queue entries ascend: no gaps
+                    and pos + total <= SEGMENT_SIZE
+                ):
+                    parts.append(views[at // SEGMENT_SIZE][pos : pos + total])
+                    res.next_begin = stop
+                    res.status = "FOUND"
+                    res.total = total
+                    res.count = stop - offset
+                    return res
+        total = 0
+        count = 0
         i = offset
         run_at, run_end = -1, -1  # the commit-log span of the current slice
         while i < end:
@@ -621,34 +630,6 @@ class MessageStore:
             res.total = total
             res.count = count
         return res
-
-    def _slices(
-        self,
-        at_list: Sequence[int],
-        size_list: Sequence[int],
-        total: int,
-        runs: bool,
-        parts: list[memoryview],
-    ) -> None:
-        """:meth:`get`'s slices of messages it takes whole: those at ``at_list`` (ascending) of
-        ``size_list`` bytes (``total`` together), one each, or with ``runs`` one per run of messages
-        that lie back to back (as :meth:`get`'s loop cuts them)."""
-        views = self.views
-        first = at_list[0]
-        pos = first % SEGMENT_SIZE
-        if runs and at_list[-1] + size_list[-1] - first == total and pos + total <= SEGMENT_SIZE:
-            parts.append(views[first // SEGMENT_SIZE][pos : pos + total])  # no gap: one slice
-            return
-        run_at = run_end = -1
-        for at, size in zip(at_list, size_list, strict=True):
-            if not runs or at != run_end or at % SEGMENT_SIZE == 0:
-                if run_at >= 0:
-                    seg, pos = divmod(run_at, SEGMENT_SIZE)
-                    parts.append(views[seg][pos : pos + run_end - run_at])
-                run_at = at
-            run_end = at + size
-        seg, pos = divmod(run_at, SEGMENT_SIZE)
-        parts.append(views[seg][pos : pos + run_end - run_at])
 
     def _props_or_empty(self, phys: int) -> str:
         try:

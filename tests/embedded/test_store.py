@@ -116,6 +116,9 @@ def test_back_to_back_messages_every_tag_takes_are_one_slice_within_the_limits()
     fill(huge, 2, size=300 * 1024)
     res = huge.get("T", 0, 0, 32, None, runs=True)
     assert (res.count, res.total) == (1, res.parts[0].nbytes)  # one message over the limit goes whole
+    for runs in (False, True):  # maxMsgNums 0 still gets the first message (isTheBatchFull), at the end too
+        assert store.get("T", 0, 39, 0, None, runs=runs).count == 1
+        assert store.get("T", 0, 5, 0, frozenset({0}), runs=runs).count == 1
 
 
 def test_transfer_limits_are_settings() -> None:
@@ -205,7 +208,7 @@ def test_a_run_ends_where_a_commit_log_segment_ends() -> None:
     st.integers(1, 40),
     st.integers(150, 5000),
     st.integers(0, 30),
-    st.integers(1, 40),
+    st.integers(0, 40),
     st.one_of(st.none(), st.frozensets(st.integers(0, 3), max_size=3)),
     st.booleans(),
 )
