@@ -18,7 +18,9 @@ to the ceiling of the same mode and to lite pull. Every reader also logs (time, 
 it yields, so ``--plot`` draws rows/s over the whole run (0.25 s bins). ``--json`` keeps the figures;
 ``--before OLD.json`` adds an earlier run (e.g. of the previous commit) to the table and the plot;
 ``--write`` replaces the "Spark source at Spark speed (#22)" section of benchmarks/RESULTS.md.
-``--source-opt k=v`` passes extra options to the source (e.g. ``minPartitions=8``).
+``--source-opt k=v`` passes extra options to the source (e.g. ``minPartitions=8``). ``--free-build``
+gives a bound instead of the source's figure: its batch builder hands out slices of the first batch it
+built, so the source costs only its pulls.
 
     python benchmarks/bench_spark.py [--messages 200000] [--size 1024] [--queues 8] [--rounds 2]
         [--namesrv HOST:PORT --topic T [--preload]] [--master local[2]] [--json F] [--plot F] [--write]
