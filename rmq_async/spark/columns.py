@@ -2,19 +2,21 @@
 
 Strategy. A pull body is stored messages back to back (see ``protocol/stored.py``). One Python loop
 only finds where each message starts (one ``unpack_from`` of its size, over the joined bodies of the
-batch); the fixed part of every message is then copied out as one row each (numpy, a structured
-big-endian dtype over the 88 bytes), which gives every fixed field for all messages at once. Bodies
-and raw property strings are never sliced one by one in Python: numpy writes an Arrow *binary view*
-array over the pull bytes (16 bytes per value: length, and the first bytes or the whole value if it
-has at most 12), and one Arrow cast copies the values into the plain binary/string column (checking
-UTF-8 for strings, once). The property strings are split once. When every row names the same
-properties in the same order (one producer's messages: the common case), numpy finds the separators
-and cuts every value out as a view, without a kernel per item (:class:`_Uniform`); otherwise Arrow
-kernels split them (on ``\x02``, then each item on its first ``\x01``; :class:`_Props`). Either way
-items without a name or value are dropped and a name repeated in one message keeps its first place
-and its last value, as a dict filled item by item. ``keys``, ``tags`` and ``msg_id`` are picked from
-those items by name, and the ``properties`` map is made of them unless the query leaves it out.
-These are :func:`~rmq_async.protocol.properties.parse_properties`' rules, Java's.
+batch; when every message is as long as the first, one strided numpy read of the size fields checks
+that instead); the fixed part of every message is then copied out as one row each (numpy, a
+structured big-endian dtype over the 88 bytes), which gives every fixed field for all messages at
+once. Bodies and raw property strings are never sliced one by one in Python: numpy writes an Arrow
+*binary view* array over the pull bytes (16 bytes per value: length, and the first bytes or the
+whole value if it has at most 12), and one Arrow cast copies the values into the plain binary/string
+column (checking UTF-8 for strings, once); values of one length (bodies of one size) are copied by
+rows instead. The property strings are split once. When every row names the same properties in the
+same order (one producer's messages: the common case), numpy finds the separators and cuts every
+value out as a view, without a kernel per item (:class:`_Uniform`); otherwise Arrow kernels split
+them (on ``\x02``, then each item on its first ``\x01``; :class:`_Props`). Either way items without
+a name or value are dropped and a name repeated in one message keeps its first place and its last
+value, as a dict filled item by item. ``keys``, ``tags`` and ``msg_id`` are picked from those items
+by name, and the ``properties`` map is made of them unless the query leaves it out. These are
+:func:`~rmq_async.protocol.properties.parse_properties`' rules, Java's.
 
 What this path does not take (a message with a V2 magic code, an IPv6 host, a compressed body,
 anything malformed) makes :func:`build_batch` go the careful way for that batch:
@@ -109,20 +111,29 @@ def to_arrow(msgs: Sequence[MessageExt], topic: str, broker_name: str, *, proper
     return pa.RecordBatch.from_arrays(cols, schema=arrow_schema())
 
 
-def _starts(buf: bytes) -> list[int] | None:
-    """Where each message of ``buf`` starts, or None if the sizes do not add up (the magic codes are
-    checked later, all at once)."""
+def _starts(np: Any, buf: bytes) -> Any | None:
+    """Where each message of ``buf`` starts (an int64 array), or None if the sizes do not add up (the
+    magic codes are checked later, all at once). Messages of one size (one producer's fixed-size
+    payloads with the same properties layout) are checked with one strided read of every size field;
+    any other batch is walked message by message."""
+    n = len(buf)
+    if n >= _MIN_STORED:
+        (total,) = _SIZE.unpack_from(buf, 0)
+        if total >= _MIN_STORED and n % total == 0:
+            sizes = np.ndarray((n // total,), dtype=">i4", buffer=buf, strides=(total,))
+            if bool((sizes == total).all()):
+                return np.arange(0, n, total, dtype=np.int64)
     out: list[int] = []
     append = out.append
     unpack = _SIZE.unpack_from
-    pos, last = 0, len(buf) - _MIN_STORED
+    pos, last = 0, n - _MIN_STORED
     while pos <= last:
         (total,) = unpack(buf, pos)
         if total < _MIN_STORED:
             return None
         append(pos)
         pos += total
-    return out if pos == len(buf) else None
+    return np.array(out, dtype=np.int64) if pos == n else None
 
 
 def _fixed_parts(np: Any, data: Any, starts: Any) -> Any:
@@ -166,6 +177,14 @@ def _strings(
     n = len(begin)
     if n == 0:
         return pa.array([], kind)
+    width = int(length[0])
+    if (
+        (utf8 or kind == pa.binary())
+        and width > 0
+        and bool((length == width).all())
+        and int(begin.max()) + width <= len(data)
+    ):
+        return _fixed_width_values(pa, np, data, begin[:, None], [width], kind)  # one row copy per value
     if _views_cast:
         try:
             return _from_views(pa, np, data, buf, begin, length, kind, utf8)
@@ -441,21 +460,24 @@ class _Uniform:
         return pa.MapArray.from_arrays(pa.array(offsets), keys, self.values)
 
 
-def _fixed_width_values(pa: Any, np: Any, data: Any, begin: Any, widths: Any) -> Any:
-    """The string array of ``data[begin[r, j] : begin[r, j] + widths[j]]`` in row-major order, when
-    every row's ``j``-th value has the same width (``UNIQ_KEY``, ``WAIT``, one producer's ``TAGS``):
-    one row copy per column into the values buffer, no views. The values are pieces of checked text
-    cut at ASCII bytes: valid UTF-8."""
+def _fixed_width_values(pa: Any, np: Any, data: Any, begin: Any, widths: Any, kind: Any = None) -> Any:
+    """The string (or ``kind``) array of ``data[begin[r, j] : begin[r, j] + widths[j]]`` in row-major
+    order, when every row's ``j``-th value has the same width (``UNIQ_KEY``, ``WAIT``, one producer's
+    ``TAGS``, bodies of one size): one row copy per column into the values buffer, no views. String
+    values must be known to be valid UTF-8 (pieces of checked text cut at ASCII bytes)."""
     n, m = begin.shape
     widths = [int(w) for w in widths]
-    out = np.empty((n, sum(widths)), dtype=np.uint8)
-    at = 0
-    for j, w in enumerate(widths):
-        out[:, at : at + w] = np.lib.stride_tricks.sliding_window_view(data, w)[begin[:, j]]
-        at += w
+    if m == 1:
+        out = np.lib.stride_tricks.sliding_window_view(data, widths[0])[begin[:, 0]]
+    else:
+        out = np.empty((n, sum(widths)), dtype=np.uint8)
+        at = 0
+        for j, w in enumerate(widths):
+            out[:, at : at + w] = np.lib.stride_tricks.sliding_window_view(data, w)[begin[:, j]]
+            at += w
     offsets = np.zeros(n * m + 1, dtype=np.int32)
     np.cumsum(np.tile(np.array(widths, dtype=np.int32), n), out=offsets[1:])
-    return pa.Array.from_buffers(pa.string(), n * m, [None, pa.py_buffer(offsets), pa.py_buffer(out)])
+    return pa.Array.from_buffers(kind or pa.string(), n * m, [None, pa.py_buffer(offsets), pa.py_buffer(out)])
 
 
 def _repeats(np: Any, parents: Any, idx: Any, distinct: int) -> bool:
@@ -489,15 +511,14 @@ def build_batch(
     buf = chunks[0].body if len(chunks) == 1 else b"".join(c.body for c in chunks)
     # the messages of the joined bodies, found in one walk; every chunk must start with one of them
     # (else a chunk's walk would not end at its end: the careful path says where and why)
-    starts_list = _starts(buf)
+    starts = _starts(np, buf)
     batch = None
-    if starts_list is not None:
-        starts = np.array(starts_list, dtype=np.int64)
+    if starts is not None:
         ends = np.cumsum([len(c.body) for c in chunks], dtype=np.int64)
         first = np.searchsorted(starts, ends[:-1])
         if (first < len(starts)).all() and (starts[first] == ends[:-1]).all():
             batch = _fast(pa, pc, np, buf, starts, topic, broker_name, properties)
-    if batch is None:
+    if batch is None or starts is None:
         return _careful(
             chunks, topic, broker_name, tags=tags, properties=properties, skip_undecodable=skip_undecodable
         )

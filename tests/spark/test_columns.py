@@ -335,3 +335,88 @@ def test_rows_of_one_layout(names: list[str], widths: list[int], data: st.DataOb
         body += msg(i, properties=raw + ("\x02" if trailing else ""))
     got = build_batch([Chunk(body, 0, n)], "T", "broker-a")
     assert got.to_pylist() == careful([Chunk(body, 0, n)]).to_pylist()
+
+
+def walked(buf: bytes) -> list[int] | None:
+    """Where each message starts, message by message (the rule ``_starts`` must keep)."""
+    out, pos = [], 0
+    while pos <= len(buf) - columns._MIN_STORED:
+        total = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
+        if total < columns._MIN_STORED:
+            return None
+        out.append(pos)
+        pos += total
+    return out if pos == len(buf) else None
+
+
+def starts_of(buf: bytes) -> list[int] | None:
+    import numpy as np
+
+    got = columns._starts(np, buf)
+    return None if got is None else got.tolist()
+
+
+def test_messages_of_one_size_are_found_without_a_walk(monkeypatch: pytest.MonkeyPatch) -> None:
+    # fixed-size bodies and properties of one width: every message as long as the first
+    one = [msg(i, body=b"%04d" % i * 8, properties={"UNIQ_KEY": f"U{i:05d}", "TAGS": "A"}) for i in range(40)]
+    assert len({len(m) for m in one}) == 1
+    buf = b"".join(one)
+    unpacks: list[int] = []
+
+    class Counting:
+        def __init__(self, real: Any) -> None:
+            self.real = real
+
+        def unpack_from(self, b: Any, pos: int = 0) -> Any:
+            unpacks.append(pos)
+            return self.real.unpack_from(b, pos)
+
+    monkeypatch.setattr(columns, "_SIZE", Counting(columns._SIZE))
+    assert starts_of(buf) == walked(buf) == [i * len(one[0]) for i in range(40)]
+    assert unpacks == [0]  # the first size only; the others in one strided read
+    got = same([Chunk(buf[: 20 * len(one[0])], 0, 20), Chunk(buf[20 * len(one[0]) :], 20, 40)], fast=True)
+    assert got.column("body").to_pylist() == [b"%04d" % i * 8 for i in range(40)]
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        [100, 200],  # as long as a whole number of the first's, not of one size: walked
+        [200, 100, 100],
+        [100, 100, 100, 50],  # too short to be a message
+        [150, 150, 150, 10],  # a size field that does not add up
+        [100],
+        [91, 91],
+    ],
+)
+def test_message_starts_of_uneven_and_bad_sizes(sizes: list[int]) -> None:
+    buf = b"".join(k.to_bytes(4, "big") + bytes(k - 4) if k >= 4 else bytes(k) for k in sizes)
+    assert starts_of(buf) == walked(buf)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=6), min_size=0, max_size=12), st.integers(0, 3))
+def test_message_starts_as_a_walk_finds_them(body_lengths: list[int], cut: int) -> None:
+    # messages of one size or not, and buffers cut short: the same starts (or None) as the walk
+    buf = b"".join(msg(0, body=b"x" * k, properties={"K": "v"}) for k in body_lengths)
+    buf = buf[: len(buf) - cut]
+    assert starts_of(buf) == walked(buf)
+
+
+@pytest.mark.parametrize("width", [1, 12, 13, 1024])
+def test_bodies_of_one_size_are_copied_by_rows(monkeypatch: pytest.MonkeyPatch, width: int) -> None:
+    # bodies of one size: one row copy each; the same column as the binary views' cast
+    body = b"".join(msg(i, body=bytes([65 + i % 26]) * width) for i in range(30))
+    fast = same([Chunk(body, 0, 30)], fast=True)
+    col = fast.column("body")
+    assert col.type == pa.binary() and col.to_pylist() == [bytes([65 + i % 26]) * width for i in range(30)]
+    viewed: list[Any] = []
+    real = columns._from_views
+
+    def spy(*a: Any, **k: Any) -> Any:
+        viewed.append(a[6])  # the kind of array asked for
+        return real(*a, **k)
+
+    monkeypatch.setattr(columns, "_from_views", spy)
+    build_batch([Chunk(body, 0, 30)], "T", "broker-a")
+    assert pa.binary() not in viewed  # the body column did not go through views
