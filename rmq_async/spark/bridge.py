@@ -473,11 +473,13 @@ def quick_ack_spark_connection() -> bool:
     """Ask the kernel to acknowledge at once what Spark's JVM sends next on this Python worker's
     connection (``TCP_QUICKACK``, Linux); True when it was set.
 
-    Called by the readers at the end of every partition. Between two tasks of a reused worker the
-    JVM writes the next task's command, then its input; with Nagle's algorithm on its side it holds
-    the input until the worker acknowledges the command, and Linux delays that acknowledgement by
-    up to 40 ms. That was 40 ms per task before every partition after a worker's first (about 10 %
-    of a 400,000-row batch read on 8 queues). The connection is found from pyspark's frames (the
+    Called by the readers at the end of every partition, and when a task's command unpickles a
+    reader (the task's input not read yet). Between two tasks of a reused worker the JVM writes the
+    next task's command, then its input; with Nagle's algorithm on its side it holds the input until
+    the worker acknowledges the command, and Linux delays that acknowledgement by up to 40 ms. That
+    was 40 ms per task before every partition after a worker's first (about 10 % of a 400,000-row
+    batch read on 8 queues); set when the command unpickles, the pending acknowledgement goes at
+    once, also for a task that follows another source's in the worker. The connection is found from pyspark's frames (the
     file ``pyspark.worker.main`` writes, with or without Spark's daemon); where it is not found, not
     TCP or not Linux, nothing is done."""
     quick_ack = getattr(socket, "TCP_QUICKACK", None)

@@ -120,6 +120,10 @@ class RocketMQBatchReader(DataSourceReader):
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        quick_ack_spark_connection()  # a task's command: let its input come at once
+
     def partitions(self) -> Sequence[RocketMQPartition]:
         opts = self.opts
         bridge = Bridge(opts)
@@ -170,6 +174,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        quick_ack_spark_connection()  # a task's command: let its input come at once
 
     @property
     def bridge(self) -> Bridge:

@@ -65,3 +65,23 @@ def test_a_spark_worker_connection_is_found(spark: Any) -> None:
     # pyspark (a renamed main would silently bring the 40 ms back)
     rdd = spark.sparkContext.parallelize([0], 1)
     assert rdd.map(lambda _: bridge.quick_ack_spark_connection()).collect() == [sys.platform == "linux"]
+
+
+def test_readers_set_it_when_a_task_unpickles_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a task's command carries the reader: unpickled before the task's input is read, so the
+    # acknowledgement the JVM waits for goes at once, also after another source's task in the worker
+    import pickle
+
+    from rmq_async.spark import source
+    from rmq_async.spark.options import parse_options
+
+    calls: list[str] = []
+    monkeypatch.setattr(source, "quick_ack_spark_connection", lambda: calls.append("ack") or True)
+    raw = {"namesrv": "127.0.0.1:9876", "topic": "T"}
+    batch = source.RocketMQBatchReader(parse_options(raw, streaming=False))
+    assert calls == []
+    copy = pickle.loads(pickle.dumps(batch))
+    assert calls == ["ack"] and copy.opts == batch.opts
+    stream = source.RocketMQStreamReader(parse_options(raw, streaming=True))
+    again = pickle.loads(pickle.dumps(stream))
+    assert calls == ["ack", "ack"] and again.opts == stream.opts and again._bridge is None
