@@ -6,7 +6,11 @@ a child process, or already on the cluster given by ``--namesrv``). In one Spark
 
 * ``memory``: a trivial Python data source with the source's schema that yields Arrow record batches
   built once in memory (same body size, the property map of a real message of the topic, same
-  number of input partitions): the ceiling of any Python data source on this machine;
+  number of input partitions), with the two settings the source makes in a Python worker
+  (``TCP_QUICKACK`` on the worker's connection when a task's command is read and after each
+  partition; the heap frozen after the worker's first partition): the ceiling of any Python data
+  source on this machine. ``--plain-ceiling`` leaves them out (what rounds 6-8 of RESULTS measured;
+  every task of that ceiling waits about 40 ms for its input);
 * ``rocketmq``: the source, earliest to latest;
 
 each as a batch read (``spark.read ... .write.format("noop")``) and as a streaming query with
@@ -110,7 +114,8 @@ def _memory_batches(opts: dict[str, str], lo: int, hi: int) -> Iterator[Any]:
 
 
 def _memory_schema() -> Any:
-    """The source's Arrow schema, written out here so the ceiling's workers never import rmq_async."""
+    """The source's Arrow schema, written out here: the ceiling's workers import rmq_async only for
+    the worker settings."""
     import pyarrow as pa
 
     ts = pa.timestamp("us", tz="UTC")
@@ -129,19 +134,45 @@ def _splits(lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
     return [(s, min(s + step, hi)) for s in range(lo, hi, step)]
 
 
-class MemoryBatchReader(DataSourceReader):
+def _worker_settings(opts: dict[str, str], *, partition_done: bool) -> None:
+    """The settings the source makes in a Python worker, made by the ceiling too (unless
+    ``--plain-ceiling``): ``TCP_QUICKACK`` on the worker's connection to the JVM when a task's command
+    unpickles a reader and after each partition, and the heap frozen after the first partition."""
+    if opts.get("plain") == "1":
+        return
+    if not partition_done and "rmq_async.spark.bridge" not in sys.modules:
+        # not a worker that read the source (Spark's streaming source runner unpickles the reader
+        # too): importing the package there would cost what the trivial source never pays
+        return
+    from rmq_async.spark.bridge import freeze_worker_heap, quick_ack_spark_connection
+
+    if partition_done:
+        freeze_worker_heap()
+    quick_ack_spark_connection()
+
+
+class _MemoryReader:
+    opts: dict[str, str]
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        _worker_settings(self.opts, partition_done=False)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        lo, hi = partition.value
+        yield from _log_rows(_memory_batches(self.opts, lo, hi))
+        _worker_settings(self.opts, partition_done=True)
+
+
+class MemoryBatchReader(_MemoryReader, DataSourceReader):
     def __init__(self, opts: dict[str, str]) -> None:
         self.opts = opts
 
     def partitions(self) -> Sequence[InputPartition]:
         return [InputPartition(r) for r in _splits(0, int(self.opts["rows"]), int(self.opts["partitions"]))]
 
-    def read(self, partition: InputPartition) -> Iterator[Any]:
-        lo, hi = partition.value
-        yield from _log_rows(_memory_batches(self.opts, lo, hi))
 
-
-class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class MemoryStreamReader(_MemoryReader, DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: dict[str, str]) -> None:
         self.opts = opts
 
@@ -156,10 +187,6 @@ class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         return [InputPartition(r) for r in _splits(start["n"], end["n"], int(self.opts["partitions"]))]
-
-    def read(self, partition: InputPartition) -> Iterator[Any]:
-        lo, hi = partition.value
-        yield from _log_rows(_memory_batches(self.opts, lo, hi))
 
 
 class MemorySource(DataSource):
@@ -284,10 +311,21 @@ async def lite_pull(namesrv: str, topic: str, n: int, log: list[tuple[float, int
 
 
 class Runner:
-    def __init__(self, spark: Any, namesrv: str, topic: str, n: int, progress: Path, extra: dict[str, str]):
+    def __init__(
+        self,
+        spark: Any,
+        namesrv: str,
+        topic: str,
+        n: int,
+        progress: Path,
+        extra: dict[str, str],
+        *,
+        plain_ceiling: bool = False,
+    ):
         self.spark, self.namesrv, self.topic, self.n = spark, namesrv, topic, n
         self.progress = progress
         self.extra = extra
+        self.plain_ceiling = plain_ceiling
         self.memory_opts: dict[str, str] = {}
 
     def source_reader(self, stream: bool) -> Any:
@@ -311,7 +349,7 @@ class Runner:
         parts = self.source_reader(False).load().rdd.getNumPartitions()
         self.memory_opts = {
             "rows": str(self.n), "partitions": str(max(parts, 2)), "size": str(len(row.body) or size),
-            "topic": self.topic, "props": json.dumps(props),
+            "topic": self.topic, "props": json.dumps(props), "plain": "1" if self.plain_ceiling else "0",
         }  # fmt: skip
         self.memory_reader(False).load().limit(1).collect()  # warm the workers up, as sample() did
         print(f"rows: {self.n}; source partitions: {parts}; sample properties: {sorted(props)}", flush=True)
@@ -569,7 +607,7 @@ def measure(args: argparse.Namespace, namesrv: str, portal: Any) -> dict[str, An
     series: list[dict[str, Any]] = []
     offset = 0.0
     try:
-        r = Runner(spark, namesrv, topic, n, progress, extra)
+        r = Runner(spark, namesrv, topic, n, progress, extra, plain_ceiling=args.plain_ceiling)
         r.sample(queues, args.size)
         for rnd in range(1 - args.warmup, args.rounds + 1):
             plan: list[tuple[str, Any]] = [
@@ -619,7 +657,8 @@ def measure(args: argparse.Namespace, namesrv: str, portal: Any) -> dict[str, An
     return {
         "rows": n, "size": args.size, "queues": queues, "master": args.master, "rounds": args.rounds,
         "warmup": args.warmup,
-        "source_opts": extra, "free_build": args.free_build, "session_start_s": started, "runs": runs,
+        "source_opts": extra, "free_build": args.free_build, "plain_ceiling": args.plain_ceiling,
+        "session_start_s": started, "runs": runs,
         "cpu": cpus, "series": series,
         "python": platform.python_version(), "pyspark": pyspark.__version__, "cpus": os.cpu_count(),
         "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
@@ -668,6 +707,12 @@ def main() -> None:
         action="store_true",
         help="a bound, not a measurement of the source: its batch builder hands out slices of the "
         "first batch it built, so the source costs its pulls only (what a free batch build would give)",
+    )
+    ap.add_argument(
+        "--plain-ceiling",
+        action="store_true",
+        help="the ceiling without the source's two Python worker settings (TCP_QUICKACK, the heap "
+        "frozen): a trivial source's tasks each wait about 40 ms for their input",
     )
     ap.add_argument("--json", type=Path, help="write the figures (and the plot's series) here")
     ap.add_argument("--before", type=Path, help="figures of an earlier run (its --json) to compare")
@@ -732,7 +777,8 @@ def main() -> None:
 
 `python {" ".join(sys.argv)}` (wall time {res["wall_s"]:.0f} s): {res["rows"]:,} messages of {res["size"]} B
 on {res["queues"]} queues ({res["namesrv"]}); Spark `{res["master"]}`, `noop` sink, {res["rounds"]} rounds
-(median and best); Python {res["python"]}, pyspark {res["pyspark"]}, {res["machine"]}, shared.
+(median and best); Python {res["python"]}, pyspark {res["pyspark"]}, {res["machine"]}, shared. The
+ceiling {"without" if res["plain_ceiling"] else "with"} the source's Python worker settings.
 
 {tab}
 """
