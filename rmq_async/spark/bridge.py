@@ -479,9 +479,9 @@ def quick_ack_spark_connection() -> bool:
     the worker acknowledges the command, and Linux delays that acknowledgement by up to 40 ms. That
     was 40 ms per task before every partition after a worker's first (about 10 % of a 400,000-row
     batch read on 8 queues); set when the command unpickles, the pending acknowledgement goes at
-    once, also for a task that follows another source's in the worker. The connection is found from pyspark's frames (the
-    file ``pyspark.worker.main`` writes, with or without Spark's daemon); where it is not found, not
-    TCP or not Linux, nothing is done."""
+    once, also for a task that follows another source's in the worker. The connection is found from
+    pyspark's frames (the file ``pyspark.worker.main`` writes, with or without Spark's daemon); where
+    it is not found, not TCP or not Linux, nothing is done."""
     quick_ack = getattr(socket, "TCP_QUICKACK", None)
     if quick_ack is None:
         return False
