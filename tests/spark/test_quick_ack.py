@@ -76,7 +76,12 @@ def test_readers_set_it_when_a_task_unpickles_them(monkeypatch: pytest.MonkeyPat
     from rmq_async.spark.options import parse_options
 
     calls: list[str] = []
-    monkeypatch.setattr(source, "quick_ack_spark_connection", lambda: calls.append("ack") or True)
+
+    def ack() -> bool:
+        calls.append("ack")
+        return True
+
+    monkeypatch.setattr(source, "quick_ack_spark_connection", ack)
     raw = {"namesrv": "127.0.0.1:9876", "topic": "T"}
     batch = source.RocketMQBatchReader(parse_options(raw, streaming=False))
     assert calls == []
