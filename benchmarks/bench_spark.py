@@ -422,11 +422,13 @@ def cpu_by_role() -> dict[str, float]:
     """CPU seconds used so far by this process tree, by role: the JVM, the Python workers (pyspark's
     daemon and its children), the broker (other children) and this driver process, and the seconds
     every CPU of the machine spent idle (Linux /proc; empty elsewhere). Workers that exited are
-    missed; Spark keeps them between tasks."""
+    missed; Spark keeps them between tasks. Also the Python workers' part of it spent in the kernel
+    and their minor page faults (memory the C allocator took fresh from the system, a zeroed page
+    each)."""
     if not os.path.isdir("/proc"):
         return {}
     tick = os.sysconf("SC_CLK_TCK")
-    table: dict[int, tuple[int, float, str]] = {}
+    table: dict[int, tuple[int, float, float, int, str]] = {}  # ppid, CPU s, system s, faults, command
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
@@ -437,10 +439,11 @@ def cpu_by_role() -> dict[str, float]:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        table[int(d)] = (int(rest[1]), (int(rest[11]) + int(rest[12])) / tick, cmd)
+        utime, stime = int(rest[11]) / tick, int(rest[12]) / tick
+        table[int(d)] = (int(rest[1]), utime + stime, stime, int(rest[7]), cmd)
     me = os.getpid()
     out: dict[str, float] = {}
-    for pid, (_, secs, cmd) in table.items():
+    for pid, (_, secs, sys_secs, faults, cmd) in table.items():
         chain: list[int] = []
         p = pid
         while p in table and p != me and len(chain) < 50:
@@ -448,13 +451,15 @@ def cpu_by_role() -> dict[str, float]:
             p = table[p][0]
         if p != me:
             continue
-        cmds = [table[c][2] for c in chain]
+        cmds = [table[c][4] for c in chain]
         if pid == me:
             role = "driver"
         elif "java" in cmd.split(" ")[0]:
             role = "JVM"
         elif any("pyspark" in c for c in cmds):
             role = "Python workers"
+            out[WORKERS_SYS] = out.get(WORKERS_SYS, 0.0) + sys_secs
+            out[WORKERS_FAULTS] = out.get(WORKERS_FAULTS, 0.0) + faults
         else:
             role = "broker"
         out[role] = out.get(role, 0.0) + secs
@@ -462,6 +467,10 @@ def cpu_by_role() -> dict[str, float]:
         fields = f.readline().split()
     out["machine idle"] = (int(fields[4]) + int(fields[5])) / tick  # idle and iowait, every CPU
     return out
+
+
+#: keys of :func:`cpu_by_role` that are parts of "Python workers", not roles of their own
+WORKERS_SYS, WORKERS_FAULTS = "Python workers: system", "Python workers: minor faults"
 
 
 def cpu_delta(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
