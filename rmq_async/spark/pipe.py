@@ -6,8 +6,9 @@ nothing to wait for but the broker: :func:`pull_range` cuts the range into pull-
 written together with one ``sendall``; answers are matched by opaque (a broker may answer out of
 order) and each slot's undecoded bodies are handed over in offset order. The thread that builds the
 Arrow batches does the I/O itself: no event loop, no task, future or timer per pull, no hand-over
-between threads (an asyncio pipeline cost 40-50 µs per 32-message pull and a second busy thread
-contending for the GIL in every Python worker).
+between threads per pull (an asyncio pipeline cost 40-50 µs per 32-message pull and a second busy
+thread contending for the GIL in every Python worker); finished batches go to Spark's thread, one
+hand-over per batch (``bridge.one_ahead``).
 
 A pull is the request ``MQClientAPI.pull`` would send, written from a per-queue template
 (:class:`PullTemplate`: the JSON header with the offset, count and opaque filled in, byte for byte
