@@ -603,6 +603,7 @@ class _Runner:
                 if _runners_pid == pid:
                     _idle_runners.append(self)
             done.set()  # idle again first: the caller's next job finds this thread
+            del job, done  # nothing of the last partition kept while idle
 
 
 _idle_runners: list[_Runner] = []
