@@ -666,9 +666,19 @@ def measure(args: argparse.Namespace, namesrv: str, portal: Any) -> dict[str, An
                 runs.setdefault(name, []).append(rate)
                 lines = (ln.split() for ln in progress.read_text().splitlines())
                 events = [(float(t), int(k)) for t, k in lines]
-                series.append({"name": f"{name} r{rnd}", "offset": offset, "points": binned(events, t0, t1)})
+                times = [t for t, _ in events if t0 <= t <= t1]
+                # until the first batch (planning, the first pulls), after the last (the query's end)
+                first, tail = (times[0] - t0, t1 - times[-1]) if times else (0.0, 0.0)
+                series.append(
+                    {"name": f"{name} r{rnd}", "offset": offset, "points": binned(events, t0, t1),
+                     "first_batch_s": first, "after_last_batch_s": tail}
+                )  # fmt: skip
                 offset += t1 - t0 + 0.5
-                print(f"round {rnd} {name}: {rate:,.0f} rows/s ({t1 - t0:.2f} s); cpu s {cpu}", flush=True)
+                print(
+                    f"round {rnd} {name}: {rate:,.0f} rows/s ({t1 - t0:.2f} s; first batch after "
+                    f"{first * 1000:.0f} ms, the end {tail * 1000:.0f} ms after the last); cpu s {cpu}",
+                    flush=True,
+                )
             if rnd <= 0 or (args.only and "lite pull" not in args.only):
                 continue
             log: list[tuple[float, int]] = []
