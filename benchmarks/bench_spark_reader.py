@@ -7,14 +7,16 @@ reads one partition at a time), the batches counted and dropped. The cluster run
 
     python benchmarks/bench_spark_reader.py --messages 200000 --rounds 5
 
-Prints one line per round (rows/s, CPU µs a row) and a JSON summary line (medians of the rounds after
-the first). To compare two versions, run it with ``PYTHONPATH=<worktree>`` for the other, alternately.
+Prints one line per round (rows/s, CPU µs a row; with the embedded cluster also its CPU per pull, user
+and system, from ``/proc``) and a JSON summary line (medians of the rounds after the first). To compare
+two versions, run it with ``PYTHONPATH=<worktree>`` for the other, alternately.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -27,6 +29,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_spark import backlog, preload
 
 from rmq_async import EmbeddedCluster, Timing
+
+
+def children_cpu() -> tuple[float, float]:
+    """User and system CPU seconds of this process's child processes (the embedded cluster; Linux)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    user = system = 0.0
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[1]) == me:
+            user += int(fields[11]) / tick
+            system += int(fields[12]) / tick
+    return user, system
 
 
 def plan(
@@ -129,10 +150,21 @@ def main() -> None:
                 print(f"round {rnd}: {rows:,} rows, pulls {res['pull_us_row']:.2f} CPU-us/row, "
                       f"batches {res['build_us_row']:.2f} CPU-us/row")  # fmt: skip
                 continue
+            u0, s0 = children_cpu()
             rows, cpu, wall = read_all(namesrv, args.topic, extra)
+            u1, s1 = children_cpu()
             res = {"round": rnd, "rows": rows, "rows_s": rows / wall, "cpu_us_row": cpu / rows * 1e6}
+            line = f"round {rnd}: {rows:,} rows, {rows / wall:,.0f} rows/s, {cpu / rows * 1e6:.2f} CPU-us/row"
+            if not args.namesrv:  # the cluster is this process's child: its CPU per pull of pullBatchSize
+                pulls = rows / int(extra.get("pullBatchSize", 32))
+                res["broker_user_us_pull"] = (u1 - u0) / pulls * 1e6
+                res["broker_system_us_pull"] = (s1 - s0) / pulls * 1e6
+                line += (
+                    f"; the broker {res['broker_user_us_pull']:.1f} user + "
+                    f"{res['broker_system_us_pull']:.1f} system CPU-us a pull"
+                )
             results.append(res)
-            print(f"round {rnd}: {rows:,} rows, {rows / wall:,.0f} rows/s, {cpu / rows * 1e6:.2f} CPU-us/row")
+            print(line)
 
     with start_blocking_portal() as portal:
         if args.namesrv:
@@ -149,7 +181,14 @@ def main() -> None:
     import rmq_async
 
     summary: dict[str, Any] = {"rmq_async": str(Path(rmq_async.__file__).parent), "rows": rest[0]["rows"]}
-    for k in ("rows_s", "cpu_us_row", "pull_us_row", "build_us_row"):
+    for k in (
+        "rows_s",
+        "cpu_us_row",
+        "pull_us_row",
+        "build_us_row",
+        "broker_user_us_pull",
+        "broker_system_us_pull",
+    ):
         if k in rest[0]:
             summary[k] = statistics.median(r[k] for r in rest)
     summary["source_opts"] = extra
