@@ -32,8 +32,8 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Callable, Generator, Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Generator, Iterator, Sequence
+from typing import Any, TypeVar
 
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
@@ -76,6 +76,36 @@ log = logging.getLogger("rmq_async.spark")
 ARROW_BATCH_ROWS = 10_000
 #: an Arrow batch is handed to Spark at ARROW_BATCH_ROWS rows or this many bytes of pull bodies
 ARROW_BATCH_BYTES = 64 << 20
+#: requests of one planning call (min and max offsets, timestamp searches, offset commits) a
+#: :class:`Session` keeps in flight. The requests are Java's (``MQAdminImpl`` asks one queue at a time:
+#: a round trip per queue, twice for the bounds, every micro-batch); sent together they cost about one.
+PLANNING_CONCURRENCY = 32
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+async def _each(keys: Sequence[_K], ask: Callable[[_K], Awaitable[_V]]) -> dict[_K, _V]:
+    """``ask(key)`` for every key, at most :data:`PLANNING_CONCURRENCY` at once; the answers in the
+    keys' order. The first failure is raised as itself (not in an exception group), the other asks
+    cancelled."""
+    got: dict[_K, _V] = {}
+    limiter = anyio.CapacityLimiter(PLANNING_CONCURRENCY)
+
+    async def one(key: _K) -> None:
+        async with limiter:
+            got[key] = await ask(key)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for key in keys:
+                tg.start_soon(one, key)
+    except BaseExceptionGroup as group:
+        exc: BaseException = group
+        while isinstance(exc, BaseExceptionGroup):
+            exc = exc.exceptions[0]
+        raise exc from None
+    return {key: got[key] for key in keys}
 
 
 class _GroupHandle:
@@ -185,15 +215,32 @@ class Session:
                 out.extend((qd.broker_name, i) for i in range(qd.read_queue_nums))
         return sorted(out)
 
-    async def bounds(self, keys: list[QueueKey]) -> dict[QueueKey, tuple[int, int]]:
-        """(min offset, max offset) of each queue."""
-        api, t = self.client.api, self.opts.request_timeout
-        out = {}
-        for key in keys:
-            addr = await self._addr(key)
-            mq = self._mq(key)
-            out[key] = (await api.get_min_offset(addr, mq, t), await api.get_max_offset(addr, mq, t))
+    async def _addrs(self, keys: Sequence[QueueKey]) -> dict[str, str]:
+        """The address of each broker of ``keys`` (one lookup per broker, before requests fan out)."""
+        out: dict[str, str] = {}
+        for broker, qid in keys:
+            if broker not in out:
+                out[broker] = await self._addr((broker, qid))
         return out
+
+    async def bounds(self, keys: list[QueueKey]) -> dict[QueueKey, tuple[int, int]]:
+        """(min offset, max offset) of each queue: GET_MIN_OFFSET and GET_MAX_OFFSET of every queue,
+        sent together (:data:`PLANNING_CONCURRENCY`)."""
+        api, t = self.client.api, self.opts.request_timeout
+        addrs = await self._addrs(keys)
+
+        async def ask(job: tuple[QueueKey, bool]) -> int:
+            key, lowest = job
+            get = api.get_min_offset if lowest else api.get_max_offset
+            return await get(addrs[key[0]], self._mq(key), t)
+
+        got = await _each([(key, lowest) for key in keys for lowest in (True, False)], ask)
+        return {key: (got[(key, True)], got[(key, False)]) for key in keys}
+
+    async def search_all(self, timestamps: dict[QueueKey, int]) -> dict[QueueKey, int]:
+        """:meth:`search` of each queue's timestamp, sent together."""
+        await self._addrs(list(timestamps))
+        return await _each(sorted(timestamps), lambda key: self.search(key, timestamps[key]))
 
     async def search(self, key: QueueKey, timestamp_ms: int) -> int:
         """The first offset stored at or after ``timestamp_ms``. The broker answers the nearest
@@ -215,23 +262,35 @@ class Session:
     async def commit(self, offsets: dict[QueueKey, int]) -> None:
         """Write ``offsets`` for the group. The driver never stays a member of the group (a Java push
         group of that name would give it queues it never pulls): a broker that does not know the group
-        yet (26) is shown it by one heartbeat, undone at once, and the write is tried again."""
-        for key, off in sorted(offsets.items()):
+        yet (26) is shown it by one heartbeat, undone at once, and the writes it refused are tried
+        again. The writes of all queues are sent together (:data:`PLANNING_CONCURRENCY`)."""
+        keys = sorted(offsets)
+        addrs = await self._addrs(keys)
+
+        async def write(key: QueueKey) -> BrokerError | None:
             h = H.UpdateConsumerOffsetRequestHeader(
                 consumer_group=self.opts.group, topic=self.opts.topic, queue_id=key[1],
-                commit_offset=off, bname=key[0],
+                commit_offset=offsets[key], bname=key[0],
             )  # fmt: skip
             try:
                 await self.client.api.update_consumer_offset(
-                    await self._addr(key), h, self.opts.request_timeout, oneway=False
+                    addrs[key[0]], h, self.opts.request_timeout, oneway=False
                 )
             except BrokerError as exc:
-                if exc.code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST or self._group_made:
+                if exc.code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
                     raise
-                await self._make_group()
-                await self.client.api.update_consumer_offset(
-                    await self._addr(key), h, self.opts.request_timeout, oneway=False
-                )
+                return exc  # the group is unknown to that broker
+            return None
+
+        refused = {k: e for k, e in (await _each(keys, write)).items() if e is not None}
+        if not refused:
+            return
+        if self._group_made:
+            raise next(iter(refused.values()))
+        await self._make_group()
+        again = {k: e for k, e in (await _each(list(refused), write)).items() if e is not None}
+        if again:
+            raise next(iter(again.values()))
 
     async def _make_group(self) -> None:
         self._group_made = True
@@ -324,6 +383,9 @@ class Bridge:
 
     def search(self, key: QueueKey, timestamp_ms: int) -> int:
         return self.portal.call(self.session.search, key, timestamp_ms)
+
+    def search_all(self, timestamps: dict[QueueKey, int]) -> dict[QueueKey, int]:
+        return self.portal.call(self.session.search_all, timestamps)
 
     def commit(self, offsets: dict[QueueKey, int]) -> None:
         self.portal.call(self.session.commit, offsets)

@@ -62,14 +62,18 @@ def _starting(
     opts: SourceOptions, bridge: Bridge, keys: list[QueueKey], bounds: dict[QueueKey, tuple[int, int]]
 ) -> dict[QueueKey, int]:
     """Where a query with no checkpoint starts, per queue (timestamps first, as the Kafka source)."""
-    out: dict[QueueKey, int] = {}
+    stamps: dict[QueueKey, int] = {}
     for key in keys:
-        lo, hi = bounds[key]
         if opts.starting_by_timestamp is not None and key in opts.starting_by_timestamp:
-            out[key] = bridge.search(key, opts.starting_by_timestamp[key])
+            stamps[key] = opts.starting_by_timestamp[key]
         elif opts.starting_timestamp is not None:
-            out[key] = bridge.search(key, opts.starting_timestamp)
-        elif opts.starting == "earliest":
+            stamps[key] = opts.starting_timestamp
+    out = bridge.search_all(stamps) if stamps else {}
+    for key in keys:
+        if key in out:  # found by its timestamp
+            continue
+        lo, hi = bounds[key]
+        if opts.starting == "earliest":
             out[key] = lo
         elif opts.starting == "latest":
             out[key] = hi
