@@ -78,6 +78,9 @@ class OrderlyConsumeService:
         self._limiter = anyio.CapacityLimiter(ctx.config.concurrency)
         self._closed = False
         self._idle: anyio.Event | None = None  # made only while someone waits for idleness
+        #: one consume lock per message queue, shared by its process queues (Java's MessageQueueLock):
+        #: the handler of a dropped one still running holds back a new one of the same queue
+        self._mq_locks: dict[MessageQueue, anyio.Lock] = {}
 
     def open_deliveries(self) -> DeliveryStream:
         """The ``async for`` stream of a consumer without a handler (made on first use)."""
@@ -150,10 +153,27 @@ class OrderlyConsumeService:
         return not self.clustering or self.locks.lease_valid(pq)
 
     async def lock_new(self, pq: ProcessQueue) -> bool:
-        """Lock a newly assigned queue before its first pull (broadcasting: nothing to lock)."""
+        """Lock a newly assigned queue before its first pull (broadcasting: nothing to lock).
+
+        ``pq`` takes its message queue's consume lock: when the queue was dropped from this consumer
+        while a handler ran (a rebalance waits ``orderlyDropWait`` at most) and comes back before that
+        handler ends, the broker lock is ours again at once (it is per client), and the new process
+        queue must not consume the queue's messages beside the old handler. Java serializes a queue's
+        consumption with one lock object per message queue for the same reason."""
+        shared = self._mq_locks.get(pq.mq)
+        if shared is None:
+            self._mq_locks[pq.mq] = pq.consume_lock
+        else:
+            pq.consume_lock = shared
         if not self.clustering:
             return True
         return await self.locks.lock(pq)
+
+    def _forget_lock(self, mq: MessageQueue) -> None:
+        """Drop ``mq``'s shared consume lock once no process queue of it is owned or consuming."""
+        lock = self._mq_locks.get(mq)
+        if lock is not None and mq not in self._owned and not lock.locked():
+            del self._mq_locks[mq]
 
     async def ensure_locked(self, pq: ProcessQueue) -> bool:
         """Wait until ``pq``'s lease is valid, locking it again as needed; False once it is dropped."""
@@ -235,6 +255,8 @@ class OrderlyConsumeService:
 
     async def unlock_dropped(self, pq: ProcessQueue, idle: bool) -> None:
         """After a drop (offset persisted): release the broker lock with a oneway 42."""
+        if idle:
+            self._forget_lock(pq.mq)
         if not self.clustering:
             return
         if idle:
@@ -249,6 +271,7 @@ class OrderlyConsumeService:
         # the lease is no longer renewed, so the handler is cancelled at its end at the latest
         async with pq.consume_lock:
             pass
+        self._forget_lock(pq.mq)
         if pq.mq not in self._owned:
             await self.locks.unlock([pq.mq], oneway=True)
 

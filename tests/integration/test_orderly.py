@@ -427,3 +427,77 @@ def test_orderly_example_runs_on_the_embedded_cluster() -> None:
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["orders"] == 10 and summary["events"] == 50
     assert summary["out_of_order"] == 0
+
+
+async def test_a_queue_back_before_its_old_handler_ends_waits_for_that_handler(
+    names: tuple[str, str],
+) -> None:
+    """A rebalance takes a queue away while its handler runs: it waits ``orderly_drop_wait``, drops the
+    queue and keeps the broker lock until the handler ends. When the queue comes back to the same
+    consumer before that (the other member left), the broker lock is the consumer's again at once (it
+    is per client), and the new process queue starts from the committed offset. It must not consume
+    the queue beside the old handler: one handler of a queue at a time in a process, as Java's
+    ``MessageQueueLock``. (Seen in the soak: a member consumed offset 3226 of a queue twice at once,
+    the old call ending after the new one had gone on to 3290.)"""
+    topic, group = names
+    # leases long enough that nothing here ends by expiry: the old handler runs until released
+    timing = Timing(**{**Timing.fast().model_dump(), "lock_lease": 20.0, "broker_lock_expiry": 40.0})
+    async with EmbeddedCluster(timing=timing) as cluster:
+        await cluster.create_topic(topic, 1)
+        await send_ordered(cluster.namesrv_addr, topic, 3, orders=1)
+        release, first_blocked, second_started, all_done = (anyio.Event() for _ in range(4))
+        revoked, assigned_again = anyio.Event(), anyio.Event()
+        assigned = 0
+        calls: list[tuple[int, float, float]] = []  # offset, start, end (member a)
+
+        async def handle_a(msgs: list[MessageExt], ctx: OrderlyContext) -> OrderlyResult:
+            start = time.monotonic()
+            if not first_blocked.is_set():
+                first_blocked.set()
+                await release.wait()
+            else:
+                second_started.set()
+            calls.append((msgs[0].queue_offset, start, time.monotonic()))
+            if len({off for off, _, _ in calls}) == 3:
+                all_done.set()
+            return OrderlyResult.SUCCESS
+
+        async def handle_b(msgs: list[MessageExt], ctx: OrderlyContext) -> OrderlyResult:
+            raise AssertionError("b never holds the broker lock of the queue")
+
+        def on_assigned(t: str, mqs: set[Any]) -> None:
+            nonlocal assigned
+            if t == topic:
+                assigned += 1
+                if assigned == 2:
+                    assigned_again.set()
+
+        def on_revoked(t: str, mqs: set[Any]) -> None:
+            if t == topic:
+                revoked.set()
+
+        # b sorts before a: with one queue, b is allocated it while both are members
+        a = orderly_consumer(
+            cluster, group, topic, handle_a, timing, instance_name="ord-z", orderly_drop_wait=0.2,
+            on_assigned=on_assigned, on_revoked=on_revoked,
+        )  # fmt: skip
+        b = orderly_consumer(cluster, group, topic, handle_b, timing, instance_name="ord-a")
+        async with running(a):
+            with anyio.fail_after(10):
+                await first_blocked.wait()
+            await b.start()
+            with anyio.fail_after(10):  # a drops the queue, its handler still blocked
+                await revoked.wait()
+            await b.stop()
+            with anyio.fail_after(10):  # the queue is a's again, in a new process queue
+                await assigned_again.wait()
+            # before the fix a second handler call started within a pull of this
+            with anyio.move_on_after(1.5):
+                await second_started.wait()
+            assert not second_started.is_set(), "the queue was consumed beside its running handler"
+            release.set()
+            with anyio.fail_after(10):
+                await all_done.wait()
+    calls.sort(key=lambda c: c[1])
+    for (o1, _, e1), (o2, s2, _) in itertools.pairwise(calls):
+        assert s2 >= e1, f"offset {o2} started at {s2:.3f} before offset {o1}'s call ended at {e1:.3f}"
