@@ -442,29 +442,50 @@ def byte_compile(package: Path) -> int:
 def cpu_by_role() -> dict[str, float]:
     """CPU seconds used so far by this process tree, by role: the JVM, the Python workers (pyspark's
     daemon and its children), the broker (other children) and this driver process, and the seconds
-    every CPU of the machine spent idle (Linux /proc; empty elsewhere). Workers that exited are
-    missed; Spark keeps them between tasks. Also the Python workers' part of it spent in the kernel
-    and their minor page faults (memory the C allocator took fresh from the system, a zeroed page
-    each)."""
+    every CPU of the machine spent idle (Linux /proc; empty elsewhere). A process that exited is
+    counted by its parent once reaped (``cutime``, ``cstime``, ``cminflt``): Spark's streaming
+    runner, a new Python process per availableNow query, exits in the round after its query, and
+    without that a round's workers could read negative. What the JVM reaped is counted as Python
+    workers (Spark starts no other processes here). Also the Python workers' part of it spent in the
+    kernel and their minor page faults (memory the C allocator took fresh from the system, a zeroed
+    page each)."""
     if not os.path.isdir("/proc"):
         return {}
     tick = os.sysconf("SC_CLK_TCK")
-    table: dict[int, tuple[int, float, float, int, str]] = {}  # ppid, CPU s, system s, faults, command
+    # ppid, CPU s, system s, faults, command, then the same of its reaped children
+    table: dict[int, tuple[int, float, float, int, str, float, float, int]] = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
             with open(f"/proc/{d}/stat", encoding="ascii", errors="replace") as f:
                 rest = f.read().rsplit(")", 1)[1].split()
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{d}/cmdline", "rb") as fb:
+                cmd = fb.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
         utime, stime = int(rest[11]) / tick, int(rest[12]) / tick
-        table[int(d)] = (int(rest[1]), utime + stime, stime, int(rest[7]), cmd)
+        cutime, cstime = int(rest[13]) / tick, int(rest[14]) / tick
+        table[int(d)] = (
+            int(rest[1]),
+            utime + stime,
+            stime,
+            int(rest[7]),
+            cmd,
+            cutime + cstime,
+            cstime,
+            int(rest[8]),
+        )
     me = os.getpid()
     out: dict[str, float] = {}
-    for pid, (_, secs, sys_secs, faults, cmd) in table.items():
+
+    def add(role: str, secs: float, sys_secs: float, faults: int) -> None:
+        out[role] = out.get(role, 0.0) + secs
+        if role == "Python workers":
+            out[WORKERS_SYS] = out.get(WORKERS_SYS, 0.0) + sys_secs
+            out[WORKERS_FAULTS] = out.get(WORKERS_FAULTS, 0.0) + faults
+
+    for pid, (_, secs, sys_secs, faults, cmd, c_secs, c_sys, c_faults) in table.items():
         chain: list[int] = []
         p = pid
         while p in table and p != me and len(chain) < 50:
@@ -474,16 +495,15 @@ def cpu_by_role() -> dict[str, float]:
             continue
         cmds = [table[c][4] for c in chain]
         if pid == me:
-            role = "driver"
+            role = children = "driver"  # its children are the JVM and the broker, alive all run
         elif "java" in cmd.split(" ")[0]:
-            role = "JVM"
+            role, children = "JVM", "Python workers"
         elif any("pyspark" in c for c in cmds):
-            role = "Python workers"
-            out[WORKERS_SYS] = out.get(WORKERS_SYS, 0.0) + sys_secs
-            out[WORKERS_FAULTS] = out.get(WORKERS_FAULTS, 0.0) + faults
+            role = children = "Python workers"
         else:
-            role = "broker"
-        out[role] = out.get(role, 0.0) + secs
+            role = children = "broker"
+        add(role, secs, sys_secs, faults)
+        add(children, c_secs, c_sys, c_faults)
     with open("/proc/stat", encoding="ascii") as f:
         fields = f.readline().split()
     out["machine idle"] = (int(fields[4]) + int(fields[5])) / tick  # idle and iowait, every CPU
