@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -111,7 +112,7 @@ def to_arrow(msgs: Sequence[MessageExt], topic: str, broker_name: str, *, proper
     return pa.RecordBatch.from_arrays(cols, schema=arrow_schema())
 
 
-def _starts(np: Any, buf: bytes) -> Any | None:
+def _starts(np: Any, buf: bytes | memoryview) -> Any | None:
     """Where each message of ``buf`` starts (an int64 array), or None if the sizes do not add up (the
     magic codes are checked later, all at once). Messages of one size (one producer's fixed-size
     payloads with the same properties layout) are checked with one strided read of every size field;
@@ -490,6 +491,40 @@ def _repeats(np: Any, parents: Any, idx: Any, distinct: int) -> bool:
     return bool((codes[1:] == codes[:-1]).any())
 
 
+class _JoinBuffer(threading.local):
+    """Each thread's buffer for the joined pull bodies of a batch, kept between batches: a fresh
+    12 MB join per batch made the C allocator hand those pages back to the system and fault them in
+    again. At most ``KEEP_JOIN`` bytes are kept. Nothing :func:`build_batch` returns points into it
+    (every column is a copy)."""
+
+    buf: bytearray | None = None
+
+
+_join_buffer = _JoinBuffer()
+
+
+#: the largest join buffer a thread keeps (a larger batch's bodies are joined once, not kept)
+KEEP_JOIN = 32 << 20
+
+
+def _joined(chunks: Sequence[Chunk]) -> bytes | memoryview:
+    """The bodies of ``chunks`` back to back, in this thread's join buffer (valid until its next
+    call in this thread)."""
+    total = sum(len(c.body) for c in chunks)
+    if total > KEEP_JOIN:
+        return b"".join(c.body for c in chunks)
+    buf = _join_buffer.buf
+    if buf is None or len(buf) < total:
+        buf = _join_buffer.buf = bytearray(total)  # a new one: the old may still be exported
+    view = memoryview(buf)
+    at = 0
+    for c in chunks:
+        end = at + len(c.body)
+        view[at:end] = c.body
+        at = end
+    return view[:total]
+
+
 def build_batch(
     chunks: Iterable[Chunk],
     topic: str,
@@ -508,7 +543,7 @@ def build_batch(
     import pyarrow.compute as pc
 
     chunks = list(chunks)
-    buf = chunks[0].body if len(chunks) == 1 else b"".join(c.body for c in chunks)
+    buf = chunks[0].body if len(chunks) == 1 else _joined(chunks)
     # the messages of the joined bodies, found in one walk; every chunk must start with one of them
     # (else a chunk's walk would not end at its end: the careful path says where and why)
     starts = _starts(np, buf)
@@ -535,7 +570,7 @@ def build_batch(
 
 
 def _fast(
-    pa: Any, pc: Any, np: Any, buf: bytes, starts: Any, topic: str, broker: str, properties: bool
+    pa: Any, pc: Any, np: Any, buf: bytes | memoryview, starts: Any, topic: str, broker: str, properties: bool
 ) -> Any | None:
     n = len(starts)
     if n == 0:

@@ -420,3 +420,53 @@ def test_bodies_of_one_size_are_copied_by_rows(monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setattr(columns, "_from_views", spy)
     build_batch([Chunk(body, 0, 30)], "T", "broker-a")
     assert pa.binary() not in viewed  # the body column did not go through views
+
+
+@pytest.mark.parametrize("uneven", [False, True], ids=["one-layout", "uneven"])
+def test_a_batch_does_not_share_memory_with_the_join_buffer_the_next_one_reuses(uneven: bool) -> None:
+    """The joined pull bodies of a batch go to a buffer each thread keeps: a batch built from it
+    must hold copies only, or the next batch would overwrite the last one while Spark reads it."""
+
+    def chunks(first: int, n: int) -> list[Chunk]:
+        def one(i: int) -> bytes:
+            if not uneven:
+                return msg(i, body=b"%08d" % i * 16)  # one size, one property layout
+            return msg(
+                i,
+                body=b"x" * (i % 7 + 13 * (i % 3)),
+                properties={"UNIQ_KEY": f"u{i}", "KEYS": "k" * (i % 5 + 1)},
+            )
+
+        return [
+            Chunk(b"".join(one(i) for i in range(lo, lo + 32)), lo, lo + 32)
+            for lo in range(first, first + n, 32)
+        ]
+
+    # offsets 100-227 and 310-437: three digits each, and the uneven sizes repeat every 105 offsets,
+    # so the second batch is as long as the first
+    first = same(chunks(100, 128), fast=True)
+    rows = first.to_pylist()
+    joined = columns._join_buffer.buf
+    assert joined is not None
+    lo = pa.py_buffer(joined).address
+    hi = lo + len(joined)
+    for col in first.columns:
+        for arr in [col, *(getattr(col, f) for f in ("keys", "items") if hasattr(col, f))]:
+            for b in arr.buffers():
+                if b is not None and b.size:
+                    assert b.address + b.size <= lo or b.address >= hi, "a column points into the join buffer"
+    second = same(chunks(310, 128), fast=True)
+    assert columns._join_buffer.buf is joined, "the join buffer was not reused"
+    assert first.to_pylist() == rows
+    assert second.column("queue_offset").to_pylist() == list(range(310, 438))
+
+
+def test_a_join_larger_than_the_kept_buffer_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = b"".join(msg(i) for i in range(32)), b"".join(msg(i) for i in range(32, 64))
+    monkeypatch.setattr(columns._join_buffer, "buf", None)
+    monkeypatch.setattr(columns, "KEEP_JOIN", len(a) + len(b) - 1)
+    assert same([Chunk(a, 0, 32), Chunk(b, 32, 64)], fast=True).num_rows == 64
+    assert columns._join_buffer.buf is None
+    monkeypatch.setattr(columns, "KEEP_JOIN", len(a) + len(b))
+    assert same([Chunk(a, 0, 32), Chunk(b, 32, 64)], fast=True).num_rows == 64
+    assert columns._join_buffer.buf is not None and len(columns._join_buffer.buf) == len(a) + len(b)
