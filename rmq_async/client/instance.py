@@ -168,7 +168,6 @@ class ClientInstance:
         self.route_errors: dict[str, str] = {}
         self._consumers: dict[str, ConsumerHandle] = {}
         self._producers: set[str] = set()
-        self._heartbeat_answered = False  # some broker knows this client id: unregister at the end
         self._extra_topics: set[str] = set()
         self._route_lock = anyio.Lock()
         self._heartbeat_lock = anyio.Lock()
@@ -195,11 +194,11 @@ class ClientInstance:
             if tg is not None:
                 tg.cancel_scope.cancel()
                 await tg.__aexit__(None, None, None)
-            if self._heartbeat_answered:
-                # last, as Java's MQClientInstance.shutdown stops its inner producer: every broker that
-                # may list this client under CLIENT_INNER_PRODUCER is told it is gone
-                with anyio.move_on_after(self.timing.request_timeout * 2, shield=True):
-                    await self.unregister_everywhere(producer_group=INNER_PRODUCER_GROUP)
+            # last, as Java's MQClientInstance.shutdown stops its inner producer: every broker whose
+            # address this client knows is told it is gone (unregisterClient walks brokerAddrTable,
+            # whether or not a heartbeat of ours was answered there)
+            with anyio.move_on_after(self.timing.request_timeout * 2, shield=True):
+                await self.unregister_everywhere(producer_group=INNER_PRODUCER_GROUP)
         finally:
             await self.pool.__aexit__(None, None, None)
 
@@ -408,7 +407,6 @@ class ClientInstance:
                         reach = self.broker_reach[addr] = Reachability(addr)
                     try:
                         await self.api.heartbeat(addr, data, self.timing.request_timeout)
-                        self._heartbeat_answered = True
                         reach.ok()
                     except AuthError as exc:
                         reach.ok()  # it answered
@@ -447,8 +445,6 @@ class ClientInstance:
                 raise
             except RocketMQError as exc:
                 log.debug("access check of %s (%s) inconclusive: %s", bd.broker_name, addr, exc)
-                continue
-            self._heartbeat_answered = True
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -469,7 +465,8 @@ class ClientInstance:
                         consumer_group=consumer_group,
                     )
                 except RocketMQError as exc:
-                    log.warning("unregister of %s from %s failed: %s", self.client_id, addr, exc)
+                    what = f"producer group {producer_group}" if producer_group else f"group {consumer_group}"
+                    log.warning("unregister of %s (%s) from %s failed: %s", self.client_id, what, addr, exc)
 
     # -- requests from brokers ----------------------------------------------------------------------
 

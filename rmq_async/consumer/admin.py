@@ -77,7 +77,9 @@ class ConsumerAdmin:
         mq_table = {}
         for mq, pq in self.table.pqs.items():
             info = pq.info()
-            mq_table[mq] = ProcessQueueInfo(commit_offset=c.offset_store.read_memory(mq), **_snake(info))
+            mq_table[mq] = ProcessQueueInfo.model_validate(
+                {"commit_offset": c.offset_store.read_memory(mq), **_snake(info)}
+            )
         status = {}
         for topic, s in c.stats.snapshot().items():
             status[topic] = ConsumeStatus(

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 import anyio
-from sortedcontainers import SortedList
+from sortedcontainers import SortedList  # type: ignore[import-untyped, unused-ignore]  # untyped
 
 __all__ = ["DeadlineTracker", "loop_clock"]
 

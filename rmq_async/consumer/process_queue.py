@@ -24,7 +24,7 @@ from itertools import islice
 from operator import attrgetter, lt
 
 import anyio
-from sortedcontainers import SortedDict
+from sortedcontainers import SortedDict  # type: ignore[import-untyped, unused-ignore]  # untyped
 
 from ..protocol.mq import MessageQueue
 from ..protocol.stored import MessageExt, PulledMessages

@@ -234,7 +234,7 @@ class AclConfig:
     @classmethod
     def from_yaml(cls, text: str) -> AclConfig:
         """Parse the text of a ``plain_acl.yml``."""
-        import yaml  # the embedded broker's only use of PyYAML
+        import yaml  # type: ignore[import-untyped, unused-ignore]  # the embedded broker's only PyYAML use
 
         data = yaml.safe_load(text) or {}
         if not isinstance(data, Mapping):

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from pydantic import SecretStr
+
 from ..config import ClientConfig, Credentials, TLSConfig
 from ..errors import ConfigError
 from ..protocol.filter import Selector, parse_tag_expression
@@ -151,7 +153,9 @@ def _credentials(opts: Mapping[str, str]) -> Credentials | None:
     if not sk:
         raise ConfigError("rocketmq source option 'accessKey' needs 'secretKey'")
     try:
-        return Credentials(access_key=ak, secret_key=sk, security_token=token or None)
+        return Credentials(
+            access_key=ak, secret_key=SecretStr(sk), security_token=SecretStr(token) if token else None
+        )
     except ConfigError as exc:
         raise ConfigError(f"rocketmq source ACL options: {exc}") from None
 
@@ -173,7 +177,7 @@ def _tls(opts: Mapping[str, str]) -> TLSConfig | Literal[False] | None:
             ca_file=opts.get("tlscafile") or None,
             cert_file=opts.get("tlscertfile") or None,
             key_file=opts.get("tlskeyfile") or None,
-            key_password=opts.get("tlskeypassword") or None,
+            key_password=SecretStr(pw) if (pw := opts.get("tlskeypassword")) else None,
             server_hostname=opts.get("tlsserverhostname") or None,
         )
     except ConfigError as exc:

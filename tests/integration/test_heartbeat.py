@@ -55,3 +55,34 @@ async def test_subscription_not_exist_does_not_become_a_heartbeat_storm(
             f"{sent} heartbeats in 2 s while pulls got 24 (the periodic timer sends {periodic}); each one "
             "re-registers the group's subscription on a real broker and notifies every member"
         )
+
+
+# -- closing unregisters the inner producer at every broker it knows ---------------------------------
+
+
+async def test_a_closing_client_unregisters_its_inner_producer_even_where_no_heartbeat_was_answered(
+    cluster: EmbeddedCluster, names: tuple[str, str], caplog: Any
+) -> None:
+    """Java's MQClientInstance.shutdown unregisters CLIENT_INNER_PRODUCER at every broker of its
+    brokerAddrTable (unregisterClient), whether or not a heartbeat was answered there. Ours sent it only
+    after an answered heartbeat, so a member whose heartbeat had failed (under load) closed without it
+    (the conformance test's unregister set then differed from Java's). The broker refuses both requests
+    here; the refusal of the unregister, logged by the client, shows that it was sent."""
+    import logging
+
+    from rmq_async import Message, Producer
+
+    topic, group = names
+    await cluster.create_topic(topic)
+    broker = cluster.brokers[0]
+    broker.faults.refuse(RequestCode.HEART_BEAT, ResponseCode.SYSTEM_ERROR, "no heartbeat today")
+    broker.faults.refuse(RequestCode.UNREGISTER_CLIENT, ResponseCode.SYSTEM_ERROR, "unregister seen")
+    try:
+        with caplog.at_level(logging.WARNING, logger="rmq_async"):
+            async with Producer(group, namesrv_addr=cluster.namesrv_addr) as producer:
+                await producer.send(Message(topic, b"x"))
+    finally:
+        broker.faults.clear()
+    refused = [r.getMessage() for r in caplog.records if "unregister seen" in r.getMessage()]
+    assert any("producer group CLIENT_INNER_PRODUCER" in m for m in refused), refused
+    assert any(f"producer group {group}" in m for m in refused), refused

@@ -18,7 +18,6 @@ pytest.importorskip("google.rpc")
 pytestmark = [
     pytest.mark.spark,
     pytest.mark.timeout(180),
-    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
 ]
 
 
