@@ -27,6 +27,16 @@ from ..protocol.codes import RequestCode, ResponseCode, SerializeType
 from ..protocol.command import RemotingCommand
 from ..protocol.fastjson import java_map_order
 from ..protocol.mq import MessageQueue
+from ..protocol.pop import (
+    AckMessageRequestHeader,
+    Assignment,
+    ChangeInvisibleTimeRequestHeader,
+    ChangeInvisibleTimeResponseHeader,
+    PopMessageRequestHeader,
+    PopMessageResponseHeader,
+    decode_assignments,
+    encode_query_assignment,
+)
 from ..protocol.stored import BrokenBodyError, MessageExt, UndecodableMessageError, decode_messages
 from ..transport.pool import ConnectionPool
 from .auth import broker_error
@@ -93,6 +103,10 @@ class SendResult:
     trace_on: bool = True
 
 
+#: the largest request code the ROCKETMQ binary header holds (a signed 16-bit field)
+_BINARY_MAX_CODE = 0x7FFF
+
+
 class MQClientAPI:
     """Typed RPCs over a :class:`ConnectionPool`. Stateless apart from the header defaults."""
 
@@ -124,7 +138,9 @@ class MQClientAPI:
             ext,
             body,
             oneway=oneway,
-            serialize_type=self._stype,
+            # the binary header holds a 16-bit code: a 5.x code from 200000 on (POP) goes out as JSON,
+            # which every broker reads per request (Java truncates it to a code no broker knows)
+            serialize_type=self._stype if code <= _BINARY_MAX_CODE else SerializeType.JSON,
             language=self._language,
             version=self._version,
         )
@@ -368,6 +384,48 @@ class MQClientAPI:
         if not resp.body:
             return []
         return list(GetConsumerListByGroupResponseBody.decode(resp.body).consumer_id_list)
+
+    # -- POP (5.x) -------------------------------------------------------------------------------
+
+    async def query_assignment(
+        self, addr: str, topic: str, group: str, client_id: str, strategy: str, model: str, timeout: float
+    ) -> list[Assignment] | None:
+        """QUERY_ASSIGNMENT (400, Java ``queryAssignment``): the broker's assignment of ``topic``'s
+        queues to this client; None from a broker that does not know the request (4.x)."""
+        body = encode_query_assignment(topic, group, client_id, strategy, model)
+        cmd = self._cmd(RequestCode.QUERY_ASSIGNMENT, None, body)
+        resp = await self._call(addr, cmd, timeout)
+        if resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            return None
+        if resp.code != ResponseCode.SUCCESS:
+            raise self._fail(resp, cmd, addr)
+        return decode_assignments(resp.body)
+
+    async def pop_message(
+        self, addr: str, header: PopMessageRequestHeader, timeout: float
+    ) -> tuple[PopMessageResponseHeader, bytes] | None:
+        """POP_MESSAGE (200050, Java ``popMessageAsync``): the answer's header and body; None when
+        nothing came in the poll time (POLLING_TIMEOUT, or PULL_NOT_FOUND)."""
+        cmd = self._cmd(RequestCode.POP_MESSAGE, header.to_ext_fields())
+        resp = await self._call(addr, cmd, timeout)
+        if resp.code in (ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND):
+            return None
+        if resp.code != ResponseCode.SUCCESS:
+            raise self._fail(resp, cmd, addr)
+        return PopMessageResponseHeader.from_ext_fields(resp.ext_fields), resp.body
+
+    async def ack_message(self, addr: str, header: AckMessageRequestHeader, timeout: float) -> None:
+        """ACK_MESSAGE (200051, Java ``ackMessageAsync``) of one popped message."""
+        await self._expect_ok(addr, self._cmd(RequestCode.ACK_MESSAGE, header.to_ext_fields()), timeout)
+
+    async def change_invisible_time(
+        self, addr: str, header: ChangeInvisibleTimeRequestHeader, timeout: float
+    ) -> ChangeInvisibleTimeResponseHeader:
+        """CHANGE_MESSAGE_INVISIBLETIME (200053, Java ``changeInvisibleTimeAsync``): the new handle's
+        parts (pop time, invisible time, revive queue)."""
+        cmd = self._cmd(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, header.to_ext_fields())
+        resp = await self._expect_ok(addr, cmd, timeout)
+        return ChangeInvisibleTimeResponseHeader.from_ext_fields(resp.ext_fields)
 
     # -- orderly locks ---------------------------------------------------------------------------
 

@@ -6,9 +6,9 @@ of ``consume_batch_max_size`` and await the ``async def`` handler. No task per m
 pool. Each worker keeps one cancel scope whose deadline is moved to the running batch's consume
 deadline; plain successes are acknowledged in ~1 ms groups.
 
-Results: SUCCESS acks up to ``ctx.ack_index`` (default: the whole batch); RECONSUME_LATER retries
-from ``ctx.ack_index + 1`` when the handler set it (only the failed tail), else the whole batch, as in
-Java. A handler that raises counts as RECONSUME_LATER; one that runs past the consume timeout is
+Results (:mod:`.outcome`, Java's meaning): SUCCESS acks up to ``ctx.ack_index`` (default: the whole
+batch) and sends the rest back; RECONSUME_LATER sends the whole batch back. A handler that raises
+counts as RECONSUME_LATER; one that runs past the consume timeout is
 cancelled and its batch sent back. Failed messages are sent back to the broker (CONSUMER_SEND_MSG_BACK
 with the context's delay level); if that fails, they are sent to ``%RETRY%group`` by the client's inner
 producer; if that fails too, they stay in the process queue and are consumed again locally after a delay.
@@ -32,6 +32,7 @@ from .context import ConsumerContext
 from .deadlines import loop_clock
 from .delivery import DeliveryStream
 from .handoff import Handoff
+from .outcome import acked_count, checked_context, checked_result
 from .process_queue import ProcessQueue
 from .sendback import reset_retry_topic
 from .types import EXPIRED_DELAY_LEVEL, ConsumeContext, ConsumeResult, Handler
@@ -358,14 +359,7 @@ class ConcurrentConsumeService:
         w.i = i
 
     def _checked(self, result: object) -> ConsumeResult:
-        """A handler's return value as a result: None is SUCCESS; anything else that is not a
-        ConsumeResult is logged and counts as RECONSUME_LATER."""
-        if result is None:
-            return ConsumeResult.SUCCESS
-        if isinstance(result, ConsumeResult):
-            return result
-        log.error("handler of group %s returned %r, not a ConsumeResult", self.c.group, result)
-        return ConsumeResult.RECONSUME_LATER
+        return checked_result(result, self.c.group)
 
     async def _settle_timed_out(self, w: _Slot) -> None:
         """After the worker's deadline fired: settle the batch that ran past the consume timeout (or
@@ -418,13 +412,8 @@ class ConcurrentConsumeService:
     async def process_result(
         self, pq: ProcessQueue, batch: list[MessageExt], result: ConsumeResult, ctx: ConsumeContext
     ) -> None:
-        n = len(batch)
-        ack_index, delay_level = _checked_context(ctx, self.c.group)
-        if result is ConsumeResult.SUCCESS:
-            ack = n - 1 if ack_index is None else max(-1, min(ack_index, n - 1))
-        else:
-            ack = -1 if ack_index is None else max(-1, min(ack_index, n - 1))
-        failed = batch[ack + 1 :]
+        ack_index, delay_level = checked_context(ctx, self.c.group)
+        failed = batch[acked_count(result, ack_index, len(batch)) :]
         keep: list[MessageExt] = []
         if failed:
             if self.c.config.clustering:
@@ -441,29 +430,3 @@ class ConcurrentConsumeService:
             pq.offset.advance(offset)
         if keep:
             self.retry_locally(pq, keep)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _checked_context(ctx: ConsumeContext, group: str) -> tuple[int | None, int]:
-    """``ctx.ack_index`` and ``ctx.delay_level`` as the handler left them, checked: a value that is not
-    an int is logged and replaced by the safe choice (no message acknowledged, the broker's delay), so
-    a typo in a handler never stops the consumer nor drops a message."""
-    ack_index, delay_level = ctx.ack_index, ctx.delay_level
-    if ack_index is not None and not _is_int(ack_index):
-        log.error(
-            "handler of group %s set ctx.ack_index to %r, not an int: the whole batch is consumed again",
-            group,
-            ack_index,
-        )
-        ack_index = -1
-    if not _is_int(delay_level):
-        log.error(
-            "handler of group %s set ctx.delay_level to %r, not an int: the broker picks the delay",
-            group,
-            delay_level,
-        )
-        delay_level = 0
-    return ack_index, delay_level

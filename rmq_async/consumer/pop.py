@@ -14,7 +14,8 @@ the answer's header unless the broker put one on a revived message) and hands th
 workers; 210 (nothing in the poll time) pops again at once, errors back off ``pull_error_delay``.
 
 A worker runs the handler through the same path as the concurrent service (hooks, consume deadline,
-what it raises or returns) and settles each message: SUCCESS (up to ``ack_index``) is acked (200051),
+what it raises or returns; :mod:`.outcome` reads the answer, as for the concurrent service) and settles
+each message: SUCCESS (up to ``ack_index``) is acked (200051),
 the rest changes its invisible time (200053) to ``pop_delay_levels[reconsume times]`` (or the
 context's ``delay_level``), so the broker revives it through the pop retry topic; a message that
 failed ``max_reconsume_times`` times is delayed by its age and acked (dropped, logged) once older
@@ -36,24 +37,19 @@ from dataclasses import dataclass
 import anyio
 
 from ..errors import BrokerError, RocketMQError
-from ..protocol.codes import ResponseCode
-from ..protocol.command import RemotingCommand
 from ..protocol.mq import MessageQueue
 from ..protocol.pop import (
     FIRST_POP_TIME,
     POP_CK,
     AckMessageRequestHeader,
     ChangeInvisibleTimeRequestHeader,
-    ChangeInvisibleTimeResponseHeader,
     ExtraInfo,
     PopMessageRequestHeader,
-    PopMessageResponseHeader,
-    decode_assignments,
-    encode_query_assignment,
     parse_offset_info,
 )
 from ..protocol.stored import MessageExt, decode_messages
 from .context import ConsumerContext
+from .outcome import acked_count, checked_context, checked_result
 from .types import ConsumeContext, ConsumeResult, Handler
 from .usercode import user_failure
 
@@ -61,10 +57,6 @@ __all__ = ["PopService", "PopStats"]
 
 log = logging.getLogger("rmq_async.consumer")
 
-QUERY_ASSIGNMENT = 400
-POP_MESSAGE = 200050
-ACK_MESSAGE = 200051
-CHANGE_INVISIBLE = 200053
 #: Java popThresholdForQueue: popped messages not settled yet, per pop queue
 POP_THRESHOLD = 96
 POP_BATCH = 32  # popBatchNums (the broker refuses more than 32)
@@ -143,22 +135,24 @@ class PopService:
             return None
         client = c.client
         route = client.routes.get(topic) or await client.update_route(topic)
-        body = encode_query_assignment(
-            topic, c.group, client.client_id, c.config.allocate_strategy, c.config.message_model
-        )
         pull: set[MessageQueue] = set()
         pop: set[MessageQueue] = set()
         for bd in route.broker_datas:
             addr = bd.broker_addrs.get(0) or next(iter(bd.broker_addrs.values()))
-            cmd = RemotingCommand.request(QUERY_ASSIGNMENT, None, body)
-            resp = await client.pool.request(addr, cmd, c.timing.request_timeout)
-            if resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            assigned = await client.api.query_assignment(
+                addr,
+                topic,
+                c.group,
+                client.client_id,
+                c.config.allocate_strategy,
+                c.config.message_model,
+                c.timing.request_timeout,
+            )
+            if assigned is None:
                 log.warning("broker %s does not assign %s (no POP): client-side rebalance", addr, topic)
                 self._client_side.add(topic)
                 return None
-            if resp.code != ResponseCode.SUCCESS:
-                raise BrokerError(resp.code, resp.remark, request_code=QUERY_ASSIGNMENT, addr=addr)
-            for a in decode_assignments(resp.body):
+            for a in assigned:
                 (pop if a.mode == "POP" else pull).add(a.mq)
         self._apply(topic, pop)
         self.drop_topics(set(c.subscriptions.topics()))
@@ -257,17 +251,14 @@ class PopService:
         c = self.c
         client = c.client
         addr = await client.master_addr(mq.broker_name, mq.topic)
-        cmd = RemotingCommand.request(POP_MESSAGE, self._header(mq).to_ext_fields())
         t0 = time.monotonic()
-        resp = await client.pool.request(addr, cmd, c.timing.pull_timeout)
+        got = await client.api.pop_message(addr, self._header(mq), c.timing.pull_timeout)
         self.stats.pops += 1
-        if resp.code == ResponseCode.POLLING_TIMEOUT or resp.code == ResponseCode.PULL_NOT_FOUND:
+        if got is None:
             self.stats.empty_pops += 1
             return [], 0, 0
-        if resp.code != ResponseCode.SUCCESS:
-            raise BrokerError(resp.code, resp.remark, request_code=POP_MESSAGE, addr=addr)
-        h = PopMessageResponseHeader.from_ext_fields(resp.ext_fields)
-        msgs = decode_messages(resp.body, broker_name=mq.broker_name) if resp.body else []
+        h, body = got
+        msgs = decode_messages(body, broker_name=mq.broker_name) if body else []
         starts = parse_offset_info(h.start_offset_info or "", h.msg_offset_info or "")
         for m in msgs:
             # processPopResponse: a normal message's handle from the header, a revived one keeps its own
@@ -332,13 +323,7 @@ class PopService:
                     await c.hooks_before(batch, ctx)
                 # the trace labels a call TIME_OUT past the invisible time, as Java's POP service
                 handler = c.observed(self.handler, c.timing.pop_invisible_time)
-                got = await handler(list(batch), ctx)
-                if got is None:
-                    result = ConsumeResult.SUCCESS
-                elif isinstance(got, ConsumeResult):
-                    result = got
-                else:
-                    log.error("handler of group %s returned %r, not a ConsumeResult", c.group, got)
+                result = checked_result(await handler(list(batch), ctx), c.group)
             if scope.cancelled_caught:
                 log.warning(
                     "handler of group %s timed out on %d messages: reconsume later", c.group, len(batch)
@@ -361,11 +346,9 @@ class PopService:
     ) -> None:
         c = self.c
         result, ctx = outcome
-        if result is ConsumeResult.SUCCESS:
-            ack_index = len(batch) - 1 if ctx.ack_index is None else min(ctx.ack_index, len(batch) - 1)
-        else:
-            ack_index = -1
-        ok, failed = batch[: ack_index + 1], batch[ack_index + 1 :]
+        ack_index, delay_level = checked_context(ctx, c.group)
+        acked = acked_count(result, ack_index, len(batch))
+        ok, failed = batch[:acked], batch[acked:]
         if ok:
             c.stats.consumed(mq.topic, len(ok), rt, ok=True)
         if failed:
@@ -382,7 +365,7 @@ class PopService:
                     continue
                 level = next((i + 1 for i in range(len(levels) - 1, -1, -1) if age >= levels[i] * 1000), 0)
             else:
-                level = ctx.delay_level if ctx.delay_level > 0 else m.reconsume_times
+                level = delay_level if delay_level > 0 else m.reconsume_times
             jobs.append(self.change_invisible(m, levels[min(level, len(levels) - 1)]))
         async with anyio.create_task_group() as tg:
             for job in jobs:
@@ -405,17 +388,16 @@ class PopService:
         )
         try:
             addr = await c.client.master_addr(info.broker_name, m.topic)
-            cmd = RemotingCommand.request(ACK_MESSAGE, header.to_ext_fields())
-            resp = await c.client.pool.request(addr, cmd, c.timing.request_timeout)
+            await c.client.api.ack_message(addr, header, c.timing.request_timeout)
+        except BrokerError as exc:
+            self.stats.ack_failed += 1
+            log.warning("ack of %s refused: %s", m.msg_id, exc)
+            return
         except RocketMQError as exc:
             self.stats.ack_failed += 1
             log.warning("ack of %s failed: %s (it comes back after its invisible time)", m.msg_id, exc)
             return
-        if resp.code == ResponseCode.SUCCESS:
-            self.stats.acked += 1
-        else:
-            self.stats.ack_failed += 1
-            log.warning("ack of %s refused: %s %s", m.msg_id, resp.code, resp.remark)
+        self.stats.acked += 1
 
     async def change_invisible(self, m: MessageExt, seconds: float) -> None:
         """CHANGE_MESSAGE_INVISIBLETIME: visible again in ``seconds``; the new handle replaces POP_CK."""
@@ -436,15 +418,12 @@ class PopService:
         )
         try:
             addr = await c.client.master_addr(info.broker_name, m.topic)
-            cmd = RemotingCommand.request(CHANGE_INVISIBLE, header.to_ext_fields())
-            resp = await c.client.pool.request(addr, cmd, c.timing.request_timeout)
+            rh = await c.client.api.change_invisible_time(addr, header, c.timing.request_timeout)
         except RocketMQError as exc:
             log.warning("change of invisible time of %s failed: %s", m.msg_id, exc)
             return
-        if resp.code == ResponseCode.SUCCESS:
-            self.stats.invisible_changed += 1
-            rh = ChangeInvisibleTimeResponseHeader.from_ext_fields(resp.ext_fields)
-            m.set_property(POP_CK, str(info.changed(rh.pop_time, rh.invisible_time, rh.revive_qid)))
+        self.stats.invisible_changed += 1
+        m.set_property(POP_CK, str(info.changed(rh.pop_time, rh.invisible_time, rh.revive_qid)))
 
 
 async def _await(job: Awaitable[None]) -> None:

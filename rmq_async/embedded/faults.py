@@ -5,9 +5,17 @@ before it is processed. ``drop`` discards the request unprocessed (as if lost on
 ``refuse`` answers with the given code and remark without processing, ``delay`` processes the request
 at once and holds its answer back for the given time. Rules apply to both requests and oneways (a
 oneway has no answer to refuse or delay, so only ``drop`` changes it).
+
+``recording()`` keeps every request the server receives, decoded as it arrived (its serialize type,
+language and version included), before any rule applies: what a client put on the wire.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from ..protocol.command import RemotingCommand
 
 __all__ = ["Faults", "Rule"]
 
@@ -34,10 +42,26 @@ class Rule:
 class Faults:
     """Per-request-code faults of one server (a broker or the name server)."""
 
-    __slots__ = ("_rules",)
+    __slots__ = ("_recordings", "_rules")
 
     def __init__(self) -> None:
         self._rules: dict[int, Rule] = {}
+        self._recordings: list[list[RemotingCommand]] = []
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[list[RemotingCommand]]:
+        """``with broker.faults.recording() as seen``: ``seen`` gets every request received meanwhile."""
+        seen: list[RemotingCommand] = []
+        self._recordings.append(seen)
+        try:
+            yield seen
+        finally:
+            self._recordings.remove(seen)
+
+    def saw(self, cmd: RemotingCommand) -> None:
+        """(for the server) A request arrived."""
+        for seen in self._recordings:
+            seen.append(cmd)
 
     def delay(self, code: int, seconds: float) -> None:
         """Answer requests with ``code`` only after ``seconds`` (they are processed at once)."""
@@ -59,7 +83,7 @@ class Faults:
             self._rules.pop(int(code), None)
 
     def __bool__(self) -> bool:
-        return bool(self._rules)
+        return bool(self._rules) or bool(self._recordings)
 
     def take(self, code: int) -> Rule | None:
         """The rule that applies to one request with ``code`` (counts down ``drop`` rules)."""

@@ -237,6 +237,7 @@ class Server:
     def dispatch(self, conn: Connection, cmd: RemotingCommand) -> None:
         delay = 0.0
         if self.faults:
+            self.faults.saw(cmd)
             rule = self.faults.take(cmd.code)
             if rule is not None:
                 if rule.kind == "drop":

@@ -191,7 +191,15 @@ class RemotingCommand:
 
     def _encode_binary_header(self) -> bytes:
         lang = _LANG_BY_NAME.get(self.language, LanguageCode.OTHER)
-        parts = [_BIN_FIXED.pack(self.code, lang, self.version, self.opaque, self.flag)]
+        try:
+            parts = [_BIN_FIXED.pack(self.code, lang, self.version, self.opaque, self.flag)]
+        except struct.error:
+            # the binary header's code and version are 16-bit (RocketMQSerializable): the 5.x codes
+            # from 200000 on (POP) do not fit; Java truncates them to a code no broker knows
+            raise ProtocolError(
+                f"request code {self.code} / version {self.version} does not fit the ROCKETMQ binary "
+                "header (16 bits): encode it as JSON"
+            ) from None
         if self.remark:
             rb = self.remark.encode("utf-8")
             parts.append(_I32.pack(len(rb)))

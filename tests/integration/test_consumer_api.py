@@ -128,23 +128,31 @@ async def test_warns_when_members_subscribe_differently(
 async def test_binary_header_serialization(
     cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
 ) -> None:
-    """A client configured for the ROCKETMQ binary header (as -Drocketmq.serialize.type=ROCKETMQ)."""
+    """A client configured for the ROCKETMQ binary header (as -Drocketmq.serialize.type=ROCKETMQ): every
+    request it sends to the name server and the broker (sends, route lookups, heartbeats, pulls, offset
+    commits, unregisters) arrives with the binary header."""
     from rmq_async import ClientConfig, Message, Producer
+    from rmq_async.protocol.codes import SerializeType
 
     topic, group = names
     cfg = ClientConfig(namesrv_addr=cluster.namesrv_addr, timing=timing, serialize_type="ROCKETMQ")
-    async with Producer("bin_p", client_config=cfg) as p:
-        for i in range(10):
-            await p.send(Message(topic, b"binary", keys=f"k-{i}"))
     col = Collector()
-    async with PushConsumer(
-        group,
-        client_config=cfg,
-        handler=col,
-        subscriptions={topic: "*"},
-        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-    ):
-        await col.wait_unique(10)
+    with cluster.brokers[0].faults.recording() as seen, cluster.namesrv_faults.recording() as seen_ns:
+        async with Producer("bin_p", client_config=cfg) as p:
+            for i in range(10):
+                await p.send(Message(topic, b"binary", keys=f"k-{i}"))
+        async with PushConsumer(
+            group,
+            client_config=cfg,
+            handler=col,
+            subscriptions={topic: "*"},
+            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+        ):
+            await col.wait_unique(10)
+    ours = [c for c in seen + seen_ns if c.language == "PYTHON"]  # not the broker's registrations
+    codes = {c.code for c in ours}
+    assert {105, 310, 34, 11, 35} <= codes, sorted(codes)  # route, send, heartbeat, pull, unregister
+    assert {(c.code, c.serialize_type) for c in ours} == {(code, SerializeType.ROCKETMQ) for code in codes}
 
 
 # -- CONSUME_FROM_TIMESTAMP: the default timestamp is fixed at construction -------------------------

@@ -11,7 +11,7 @@ import anyio
 import pytest
 from support.integration import Collector, consumer, produce, until
 
-from rmq_async import ConsumeContext, ConsumeResult, EmbeddedCluster, MessageExt, Timing
+from rmq_async import ConsumeContext, ConsumeResult, EmbeddedCluster, MessageExt, PushConsumer, Timing
 from rmq_async.cli_admin import set_consume_mode
 from rmq_async.embedded.pop import pop_state
 
@@ -206,3 +206,62 @@ async def test_a_4x_broker_falls_back_to_client_side_rebalance(
         assert c.pop is not None and not c.pop.queues
         assert {mq.topic for mq in c.assignment()} == {topic, f"%RETRY%{group}"}
         assert c.health().ready
+
+
+async def test_pop_requests_follow_the_client_config(
+    cluster5: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    """Every POP request (QUERY_ASSIGNMENT 400, POP_MESSAGE 200050, ACK_MESSAGE 200051,
+    CHANGE_MESSAGE_INVISIBLETIME 200053) goes through the client's RPC layer and so carries the client's
+    settings, as pulls and heartbeats do: with ``serialize_type="ROCKETMQ"`` and ``language="JAVA"`` they
+    went out JSON and PYTHON (built outside it). The codes from 200000 on do not fit the binary header's
+    16-bit code (Java truncates them: 200050 arrives as 3442), so those go out as JSON, as JAVA."""
+    from rmq_async import ClientConfig
+    from rmq_async.protocol.codes import RequestCode, SerializeType
+
+    topic, group = names
+    await _pop_mode(cluster5, topic, group)
+    await produce(cluster5.namesrv_addr, topic, 20)
+    cfg = ClientConfig(
+        namesrv_addr=cluster5.namesrv_addr, timing=timing, serialize_type="ROCKETMQ", language="JAVA"
+    )
+    failed_once: set[str] = set()
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
+        if msgs[0].keys == "k-3" and "k-3" not in failed_once:
+            failed_once.add("k-3")
+            return ConsumeResult.RECONSUME_LATER  # its invisible time is changed (200053)
+        return ConsumeResult.SUCCESS
+
+    pop_codes = {
+        RequestCode.QUERY_ASSIGNMENT,
+        RequestCode.POP_MESSAGE,
+        RequestCode.ACK_MESSAGE,
+        RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
+    }
+    with cluster5.brokers[0].faults.recording() as seen:
+        async with PushConsumer(
+            group,
+            client_config=cfg,
+            handler=handler,
+            subscriptions={topic: "*"},
+            consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+            client_rebalance=False,
+            consume_batch_max_size=1,
+        ) as c:
+            pop = c.pop
+            assert pop is not None
+            with anyio.fail_after(20):
+                await until(lambda: pop.stats.acked >= 20)
+    pops = [cmd for cmd in seen if cmd.code in pop_codes]
+    assert {cmd.code for cmd in pops} == pop_codes, sorted({cmd.code for cmd in seen})
+
+    def expected(code: int) -> SerializeType:
+        return SerializeType.ROCKETMQ if code <= 0x7FFF else SerializeType.JSON
+
+    wrong = {(cmd.code, cmd.serialize_type, cmd.language) for cmd in pops} - {
+        (code, expected(code), "JAVA") for code in pop_codes
+    }
+    assert not wrong, wrong
+    others = {(cmd.code, cmd.serialize_type, cmd.language) for cmd in seen if cmd.code not in pop_codes}
+    assert {(s, lang) for _, s, lang in others} == {(SerializeType.ROCKETMQ, "JAVA")}, others
