@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Literal
 
 import anyio
@@ -32,6 +32,7 @@ import anyio.abc
 from ..client.instance import ClientInstance, pid_instance_name
 from ..config import ClientConfig, LitePullConfig, Timing, unwrap_namespace, wrap_namespace
 from ..errors import AuthError, ClientError, ConfigError, MQClientError, RocketMQError
+from ..lifecycle import Supervisor
 from ..protocol.bodies import ConsumerData
 from ..protocol.command import RemotingCommand
 from ..protocol.filter import Selector
@@ -168,6 +169,7 @@ class LitePullConsumer(LiteOffsets):
         self._last_auto_commit = time.monotonic()
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop of 'async with'
+        self._life = Supervisor(f"lite pull consumer {self.group}")
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -192,12 +194,18 @@ class LitePullConsumer(LiteOffsets):
         if self.ctx.started:
             raise ClientError("lite pull consumer already started")
         self._loop = asyncio.get_running_loop()
-        name = self.client_config.instance_name
-        client = ClientInstance(
-            self.client_config, instance_name=pid_instance_name() if name == "DEFAULT" else name
-        )
-        await client.__aenter__()
         try:
+            await self._life.start(self._run)
+        except BaseException:
+            self._closed = True  # a failed start leaves nothing running (make a new consumer to retry)
+            raise
+
+    async def _run(self, ready: Callable[[], None], stopping: asyncio.Event) -> None:
+        """The consumer's life, in its supervisor's task: the client instance and the task group are
+        held by ``async with`` here, so :meth:`start` and :meth:`close` may come from different tasks."""
+        name = self.client_config.instance_name
+        instance_name = pid_instance_name() if name == "DEFAULT" else name
+        async with ClientInstance(self.client_config, instance_name=instance_name) as client:
             store = RemoteOffsetStore(client, self.group)
             self.ctx.attach(client, store)
             self.buffer.store = store
@@ -212,14 +220,27 @@ class LitePullConsumer(LiteOffsets):
                     errors = "; ".join(f"{r.addr}: {r.last_error}" for r in client.namesrv_reach.values())
                     raise MQClientError(f"no name server answered (require_namesrv=True): {errors}")
             client.auth_errors.add_listener(lambda _err: self.buffer.wake())  # poll() raises it
-            tg = anyio.create_task_group()
-            await tg.__aenter__()
-            self.ctx.set_task_group(tg)
-            tg.start_soon(self._persist_loop)
-        except BaseException:
-            self._closed = True  # a failed start leaves nothing running (make a new consumer to retry)
-            await client.__aexit__(None, None, None)
-            raise
+            async with anyio.create_task_group() as tg:
+                self.ctx.set_task_group(tg)
+                tg.start_soon(self._persist_loop)
+                ready()
+                await stopping.wait()
+                try:
+                    with anyio.CancelScope(shield=True):
+                        await self._shutdown(client)
+                finally:
+                    tg.cancel_scope.cancel()
+                    self.ctx.set_task_group(None)
+
+    async def _shutdown(self, client: ClientInstance) -> None:
+        self.table.stop_pulling()
+        if self.auto_commit:
+            self._commit_memory(None)
+        with anyio.move_on_after(self.timing.request_timeout * 2):
+            await self._offset_store.persist_all(list(self.table.pqs), sync=True)
+        client.unregister_consumer_local(self.group)
+        with anyio.move_on_after(self.timing.request_timeout * 2):
+            await client.unregister_everywhere(consumer_group=self.group)
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
@@ -246,24 +267,8 @@ class LitePullConsumer(LiteOffsets):
         self._check_loop()
         self._closed = True
         ctx.stopping = True
-        client, tg = ctx.client, ctx.task_group
         self.buffer.wake()
-        try:
-            with anyio.CancelScope(shield=True):
-                self.table.stop_pulling()
-                if self.auto_commit:
-                    self._commit_memory(None)
-                with anyio.move_on_after(self.timing.request_timeout * 2):
-                    await self._offset_store.persist_all(list(self.table.pqs), sync=True)
-                client.unregister_consumer_local(self.group)
-                with anyio.move_on_after(self.timing.request_timeout * 2):
-                    await client.unregister_everywhere(consumer_group=self.group)
-        finally:
-            if tg is not None:
-                tg.cancel_scope.cancel()
-                await tg.__aexit__(None, None, None)
-            ctx.set_task_group(None)
-            await client.__aexit__(None, None, None)
+        await self._life.stop()
 
     @property
     def _client(self) -> ClientInstance:

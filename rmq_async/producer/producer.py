@@ -8,6 +8,7 @@ The tests, the benchmarks, the CLI and the consumer's send-back fallback all sen
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import random
@@ -22,6 +23,7 @@ from ..client.api import SendResult
 from ..client.instance import INNER_PRODUCER_GROUP, ClientInstance, pid_instance_name
 from ..config import ClientConfig, ProducerConfig
 from ..errors import AuthError, BrokerError, ClientError, MQClientError, RemotingError, TopicNotExist
+from ..lifecycle import Supervisor
 from ..otel import SendObserver, telemetry
 from ..protocol import headers as H
 from ..protocol.bodies import TopicRouteData
@@ -116,6 +118,7 @@ class Producer:
         self._counter = itertools.count(random.randrange(1 << 16))
         self._started = False
         self._route_listening = False
+        self._life = Supervisor(f"producer {self.group}")
         #: message trace (``ClientConfig.trace``); never for the inner producers (send-back, trace)
         self.tracer: SendTracer | None = None
         #: OpenTelemetry (set at start when the application has set a provider): send spans, send cost
@@ -135,34 +138,63 @@ class Producer:
         return self._client
 
     async def start(self) -> None:
+        """Connect (an own client instance) and register the group; returns when the producer can send.
+        ``start()`` and :meth:`stop` may be called from different tasks of one event loop (an ASGI
+        app's startup and shutdown hooks): the own client instance lives in a supervisor task."""
         if self._started:
             return
-        if self._client is None:
-            self._client = ClientInstance(self._client_config, instance_name=self._instance_name())
-        if self._own_client:
-            await self._client.__aenter__()
-        if not self._route_listening:
-            self._client.on_route_change(self._on_route_change)
-            self._route_listening = True
-        self._client.register_producer(self.group)
-        try:
-            # with ACL credentials, a wrong or unknown key fails start() now (AuthError), not each send
-            await self._client.check_access(self.config.create_topic_key)
-        except BaseException:
-            self._client.unregister_producer_local(self.group)
-            if self._own_client:
-                await self._client.__aexit__(None, None, None)
+        if self._client is not None and not self._own_client:
+            await self._begin(self._client)  # a shared client instance: nothing of its own to run
+            return
+        await self._life.start(self._run)
+
+    async def _run(self, ready: Callable[[], None], stopping: asyncio.Event) -> None:
+        """The producer's life on its own client instance (in the supervisor's task)."""
+        async with ClientInstance(self._client_config, instance_name=self._instance_name()) as client:
+            self._client = client
+            try:
+                await self._begin(client)
+            except BaseException:
                 self._client = None
                 self._route_listening = False
+                raise
+            ready()
+            await stopping.wait()
+            try:
+                with anyio.CancelScope(shield=True):
+                    await self._end(client)
+            finally:
+                self._client = None
+                self._route_listening = False
+                self._publish.clear()
+
+    async def _begin(self, client: ClientInstance) -> None:
+        if not self._route_listening:
+            client.on_route_change(self._on_route_change)
+            self._route_listening = True
+        client.register_producer(self.group)
+        try:
+            # with ACL credentials, a wrong or unknown key fails start() now (AuthError), not each send
+            await client.check_access(self.config.create_topic_key)
+        except BaseException:
+            client.unregister_producer_local(self.group)
             raise
         self._started = True
         tel = telemetry()
         if tel is not None and not self.config.group.startswith(GROUP_NAME_PREFIX):  # not trace sends
-            self.otel = SendObserver(tel, self._client.client_id, self._client_config.otel)
+            self.otel = SendObserver(tel, client.client_id, self._client_config.otel)
         else:
             self.otel = None
         if self.tracer is not None:
-            self._client.spawn(self._run_tracer)
+            client.spawn(self._run_tracer)
+
+    async def _end(self, client: ClientInstance) -> None:
+        self._started = False
+        if self.tracer is not None:
+            await self.tracer.dispatcher.close()  # flush what is queued (bounded)
+        client.unregister_producer_local(self.group)
+        with anyio.move_on_after(self._client_config.timing.request_timeout, shield=True):
+            await client.unregister_everywhere(producer_group=self.group)
 
     async def _run_tracer(self) -> None:
         assert self.tracer is not None
@@ -184,20 +216,11 @@ class Producer:
         return pid_instance_name() if name == "DEFAULT" else name
 
     async def stop(self) -> None:
-        if not self._started or self._client is None:
-            return
-        self._started = False
-        client = self._client
-        if self.tracer is not None:
-            await self.tracer.dispatcher.close()  # flush what is queued (bounded)
-        client.unregister_producer_local(self.group)
-        with anyio.move_on_after(self._client_config.timing.request_timeout, shield=True):
-            await client.unregister_everywhere(producer_group=self.group)
+        """Unregister and close the own client instance (from any task of the loop that started it)."""
         if self._own_client:
-            await client.__aexit__(None, None, None)
-            self._client = None
-            self._route_listening = False
-            self._publish.clear()
+            await self._life.stop()
+        elif self._started and self._client is not None:
+            await self._end(self._client)
 
     async def __aenter__(self) -> Producer:
         await self.start()
