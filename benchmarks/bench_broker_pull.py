@@ -26,7 +26,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_spark import preload
 
-from rmq_async import EmbeddedCluster, Timing
+from rmq_async import Timing
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.embedded.fields import opt_int, opt_str, req_int, req_str
 from rmq_async.embedded.groups import build_subscription
 from rmq_async.embedded.server import Connection

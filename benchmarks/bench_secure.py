@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from rmq_async.bench.cli import _bench_acl  # noqa: E402
 from rmq_async.bench.cluster import ChildCluster, create_topic, preload  # noqa: E402
-from rmq_async.cli_auth import export_credentials  # noqa: E402
+from rmq_async.cli.auth import export_credentials  # noqa: E402
 from rmq_async.config import ENV_TLS, ENV_TLS_CA_FILE, Credentials  # noqa: E402
 
 KINDS = ("plain", "acl", "tls", "acl+tls")

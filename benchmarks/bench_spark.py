@@ -48,8 +48,9 @@ from typing import Any
 import anyio
 from anyio.from_thread import start_blocking_portal
 
-from rmq_async import EmbeddedCluster, Message, Producer, Timing
+from rmq_async import Message, Producer, Timing
 from rmq_async.consumer.lite_pull import LitePullConsumer
+from rmq_async.embedded import EmbeddedCluster
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 SECTION = "## Spark source at Spark speed (#22)"

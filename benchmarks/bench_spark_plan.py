@@ -23,7 +23,8 @@ from pathlib import Path
 import anyio
 
 import rmq_async
-from rmq_async import EmbeddedCluster, Timing
+from rmq_async import Timing
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.codes import RequestCode
 from rmq_async.spark.bridge import Session
 from rmq_async.spark.options import parse_options

@@ -28,7 +28,8 @@ from anyio.from_thread import start_blocking_portal
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_spark import backlog, preload
 
-from rmq_async import EmbeddedCluster, Timing
+from rmq_async import Timing
+from rmq_async.embedded import EmbeddedCluster
 
 
 def children_cpu() -> tuple[float, float]:

@@ -10,15 +10,8 @@ import json
 import sys
 import tempfile
 
-from rmq_async import (
-    ConsumeContext,
-    ConsumeResult,
-    EmbeddedCluster,
-    Message,
-    MessageExt,
-    Producer,
-    PushConsumer,
-)
+from rmq_async import ConsumeContext, ConsumeResult, Message, MessageExt, Producer, PushConsumer
+from rmq_async.embedded import EmbeddedCluster
 
 TOPIC, GROUP, COUNT = "BroadcastDemo", "broadcast_demo_group", 50
 

@@ -21,7 +21,6 @@ import sys
 import time
 
 from rmq_async import (
-    EmbeddedCluster,
     Message,
     MessageExt,
     OrderlyContext,
@@ -30,6 +29,7 @@ from rmq_async import (
     PushConsumer,
     select_by_key_hash,
 )
+from rmq_async.embedded import EmbeddedCluster
 
 ORDERS = 10
 STEPS = ("created", "paid", "packed", "shipped", "delivered")

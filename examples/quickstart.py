@@ -17,15 +17,8 @@ import os
 import sys
 import time
 
-from rmq_async import (
-    ConsumeContext,
-    ConsumeResult,
-    EmbeddedCluster,
-    Message,
-    MessageExt,
-    Producer,
-    PushConsumer,
-)
+from rmq_async import ConsumeContext, ConsumeResult, Message, MessageExt, Producer, PushConsumer
+from rmq_async.embedded import EmbeddedCluster
 
 TOPIC = "QuickstartTopic"
 GROUP = "quickstart_group"

@@ -22,7 +22,8 @@ from typing import Any
 
 from anyio.from_thread import start_blocking_portal
 
-from rmq_async import EmbeddedCluster, Message, Producer, Timing
+from rmq_async import Message, Producer, Timing
+from rmq_async.embedded import EmbeddedCluster
 
 TOPIC = "Orders"
 

@@ -1,6 +1,8 @@
 """rmq_async: an asyncio-native Apache RocketMQ client speaking the broker's TCP remoting protocol.
 
-The public API is re-exported here; submodules are implementation detail unless documented.
+The client's public API is re-exported here; submodules are implementation detail unless documented.
+The embedded name server and broker (``EmbeddedCluster``, ``ServerTLS``, ``AclConfig``, ``Account``)
+are imported from :mod:`rmq_async.embedded`.
 """
 
 from __future__ import annotations
@@ -55,10 +57,6 @@ if TYPE_CHECKING:
     from .consumer.types import OrderlyHandler as OrderlyHandler
     from .consumer.types import OrderlyResult as OrderlyResult
     from .consumer.types import RebalanceListener as RebalanceListener
-    from .embedded.acl import Account as Account
-    from .embedded.acl import AclConfig as AclConfig
-    from .embedded.cluster import EmbeddedCluster as EmbeddedCluster
-    from .embedded.tls import ServerTLS as ServerTLS
     from .producer.producer import MessageQueueSelector as MessageQueueSelector
     from .producer.producer import Producer as Producer
     from .producer.producer import select_by_key_hash as select_by_key_hash
@@ -72,8 +70,6 @@ if TYPE_CHECKING:
 __version__ = "0.1.0.dev0"
 
 __all__ = [
-    "Account",
-    "AclConfig",
     "AuthError",
     "BrokerError",
     "ClientConfig",
@@ -89,7 +85,6 @@ __all__ = [
     "Credentials",
     "Delivery",
     "DeliveryStream",
-    "EmbeddedCluster",
     "Handler",
     "Hook",
     "InvalidMessageError",
@@ -120,7 +115,6 @@ __all__ = [
     "Selector",
     "SendResult",
     "SendStatus",
-    "ServerTLS",
     "SubscriptionRefused",
     "TLSConfig",
     "TLSError",
@@ -138,8 +132,6 @@ __all__ = [
 #: that needs a producer does not load every consumer, the OpenTelemetry support and the embedded
 #: broker (``import rmq_async`` costs a few milliseconds; each module loads when a name of it is used)
 _LAZY = {
-    "Account": ".embedded.acl",
-    "AclConfig": ".embedded.acl",
     "ClientConfig": ".config",
     "ConsumeContext": ".consumer.types",
     "ConsumeFrom": ".config",
@@ -149,7 +141,6 @@ _LAZY = {
     "Credentials": ".config",
     "Delivery": ".consumer.delivery",
     "DeliveryStream": ".consumer.delivery",
-    "EmbeddedCluster": ".embedded.cluster",
     "Handler": ".consumer.types",
     "Hook": ".consumer.types",
     "LitePullConfig": ".config",
@@ -174,7 +165,6 @@ _LAZY = {
     "Selector": ".protocol.filter",
     "SendResult": ".client.api",
     "SendStatus": ".client.api",
-    "ServerTLS": ".embedded.tls",
     "TLSConfig": ".config",
     "Timing": ".config",
     "TraceConfig": ".config",
@@ -185,10 +175,31 @@ _LAZY = {
 }
 
 
+#: names that moved out of the client API, still importable from here with a DeprecationWarning
+_MOVED = {
+    "Account": "rmq_async.embedded",
+    "AclConfig": "rmq_async.embedded",
+    "EmbeddedCluster": "rmq_async.embedded",
+    "ServerTLS": "rmq_async.embedded",
+}
+
+
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module 'rmq_async' has no attribute {name!r}")
+        moved = _MOVED.get(name)
+        if moved is None:
+            raise AttributeError(f"module 'rmq_async' has no attribute {name!r}")
+        import importlib
+        import warnings
+
+        warnings.warn(
+            f"import {name} from {moved}: 'from rmq_async import {name}' is deprecated (the package root "
+            "holds the client API)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(moved), name)
     import importlib
 
     value = getattr(importlib.import_module(module, __name__), name)

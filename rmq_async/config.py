@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from .errors import ConfigError
+from .protocol.strategies import NAME_ONLY_STRATEGIES, canonical_strategy
 
 __all__ = [
     "CONSUMER_OPTION_DEFAULTS",
@@ -635,12 +636,15 @@ class ConsumerConfig(ConfigModel):
     @field_validator("allocate_strategy")
     @classmethod
     def _check_strategy(cls, v: str) -> str:
-        from .consumer.allocate import strategy_by_name  # the strategies' own name table
-
         try:
-            strategy_by_name(v)
+            canonical, _ = canonical_strategy(v)
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
+        if canonical not in NAME_ONLY_STRATEGIES:
+            raise ValueError(
+                f"allocation strategy {canonical} needs arguments: pass the strategy object "
+                "(rmq_async.consumer.allocate), not its name"
+            )
         return v
 
     @field_validator("consume_timestamp")

@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..cli_args import byte_size, positive, seconds
-from ..cli_auth import credentials_from_args, export_credentials
+from ..cli.args import byte_size, positive, seconds
+from ..cli.auth import credentials_from_args, export_credentials
 from ..config import ENV_TLS, ENV_TLS_CA_FILE, Credentials, TLSConfig
 from .cluster import ChildCluster, create_topic, preload
 from .machine import machine_info
@@ -263,7 +263,7 @@ def _bench_acl(tmp: Path, global_white: tuple[str, ...] = ()) -> tuple[Credentia
 
 def _tls_wanted(args: argparse.Namespace) -> bool:
     """True when the clients will use TLS: a client TLS option was given (the options
-    ``cli_tls.add_tls_arguments`` adds) or the environment turns TLS on (``RMQ_TLS=1``)."""
+    ``cli.tls.add_tls_arguments`` adds) or the environment turns TLS on (``RMQ_TLS=1``)."""
     names = ("tls", "tls_insecure", "tls_ca", "tls_cert", "tls_key", "tls_server_hostname")
     if any(getattr(args, n, None) for n in names):
         return True

@@ -19,13 +19,10 @@ from typing import Any
 
 import anyio
 
-from ..client.auth import broker_error
 from ..client.instance import ClientInstance
 from ..config import ClientConfig, ProducerConfig
 from ..errors import BrokerError, ClientError
 from ..producer.producer import Producer
-from ..protocol.codes import MQ_VERSION_V4_9_8, RequestCode
-from ..protocol.command import RemotingCommand
 from ..protocol.message import Message
 
 __all__ = ["ChildCluster", "create_topic", "preload"]
@@ -123,26 +120,10 @@ async def create_topic(namesrv: str, topic: str, queues: int, timeout: float = 5
     """Create ``topic`` with ``queues`` read/write queues on every broker the name server knows."""
     async with ClientInstance(ClientConfig(namesrv_addr=namesrv), instance_name=f"bench{os.getpid()}") as c:
         route = await c.api.get_route(namesrv, "TBW102", timeout)
-        ext = {
-            "topic": topic,
-            "defaultTopic": "TBW102",
-            "readQueueNums": str(queues),
-            "writeQueueNums": str(queues),
-            "perm": "6",
-            "topicFilterType": "SINGLE_TAG",
-            "topicSysFlag": "0",
-            "order": "false",
-        }
         for bd in route.broker_datas:
             addr = bd.select_broker_addr()
-            if addr is None:
-                continue
-            req = RemotingCommand.request(
-                RequestCode.UPDATE_AND_CREATE_TOPIC, ext, language="JAVA", version=MQ_VERSION_V4_9_8
-            )
-            resp = await c.api.pool.request(addr, req, timeout)
-            if resp.code != 0:
-                raise broker_error(resp.code, resp.remark, req.code, req.ext_fields, addr)
+            if addr is not None:
+                await c.api.create_topic(addr, topic, queues, timeout)
         # wait until the name server routes the topic to every broker (registration is periodic
         # on a real cluster, immediate on the embedded one)
         with anyio.fail_after(60):

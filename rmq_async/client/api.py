@@ -15,6 +15,7 @@ from ..errors import BrokerError, ProtocolError, TopicNotExist
 from ..protocol import headers as H
 from ..protocol.bodies import (
     CheckClientRequestBody,
+    ConsumerRunningInfo,
     GetConsumerListByGroupResponseBody,
     HeartbeatData,
     LockBatchRequestBody,
@@ -36,6 +37,7 @@ from ..protocol.pop import (
     PopMessageResponseHeader,
     decode_assignments,
     encode_query_assignment,
+    encode_set_mode,
 )
 from ..protocol.stored import BrokenBodyError, MessageExt, UndecodableMessageError, decode_messages
 from ..transport.pool import ConnectionPool
@@ -384,6 +386,48 @@ class MQClientAPI:
         if not resp.body:
             return []
         return list(GetConsumerListByGroupResponseBody.decode(resp.body).consumer_id_list)
+
+    # -- admin -----------------------------------------------------------------------------------
+
+    async def create_topic(
+        self, addr: str, topic: str, queues: int, timeout: float, *, perm: int = 6, order: bool = False
+    ) -> None:
+        """UPDATE_AND_CREATE_TOPIC (17, Java ``createTopic`` with ``CreateTopicRequestHeader``) on one
+        broker: ``queues`` read and write queues, permission ``perm`` (6: read and write)."""
+        ext = {
+            "topic": topic,
+            "defaultTopic": "TBW102",
+            "readQueueNums": str(queues),
+            "writeQueueNums": str(queues),
+            "perm": str(perm),
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": "0",
+            "order": "true" if order else "false",
+        }
+        await self._expect_ok(addr, self._cmd(RequestCode.UPDATE_AND_CREATE_TOPIC, ext), timeout)
+
+    async def get_consumer_running_info(
+        self, addr: str, group: str, client_id: str, timeout: float, *, jstack: bool = False
+    ) -> ConsumerRunningInfo:
+        """GET_CONSUMER_RUNNING_INFO (307, Java ``getConsumerRunningInfo``) of one member of ``group``,
+        which the broker forwards to it."""
+        h = H.GetConsumerRunningInfoRequestHeader(
+            consumer_group=group, client_id=client_id, jstack_enable=jstack
+        )
+        resp = await self._expect_ok(
+            addr, self._cmd(RequestCode.GET_CONSUMER_RUNNING_INFO, h.to_ext_fields()), timeout
+        )
+        if not resp.body:
+            raise ProtocolError(f"running info of {client_id} from {addr}: an empty answer")
+        return ConsumerRunningInfo.decode(resp.body)
+
+    async def set_message_request_mode(
+        self, addr: str, topic: str, group: str, mode: str, pop_share_queue_num: int, timeout: float
+    ) -> None:
+        """SET_MESSAGE_REQUEST_MODE (401, Java ``setMessageRequestMode``): POP or PULL for ``group`` on
+        ``topic`` at one broker."""
+        body = encode_set_mode(topic, group, mode, pop_share_queue_num)
+        await self._expect_ok(addr, self._cmd(RequestCode.SET_MESSAGE_REQUEST_MODE, None, body), timeout)
 
     # -- POP (5.x) -------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from rmq_async.errors import ConfigError
 from rmq_async.protocol.mq import MessageQueue
+from rmq_async.protocol.strategies import canonical_strategy
 
 __all__ = [
     "AllocateAveragely",
@@ -466,29 +467,6 @@ _FACTORIES: dict[str, Callable[..., AllocateStrategy]] = {
     "MACHINE_ROOM_NEARBY": _nearby,
 }
 
-# Lower-case, '-' as '_': friendly aliases and the Java class names.
-_ALIASES: dict[str, str] = {
-    "avg": "AVG",
-    "averagely": "AVG",
-    "allocatemessagequeueaveragely": "AVG",
-    "avg_by_circle": "AVG_BY_CIRCLE",
-    "circle": "AVG_BY_CIRCLE",
-    "averagely_by_circle": "AVG_BY_CIRCLE",
-    "allocatemessagequeueaveragelybycircle": "AVG_BY_CIRCLE",
-    "consistent_hash": "CONSISTENT_HASH",
-    "allocatemessagequeueconsistenthash": "CONSISTENT_HASH",
-    "config": "CONFIG",
-    "by_config": "CONFIG",
-    "allocatemessagequeuebyconfig": "CONFIG",
-    "machine_room": "MACHINE_ROOM",
-    "by_machine_room": "MACHINE_ROOM",
-    "allocatemessagequeuebymachineroom": "MACHINE_ROOM",
-    "machine_room_nearby": "MACHINE_ROOM_NEARBY",
-    "allocatemachineroomnearby": "MACHINE_ROOM_NEARBY",
-}
-
-_NEARBY_PREFIX = "machine_room_nearby_"
-
 
 def strategy_by_name(name: str, **kwargs: Any) -> AllocateStrategy:
     """Build a strategy from its Java ``getName()`` value or a friendly alias.
@@ -500,17 +478,9 @@ def strategy_by_name(name: str, **kwargs: Any) -> AllocateStrategy:
     (``resolver``, other kwargs go to the inner strategy); also the Java class names.
     Raises ``ConfigError`` for an unknown name or arguments the strategy does not take.
     """
-    key = name.strip().lower().replace("-", "_")
-    if key.startswith(_NEARBY_PREFIX) and key not in _ALIASES:
-        inner = key[len(_NEARBY_PREFIX) :]
-        if _ALIASES.get(inner, "MACHINE_ROOM_NEARBY") == "MACHINE_ROOM_NEARBY":
-            raise ConfigError(f"unknown inner allocation strategy in {name!r}")
+    canonical, inner = canonical_strategy(name)
+    if inner is not None:
         kwargs["strategy"] = inner
-        key = "machine_room_nearby"
-    canonical = _ALIASES.get(key)
-    if canonical is None:
-        known = ", ".join(_FACTORIES)
-        raise ConfigError(f"unknown allocation strategy {name!r}; expected one of {known}")
     try:
         return _FACTORIES[canonical](**kwargs)
     except ConfigError:

@@ -434,6 +434,11 @@ class PushConsumer:
             await asyncio.shield(sup)
         except Exception:
             log.exception("consumer %s stopped with an error", self.group)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not sup.cancelled() or (task is not None and task.cancelling()):
+                raise  # our caller is cancelled
+            log.warning("consumer %s: its supervisor task was cancelled", self.group)
         finally:
             self._supervisor = None
 
@@ -468,9 +473,10 @@ class PushConsumer:
             await self._run()
         except BaseException as exc:
             if not self._ready.done():
-                self._ready.set_exception(exc if isinstance(exc, Exception) else ClientError(str(exc)))
-                return
-            raise
+                self._ready.set_exception(exc if isinstance(exc, Exception) else ClientError(repr(exc)))
+                if isinstance(exc, Exception):
+                    return  # start() raises it
+            raise  # a cancellation (or KeyboardInterrupt, SystemExit) is never swallowed
         finally:
             self.ctx.running = False
 

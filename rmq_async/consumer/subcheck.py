@@ -15,9 +15,6 @@ import logging
 import anyio
 
 from ..errors import ProtocolError, RocketMQError
-from ..protocol.bodies import ConsumerRunningInfo
-from ..protocol.codes import RequestCode
-from ..protocol.command import RemotingCommand
 from ..protocol.filter import Selector
 from .context import ConsumerContext
 
@@ -54,18 +51,10 @@ class SubscriptionChecker:
         ours = {t: str(sel) for t, sel in c.subscriptions.selectors().items()}
         for cid in self.new_members(cids):
             self.checked.add(cid)
-            cmd = RemotingCommand.request(
-                RequestCode.GET_CONSUMER_RUNNING_INFO,
-                {"consumerGroup": c.group, "clientId": cid, "jstackEnable": "false"},
-                language=c.client_config.language,
-                version=c.client_config.version,
-            )
             try:
-                resp = await c.client.pool.request(broker_addr, cmd, c.timing.request_timeout * 2)
-                if resp.code != 0 or not resp.body:
-                    log.debug("running info of %s unavailable: %s %s", cid, resp.code, resp.remark)
-                    continue
-                info = ConsumerRunningInfo.decode(resp.body)
+                info = await c.client.api.get_consumer_running_info(
+                    broker_addr, c.group, cid, c.timing.request_timeout * 2
+                )
             except (RocketMQError, ProtocolError) as exc:
                 log.debug("running info of %s unavailable: %s", cid, exc)
                 continue

@@ -3,6 +3,8 @@ benchmarks). It imports only the sans-IO protocol layer, config and errors of th
 
 from __future__ import annotations
 
+from .acl import Account as Account
+from .acl import AclConfig as AclConfig
 from .broker import Broker as Broker
 from .cluster import EmbeddedCluster as EmbeddedCluster
 from .cluster import RemoteBroker as RemoteBroker
@@ -10,4 +12,13 @@ from .faults import Faults as Faults
 from .namesrv import NameServer as NameServer
 from .tls import ServerTLS as ServerTLS
 
-__all__ = ["Broker", "EmbeddedCluster", "Faults", "NameServer", "RemoteBroker", "ServerTLS"]
+__all__ = [
+    "Account",
+    "AclConfig",
+    "Broker",
+    "EmbeddedCluster",
+    "Faults",
+    "NameServer",
+    "RemoteBroker",
+    "ServerTLS",
+]

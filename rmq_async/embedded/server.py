@@ -18,21 +18,18 @@ import contextlib
 import itertools
 import logging
 import socket
-import struct
 from collections.abc import Sequence
 from typing import Protocol, cast
 
 from ..errors import ConnectionClosed, ProtocolError, RequestTimeout
 from ..protocol.codes import ResponseCode
-from ..protocol.command import DEFAULT_MAX_FRAME, FLAG_ONEWAY, FrameDecoder, RemotingCommand
+from ..protocol.command import DEFAULT_MAX_FRAME, FLAG_ONEWAY, FrameDecoder, RemotingCommand, frame_prefix
 from .faults import Faults
 from .tls import ServerTLS, TLSListener
 
 __all__ = ["Connection", "HeaderError", "Reply", "RequestHandler", "Server", "error_response"]
 
 log = logging.getLogger("rmq_async.embedded")
-
-_PREFIX = struct.Struct(">iI")
 
 
 class HeaderError(Exception):
@@ -129,7 +126,7 @@ class Connection(asyncio.Protocol):
             return
         header = cmd.encode_header()
         body_len = len(cmd.body) + sum(len(p) for p in parts)
-        prefix = _PREFIX.pack(4 + len(header) + body_len, (int(cmd.serialize_type) << 24) | len(header))
+        prefix = frame_prefix(len(header), body_len, cmd.serialize_type)
         out = self._out
         if out is not None:
             out.append(prefix + header + cmd.body)

@@ -55,6 +55,7 @@ from .command import FLAG_RESPONSE as FLAG_RESPONSE
 from .command import FrameDecoder as FrameDecoder
 from .command import RemotingCommand as RemotingCommand
 from .command import decode_frame as decode_frame
+from .command import frame_prefix as frame_prefix
 from .command import parse_command as parse_command
 from .filter import SQL92 as SQL92
 from .filter import SUB_ALL as SUB_ALL
@@ -138,6 +139,9 @@ from .stored import decode_messages as decode_messages
 from .stored import decompress_body as decompress_body
 from .stored import salvage_ids as salvage_ids
 from .stored import undecodable_at as undecodable_at
+from .strategies import NAME_ONLY_STRATEGIES as NAME_ONLY_STRATEGIES
+from .strategies import STRATEGY_NAMES as STRATEGY_NAMES
+from .strategies import canonical_strategy as canonical_strategy
 
 __all__ = [
     "ACCESS_KEY",
@@ -153,6 +157,7 @@ __all__ = [
     "MAX_MESSAGE_SIZE",
     "MQ_VERSION_V4_9_8",
     "MQ_VERSION_V5_3_3",
+    "NAME_ONLY_STRATEGIES",
     "NAME_VALUE_SEPARATOR",
     "PROPERTIES_MAX",
     "PROPERTY_SEPARATOR",
@@ -161,6 +166,7 @@ __all__ = [
     "SECURITY_TOKEN",
     "SIGNATURE",
     "SQL92",
+    "STRATEGY_NAMES",
     "SUB_ALL",
     "TAG",
     "UNDECODABLE_POLICIES",
@@ -243,6 +249,7 @@ __all__ = [
     "UnregisterClientRequestHeader",
     "UpdateConsumerOffsetRequestHeader",
     "ViewMessageRequestHeader",
+    "canonical_strategy",
     "check_property",
     "check_tag_expression",
     "compress_body",
@@ -253,6 +260,7 @@ __all__ = [
     "decompress_body",
     "encode_batch_body",
     "encode_properties",
+    "frame_prefix",
     "is_tag_type",
     "java_map_order",
     "java_string_hash",

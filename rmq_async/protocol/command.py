@@ -30,6 +30,7 @@ __all__ = [
     "RawFrame",
     "RemotingCommand",
     "decode_frame",
+    "frame_prefix",
     "parse_command",
 ]
 
@@ -221,13 +222,15 @@ class RemotingCommand:
     def encode(self) -> bytes:
         """The whole frame, length prefix included."""
         header = self.encode_header()
-        if len(header) > 0xFFFFFF:
-            raise FrameError(f"header of {len(header)} bytes does not fit in 24 bits")
-        return (
-            _PREFIX.pack(4 + len(header) + len(self.body), (int(self.serialize_type) << 24) | len(header))
-            + header
-            + self.body
-        )
+        return frame_prefix(len(header), len(self.body), self.serialize_type) + header + self.body
+
+
+def frame_prefix(header_len: int, body_len: int, serialize_type: int = SerializeType.JSON) -> bytes:
+    """The 8 bytes before a frame's header: the frame's length (all after these 4 bytes), then the
+    serialize type in the top byte and the header's length in the other three."""
+    if header_len > 0xFFFFFF:
+        raise FrameError(f"header of {header_len} bytes does not fit in 24 bits")
+    return _PREFIX.pack(4 + header_len + body_len, (int(serialize_type) << 24) | header_len)
 
 
 # -- decoding ---------------------------------------------------------------------------------

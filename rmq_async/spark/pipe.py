@@ -34,7 +34,14 @@ from ..client.api import PullStatus
 from ..client.auth import broker_error
 from ..errors import ConnectError, ConnectionClosed, ProtocolError, RequestTimeout, RocketMQError
 from ..protocol.codes import ResponseCode, SerializeType
-from ..protocol.command import FLAG_RESPONSE, FrameDecoder, RawFrame, RemotingCommand, parse_command
+from ..protocol.command import (
+    FLAG_RESPONSE,
+    FrameDecoder,
+    RawFrame,
+    RemotingCommand,
+    frame_prefix,
+    parse_command,
+)
 from ..transport.tls import handshake_error
 from .columns import Chunk
 from .offsets import Range, resolve_start
@@ -42,7 +49,6 @@ from .offsets import Range, resolve_start
 __all__ = ["Answer", "BrokerSocket", "PullTemplate", "pull_range", "pull_status"]
 
 _QUEUE_OFFSET = struct.Struct(">q")  # QUEUEOFFSET, 20 bytes into a stored message
-_PREFIX = struct.Struct(">iI")  # frame length; serialize type << 24 | header length
 _OPAQUE_MASK = 0x7FFFFFFF
 _PULL_STATUS: dict[int, PullStatus] = {
     ResponseCode.SUCCESS: PullStatus.FOUND,
@@ -114,7 +120,7 @@ class PullTemplate:
         values = (b"%d" % offset, b"%d" % count, b"%d" % opaque)
         o = self.order
         header = b"".join((parts[0], values[o[0]], parts[1], values[o[1]], parts[2], values[o[2]], parts[3]))
-        return _PREFIX.pack(4 + len(header), len(header)) + header
+        return frame_prefix(len(header), 0, SerializeType.JSON) + header
 
 
 class _PullCommand(RemotingCommand):

@@ -34,17 +34,9 @@ from typing import Any
 import pytest
 from support.wire import Frame, frames
 
-from rmq_async import (
-    ClientConfig,
-    ConsumeResult,
-    EmbeddedCluster,
-    Message,
-    OrderlyResult,
-    Producer,
-    PushConsumer,
-    Timing,
-)
+from rmq_async import ClientConfig, ConsumeResult, Message, OrderlyResult, Producer, PushConsumer, Timing
 from rmq_async.consumer.lite_pull import LitePullConsumer
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.codes import MQ_VERSION_V4_9_8, SerializeType
 from rmq_async.protocol.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, decode_frame
 from rmq_async.protocol.mq import MessageQueue

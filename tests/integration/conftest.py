@@ -7,7 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from rmq_async import EmbeddedCluster, Timing
+from rmq_async import Timing
+from rmq_async.embedded import EmbeddedCluster
 
 _ids = itertools.count()
 

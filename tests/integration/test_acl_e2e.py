@@ -25,7 +25,6 @@ from rmq_async import (
     ClientConfig,
     ConsumeResult,
     Credentials,
-    EmbeddedCluster,
     LitePullConsumer,
     Message,
     MessageQueue,
@@ -36,6 +35,7 @@ from rmq_async import (
     Timing,
 )
 from rmq_async.bench.cluster import ChildCluster
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.embedded.acl import Account, AclConfig
 from rmq_async.producer.producer import select_by_key_hash
 from rmq_async.protocol.acl import ACCESS_KEY, SIGNATURE, verify

@@ -7,15 +7,10 @@ from typing import Any
 
 from support.integration import Collector, alive_until, consumer, produce, until
 
-from rmq_async import (
-    ConsumeContext,
-    ConsumeResult,
-    EmbeddedCluster,
-    MessageExt,
-    Timing,
-)
+from rmq_async import ConsumeContext, ConsumeResult, MessageExt, Timing
 from rmq_async.client.instance import ClientInstance
 from rmq_async.config import ClientConfig
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.embedded.outbound import Outbound
 from rmq_async.protocol.bodies import ConsumeMessageDirectlyResult, ConsumerRunningInfo
 from rmq_async.protocol.codes import RequestCode

@@ -11,9 +11,10 @@ import anyio
 import pytest
 from support.integration import Collector, alive_until, consumer, produce, until
 
-from rmq_async import EmbeddedCluster, Timing
+from rmq_async import Timing
 from rmq_async.client.instance import build_client_id
 from rmq_async.consumer.offset_store import LocalFileOffsetStore
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.codes import RequestCode, ResponseCode
 from rmq_async.protocol.mq import MessageQueue
 

@@ -13,7 +13,8 @@ import anyio
 import pytest
 from support.integration import child_env, produce
 
-from rmq_async import EmbeddedCluster, Message, Producer, Timing
+from rmq_async import Message, Producer, Timing
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.codes import RequestCode
 from rmq_async.protocol.mq import MessageQueue
 

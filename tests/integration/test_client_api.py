@@ -10,16 +10,10 @@ import time
 import anyio
 import pytest
 
-from rmq_async import (
-    EmbeddedCluster,
-    Message,
-    MessageQueue,
-    Producer,
-    PullStatus,
-    Timing,
-)
+from rmq_async import Message, MessageQueue, Producer, PullStatus, Timing
 from rmq_async.client.instance import ClientInstance, local_ip
 from rmq_async.config import ClientConfig
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol import headers as H
 from rmq_async.protocol.codes import PullSysFlag
 

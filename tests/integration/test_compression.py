@@ -14,7 +14,6 @@ import pytest
 from rmq_async import (
     ConsumeContext,
     ConsumeResult,
-    EmbeddedCluster,
     Message,
     MessageExt,
     OrderlyContext,
@@ -25,6 +24,7 @@ from rmq_async import (
 )
 from rmq_async.config import ProducerConfig
 from rmq_async.consumer.lite_pull import LitePullConsumer
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.embedded.store import StoredMessage
 from rmq_async.protocol.codes import MessageSysFlag
 from rmq_async.protocol.message import COMPRESSION_TYPES, CompressionType, compression_flag

@@ -15,12 +15,12 @@ from rmq_async import (
     ClientError,
     ConfigError,
     ConsumeResult,
-    EmbeddedCluster,
     LitePullConsumer,
     MessageQueue,
     PushConsumer,
     Timing,
 )
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.codes import RequestCode
 
 

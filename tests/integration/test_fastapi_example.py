@@ -11,7 +11,8 @@ import anyio
 import pytest
 from support.integration import produce
 
-from rmq_async import EmbeddedCluster, otel
+from rmq_async import otel
+from rmq_async.embedded import EmbeddedCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 

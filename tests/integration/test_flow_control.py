@@ -9,13 +9,8 @@ import time
 import anyio
 from support.integration import consumer, produce
 
-from rmq_async import (
-    ConsumeContext,
-    ConsumeResult,
-    EmbeddedCluster,
-    MessageExt,
-    Timing,
-)
+from rmq_async import ConsumeContext, ConsumeResult, MessageExt, Timing
+from rmq_async.embedded import EmbeddedCluster
 
 
 async def test_pull_resumes_promptly_when_room_frees(

@@ -10,7 +10,8 @@ import anyio
 import pytest
 from support.integration import Collector, consumer, produce, until
 
-from rmq_async import EmbeddedCluster, LitePullConsumer, MQClientError, PushConsumer, Timing
+from rmq_async import LitePullConsumer, MQClientError, PushConsumer, Timing
+from rmq_async.embedded import EmbeddedCluster
 
 
 async def test_dead_name_server_is_reported_within_one_heartbeat_interval(

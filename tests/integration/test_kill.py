@@ -12,7 +12,8 @@ from pathlib import Path
 import anyio
 from support.integration import Collector, produce, until_rebalanced
 
-from rmq_async import EmbeddedCluster, PushConsumer, Timing
+from rmq_async import PushConsumer, Timing
+from rmq_async.embedded import EmbeddedCluster
 
 CHILD = Path(__file__).with_name("consumer_child.py")
 

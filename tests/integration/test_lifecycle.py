@@ -12,7 +12,8 @@ from typing import Any
 import anyio
 import pytest
 
-from rmq_async import EmbeddedCluster, LitePullConsumer, Message, Producer, PushConsumer, Timing
+from rmq_async import LitePullConsumer, Message, Producer, PushConsumer, Timing
+from rmq_async.embedded import EmbeddedCluster
 
 
 async def _in_another_task(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:

@@ -13,7 +13,6 @@ from rmq_async import (
     ClientConfig,
     ConsumeContext,
     ConsumeResult,
-    EmbeddedCluster,
     Message,
     MessageExt,
     Producer,
@@ -21,6 +20,7 @@ from rmq_async import (
     Timing,
 )
 from rmq_async.consumer.lite_pull import LitePullConsumer
+from rmq_async.embedded import EmbeddedCluster
 
 
 async def test_namespaced_producer_and_consumer_round_trip_with_a_retry(

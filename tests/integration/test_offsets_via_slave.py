@@ -6,7 +6,8 @@ import pytest
 from support.frame_proxy import FrameProxy, route_rewriter
 from support.integration import Collector, alive_until, produce, until
 
-from rmq_async import EmbeddedCluster, PushConsumer, Timing
+from rmq_async import PushConsumer, Timing
+from rmq_async.embedded import EmbeddedCluster
 
 # -- helpers ---------------------------------------------------------------------------------------------
 

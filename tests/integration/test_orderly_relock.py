@@ -7,8 +7,9 @@ import anyio
 from support.broker_admin import commit_offset
 from support.integration import alive_until, produce, until
 
-from rmq_async import EmbeddedCluster, MessageExt, OrderlyContext, OrderlyResult, PushConsumer, Timing
+from rmq_async import MessageExt, OrderlyContext, OrderlyResult, PushConsumer, Timing
 from rmq_async.consumer.orderly import OrderlyConsumeService
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.codes import RequestCode
 from rmq_async.protocol.mq import MessageQueue
 

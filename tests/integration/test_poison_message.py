@@ -15,7 +15,6 @@ from support.integration import alive_until
 from rmq_async import (
     ConsumeContext,
     ConsumeResult,
-    EmbeddedCluster,
     Message,
     MessageExt,
     OrderlyContext,
@@ -29,6 +28,7 @@ from rmq_async import (
 from rmq_async.client.instance import ClientInstance
 from rmq_async.config import ClientConfig
 from rmq_async.consumer.lite_pull import LitePullConsumer
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.codes import RequestCode, ResponseCode
 from rmq_async.protocol.command import RemotingCommand
 from rmq_async.protocol.mq import MessageQueue

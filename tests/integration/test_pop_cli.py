@@ -8,7 +8,8 @@ import sys
 import anyio
 from support.integration import child_env, produce
 
-from rmq_async import EmbeddedCluster, Timing
+from rmq_async import Timing
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.embedded.pop import pop_state
 
 CLI = [sys.executable, "-m", "rmq_async.cli", "--no-uvloop"]

@@ -11,8 +11,9 @@ import anyio
 import pytest
 from support.integration import Collector, consumer, produce, until
 
-from rmq_async import ConsumeContext, ConsumeResult, EmbeddedCluster, MessageExt, PushConsumer, Timing
-from rmq_async.cli_admin import set_consume_mode
+from rmq_async import ConsumeContext, ConsumeResult, MessageExt, PushConsumer, Timing
+from rmq_async.cli.admin import set_consume_mode
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.embedded.pop import pop_state
 
 

@@ -10,7 +10,8 @@ import anyio
 import pytest
 from support.integration import Collector, child_env, until
 
-from rmq_async import ClientConfig, ClientError, EmbeddedCluster, Message, Producer, PushConsumer, Timing
+from rmq_async import ClientConfig, ClientError, Message, Producer, PushConsumer, Timing
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.errors import RocketMQError
 from rmq_async.producer.producer import select_by_key_hash
 from rmq_async.protocol.codes import RequestCode, ResponseCode

@@ -8,16 +8,10 @@ import anyio
 import pytest
 from support.integration import Collector, consumer, produce, until_rebalanced
 
-from rmq_async import (
-    ConsumeContext,
-    ConsumeResult,
-    EmbeddedCluster,
-    MessageExt,
-    PushConsumer,
-    Timing,
-)
+from rmq_async import ConsumeContext, ConsumeResult, MessageExt, PushConsumer, Timing
 from rmq_async.client.instance import ClientInstance
 from rmq_async.config import ClientConfig
+from rmq_async.embedded import EmbeddedCluster
 
 
 async def test_every_message_consumed_once_with_one_consumer(

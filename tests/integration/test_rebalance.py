@@ -8,7 +8,8 @@ import time
 import anyio
 from support.integration import Collector, alive_until, consumer, produce, until
 
-from rmq_async import EmbeddedCluster, Timing
+from rmq_async import Timing
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.codes import RequestCode
 from rmq_async.protocol.mq import MessageQueue
 

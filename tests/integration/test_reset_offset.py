@@ -7,9 +7,10 @@ import anyio
 from support.broker_admin import query_offset
 from support.integration import Collector, alive_until, consumer, produce, until
 
-from rmq_async import EmbeddedCluster, MessageExt, PushConsumer, Timing
+from rmq_async import MessageExt, PushConsumer, Timing
 from rmq_async.client.instance import ClientInstance
 from rmq_async.config import ClientConfig
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.codes import RequestCode
 from rmq_async.protocol.command import RemotingCommand
 from rmq_async.protocol.mq import MessageQueue

@@ -9,7 +9,8 @@ from support.broker_admin import query_offset
 from support.frame_proxy import FrameProxy, route_rewriter
 from support.integration import produce
 
-from rmq_async import EmbeddedCluster, Timing
+from rmq_async import Timing
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.errors import BrokerError
 from rmq_async.protocol.codes import RequestCode
 from rmq_async.spark.bridge import Session

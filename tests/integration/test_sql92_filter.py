@@ -20,7 +20,6 @@ from rmq_async import (
     ConfigError,
     ConsumeContext,
     ConsumeResult,
-    EmbeddedCluster,
     LitePullConsumer,
     Message,
     MessageExt,
@@ -30,6 +29,7 @@ from rmq_async import (
     SubscriptionRefused,
     Timing,
 )
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.sql92 import FilterSyntaxError, parse
 
 pytestmark = pytest.mark.timeout(60)
@@ -390,7 +390,7 @@ async def test_cli_consume_sql_on_a_broker_with_property_filters_off(timing: Tim
 
 
 def test_embedded_cli_switches() -> None:
-    from rmq_async.cli import build_parser
+    from rmq_async.cli.app import build_parser
 
     args = build_parser().parse_args(["embedded", "--enable-property-filter", "--filter-support-retry"])
     assert args.enable_property_filter and args.filter_support_retry

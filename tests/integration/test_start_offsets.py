@@ -22,9 +22,10 @@ from support.broker_admin import commit_offset, query_offset
 from support.frame_proxy import FrameProxy, route_rewriter
 from support.integration import Collector, produce
 
-from rmq_async import EmbeddedCluster, PushConsumer, Timing
+from rmq_async import PushConsumer, Timing
 from rmq_async.consumer.lite_pull import LitePullConsumer
 from rmq_async.consumer.rebalancer import Rebalancer
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.codes import RequestCode
 from rmq_async.protocol.mq import MessageQueue
 

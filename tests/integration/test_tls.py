@@ -31,7 +31,6 @@ from rmq_async import (
     ClientError,
     ConnectError,
     ConsumeResult,
-    EmbeddedCluster,
     Message,
     MQClientError,
     Producer,
@@ -41,7 +40,7 @@ from rmq_async import (
     TLSError,
 )
 from rmq_async.consumer.lite_pull import LitePullConsumer
-from rmq_async.embedded import ServerTLS
+from rmq_async.embedded import EmbeddedCluster, ServerTLS
 from rmq_async.embedded.server import Server
 from rmq_async.protocol.codes import RequestCode
 from rmq_async.protocol.command import RemotingCommand

@@ -12,9 +12,10 @@ import anyio
 import pytest
 from support.integration import Collector, child_env, consumer
 
-from rmq_async import EmbeddedCluster, Message, MessageExt, OrderlyContext, OrderlyResult, Producer, Timing
+from rmq_async import Message, MessageExt, OrderlyContext, OrderlyResult, Producer, Timing
 from rmq_async.client.instance import ClientInstance
 from rmq_async.config import ClientConfig, TraceConfig
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.trace import RMQ_SYS_TRACE_TOPIC, decode, query_messages_by_key, query_trace
 
 

@@ -27,7 +27,6 @@ from support.otel_sdk import InMemorySDK
 
 from rmq_async import (
     ClientConfig,
-    EmbeddedCluster,
     LitePullConsumer,
     Message,
     MessageExt,
@@ -37,9 +36,10 @@ from rmq_async import (
     Timing,
     otel,
 )
-from rmq_async.cli_admin import set_consume_mode
+from rmq_async.cli.admin import set_consume_mode
 from rmq_async.client.instance import ClientInstance
 from rmq_async.config import OtelConfig, TraceConfig
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.trace import ConsumeReturnType, TraceContext, query_trace
 
 

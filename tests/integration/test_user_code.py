@@ -9,15 +9,8 @@ from collections import Counter
 import pytest
 from support.integration import alive_until, consumer, produce, until
 
-from rmq_async import (
-    ConsumeContext,
-    ConsumeResult,
-    EmbeddedCluster,
-    MessageExt,
-    OrderlyContext,
-    OrderlyResult,
-    Timing,
-)
+from rmq_async import ConsumeContext, ConsumeResult, MessageExt, OrderlyContext, OrderlyResult, Timing
+from rmq_async.embedded import EmbeddedCluster
 
 
 async def _stray_cancel() -> None:

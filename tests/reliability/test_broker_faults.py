@@ -14,7 +14,8 @@ from typing import Any
 
 import anyio
 
-from rmq_async import ClientConfig, EmbeddedCluster, Producer, Timing
+from rmq_async import ClientConfig, Producer, Timing
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.codes import RequestCode
 
 from .proxy import FaultProxy

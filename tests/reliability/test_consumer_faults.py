@@ -14,7 +14,8 @@ import anyio
 import pytest
 from support.broker_admin import commit_offset, query_offset
 
-from rmq_async import ConsumeContext, ConsumeResult, EmbeddedCluster, MessageExt, PushConsumer, Timing
+from rmq_async import ConsumeContext, ConsumeResult, MessageExt, PushConsumer, Timing
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.codes import RequestCode, ResponseCode
 
 from .scenario import LONG, SCALE, Ledger, consumer, n_msgs, produce

@@ -15,7 +15,8 @@ from typing import Any
 import anyio
 import pytest
 
-from rmq_async import EmbeddedCluster, PushConsumer, Timing
+from rmq_async import PushConsumer, Timing
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.embedded.store import StoredMessage
 from rmq_async.protocol.codes import RequestCode, ResponseCode
 

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import anyio
 
-from rmq_async import EmbeddedCluster, Timing
-from rmq_async.cli_admin import set_consume_mode
+from rmq_async import Timing
+from rmq_async.cli.admin import set_consume_mode
 from rmq_async.consumer.push import PushConsumer
 from rmq_async.consumer.types import ConsumeContext, ConsumeResult
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.stored import MessageExt
 
 from .scenario import Ledger, produce

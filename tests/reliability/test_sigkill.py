@@ -15,7 +15,8 @@ from pathlib import Path
 
 import anyio
 
-from rmq_async import EmbeddedCluster, Timing
+from rmq_async import Timing
+from rmq_async.embedded import EmbeddedCluster
 
 from .scenario import SCALE, Ledger, n_msgs, produce
 

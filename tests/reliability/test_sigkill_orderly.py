@@ -44,7 +44,8 @@ from pathlib import Path
 import anyio
 from support.frame_proxy import FrameProxy
 
-from rmq_async import EmbeddedCluster, Message, Producer, Timing
+from rmq_async import Message, Producer, Timing
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.producer.producer import select_by_key_hash
 from rmq_async.protocol.bodies import LockBatchRequestBody, LockBatchResponseBody
 from rmq_async.protocol.codes import RequestCode

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import anyio
 
-from rmq_async import EmbeddedCluster, Timing
-from rmq_async.cli_admin import set_consume_mode
+from rmq_async import Timing
+from rmq_async.cli.admin import set_consume_mode
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.embedded.pop import pop_state
 
 from .scenario import SCALE, Ledger, n_msgs, produce

@@ -11,7 +11,8 @@ import pytest
 from support.integration import produce
 from support.spark_read import pull_chunks
 
-from rmq_async import EmbeddedCluster, Message, Producer, Timing
+from rmq_async import Message, Producer, Timing
+from rmq_async.embedded import EmbeddedCluster
 from rmq_async.spark import bridge
 from rmq_async.spark.bridge import Session, read_range
 from rmq_async.spark.columns import build_batch

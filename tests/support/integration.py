@@ -17,7 +17,6 @@ import pytest
 from rmq_async import (
     ConsumeContext,
     ConsumeResult,
-    EmbeddedCluster,
     Message,
     MessageExt,
     Producer,
@@ -25,6 +24,7 @@ from rmq_async import (
     SendResult,
     Timing,
 )
+from rmq_async.embedded import EmbeddedCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 

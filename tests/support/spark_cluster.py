@@ -9,7 +9,8 @@ from typing import Any
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from rmq_async import EmbeddedCluster, Message, Producer, SendResult, Timing
+from rmq_async import Message, Producer, SendResult, Timing
+from rmq_async.embedded import EmbeddedCluster
 
 
 @contextmanager

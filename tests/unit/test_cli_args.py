@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import rmq_async
-from rmq_async.cli import build_parser, main
+from rmq_async.cli.app import build_parser, main
 
 BASE = ["consume", "--group", "g", "--topic", "T"]
 

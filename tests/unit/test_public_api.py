@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import rmq_async
+import rmq_async.embedded
 import rmq_async.protocol
 from rmq_async.protocol import bodies, headers
 
@@ -39,7 +40,9 @@ def test_the_readme_and_the_examples_import_from_rmq_async_itself() -> None:
     used = _imports(_readme_code())
     for path in sorted((ROOT / "examples").glob("*.py")):
         used += _imports(path.read_text())
-    deep = sorted({(m, n) for m, n in used if m not in ("rmq_async", "rmq_async.spark")})
+    deep = sorted(
+        {(m, n) for m, n in used if m not in ("rmq_async", "rmq_async.spark", "rmq_async.embedded")}
+    )
     assert deep == [], deep  # e.g. rmq_async.producer.producer.select_by_key_hash (before)
     for module, name in used:
         if module == "rmq_async":
@@ -56,11 +59,23 @@ def test_the_names_users_need_are_public() -> None:
         "DeliveryStream",
         "ConsumerHealth",
         "InvalidMessageError",
-        "ServerTLS",
-        "Account",
-        "AclConfig",
     ):
         assert name in rmq_async.__all__ and hasattr(rmq_async, name), name
+    for name in ("EmbeddedCluster", "ServerTLS", "Account", "AclConfig"):
+        assert name in rmq_async.embedded.__all__ and hasattr(rmq_async.embedded, name), name
+
+
+def test_the_root_holds_the_client_api_and_the_embedded_names_moved_with_a_warning() -> None:
+    import warnings
+
+    for name in ("EmbeddedCluster", "ServerTLS", "Account", "AclConfig"):
+        assert name not in rmq_async.__all__, name
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            value = getattr(rmq_async, name)
+        assert value is getattr(rmq_async.embedded, name)
+        assert [w.category for w in caught] == [DeprecationWarning], caught
+        assert "rmq_async.embedded" in str(caught[0].message)
 
 
 def test_the_protocol_package_exports_its_sans_io_names() -> None:

@@ -11,7 +11,7 @@ import pytest
 from support.tls import KEY_PASSWORD, Certs, make_certs
 
 from rmq_async import ClientConfig, ConfigError, ConnectError, TLSConfig, TLSError
-from rmq_async.cli_tls import add_tls_arguments, export_tls_env, tls_options
+from rmq_async.cli.tls import add_tls_arguments, export_tls_env, tls_options
 from rmq_async.embedded import ServerTLS
 from rmq_async.transport.tls import client_ssl_context, handshake_error
 

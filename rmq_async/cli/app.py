@@ -3,7 +3,7 @@
 Each command prints one JSON line at the end (stdout) and exits non-zero with a clear message (stderr)
 when the cluster is unreachable. The event loop is uvloop when installed (``--no-uvloop`` turns it off).
 A bad value on the command line is one line ``rmq-async: ...`` and exit 2, never a traceback
-(:mod:`rmq_async.cli_args`).
+(:mod:`rmq_async.cli.args`).
 SIGTERM and SIGINT stop ``consume`` gracefully (:class:`_StopSignals`): summary printed, exit 0, or
 128 + the signal when running handlers outlived ``shutdown_timeout``.
 """
@@ -23,11 +23,11 @@ from typing import Any
 
 import anyio
 
-from . import __version__
-from .cli_args import Parser, UsageError, byte_size, count, epoch_ms, namesrv_addr, positive, seconds
-from .cli_auth import add_credential_arguments, credentials_from_args
-from .cli_tls import add_tls_arguments, export_tls_env, tls_options
-from .errors import ConfigError, RocketMQError, TopicNotExist
+from .. import __version__
+from ..errors import ConfigError, RocketMQError, TopicNotExist
+from .args import Parser, UsageError, byte_size, count, epoch_ms, namesrv_addr, positive, seconds
+from .auth import add_credential_arguments, credentials_from_args
+from .tls import add_tls_arguments, export_tls_env, tls_options
 
 __all__ = ["main"]
 
@@ -117,7 +117,7 @@ def _property_arg(text: str) -> tuple[str, str]:
 
 def _selector(args: argparse.Namespace) -> Any:
     """``--sql`` (a SQL92 property filter; the broker must enable it) or ``--expr`` (tags)."""
-    from .protocol.filter import Selector
+    from ..protocol.filter import Selector
 
     if args.sql is None:
         return Selector.tag(args.expr)
@@ -130,9 +130,9 @@ def _selector(args: argparse.Namespace) -> Any:
 
 
 async def _produce(args: argparse.Namespace) -> int:
-    from .config import ClientConfig, ProducerConfig
-    from .producer.producer import Producer
-    from .protocol.message import Message
+    from ..config import ClientConfig, ProducerConfig
+    from ..producer.producer import Producer
+    from ..protocol.message import Message
 
     n = args.count
     pad = b"x" * args.size
@@ -175,7 +175,7 @@ async def _produce(args: argparse.Namespace) -> int:
         nonlocal sent, failed
         try:
             if args.order_key_mod:
-                from .producer.producer import select_by_key_hash
+                from ..producer.producer import select_by_key_hash
 
                 await producer.send(make(i), selector=select_by_key_hash, arg=i % args.order_key_mod)
             else:
@@ -281,11 +281,11 @@ async def _consume(args: argparse.Namespace) -> int:
 
 
 async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
-    from .config import ClientConfig, ConsumeFrom
-    from .consumer.push import PushConsumer
-    from .consumer.types import ConsumeContext, ConsumeResult
-    from .protocol.mq import MessageQueue
-    from .protocol.stored import MessageExt
+    from ..config import ClientConfig, ConsumeFrom
+    from ..consumer.push import PushConsumer
+    from ..consumer.types import ConsumeContext, ConsumeResult
+    from ..protocol.mq import MessageQueue
+    from ..protocol.stored import MessageExt
 
     starts: dict[str, ConsumeFrom] = {
         "first": "CONSUME_FROM_FIRST_OFFSET",
@@ -574,7 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
         "namesrv=HOST:PORT first, then one BROKER=HOST:PORT line per broker.",
         parents=[common],
     )
-    from .embedded import cli as embedded_cli
+    from ..embedded import cli as embedded_cli
 
     embedded_cli.add_arguments(emb)
 
@@ -586,7 +586,7 @@ def build_parser() -> argparse.ArgumentParser:
         "plots under --out. SIGTERM/SIGINT: the runs done so far are reported, exit 0.",
         parents=[common],
     )
-    from .bench import cli as bench_cli
+    from ..bench import cli as bench_cli
 
     bench_cli.add_arguments(be)
     add_tls_arguments(be)
@@ -757,7 +757,7 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--quiet", action="store_true", help="no progress line on a terminal")
     add_tls_arguments(co)
     add_credential_arguments(co)
-    from . import cli_admin
+    from . import admin as cli_admin
 
     cli_admin.add_arguments(
         sub.add_parser("admin", help="cluster administration (as mqadmin)", parents=[common])
@@ -775,11 +775,11 @@ def main(argv: list[str] | None = None) -> int:
     use_uvloop = not args.no_uvloop
     try:
         if args.command == "embedded":
-            from .embedded import cli as embedded_cli
+            from ..embedded import cli as embedded_cli
 
             return _run(lambda: embedded_cli.run(args), use_uvloop)
         if args.command == "bench":
-            from .bench import cli as bench_cli
+            from ..bench import cli as bench_cli
 
             export_tls_env(args)  # the bench's workers are child processes: they read RMQ_TLS*
             return bench_cli.run(args)
@@ -788,7 +788,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "consume":
             return _run(lambda: _consume(args), use_uvloop)
         if args.command == "admin":
-            from . import cli_admin
+            from . import admin as cli_admin
 
             return _run(lambda: cli_admin.run(args, _namesrv(args)), use_uvloop)
     except KeyboardInterrupt:

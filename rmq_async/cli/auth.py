@@ -12,7 +12,7 @@ import argparse
 import os
 from collections.abc import MutableMapping
 
-from .config import ENV_ACCESS_KEY, ENV_SECRET_KEY, ENV_SECURITY_TOKEN, Credentials
+from ..config import ENV_ACCESS_KEY, ENV_SECRET_KEY, ENV_SECURITY_TOKEN, Credentials
 
 __all__ = ["add_credential_arguments", "credentials_from_args", "export_credentials"]
 

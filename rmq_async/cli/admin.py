@@ -12,15 +12,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .client.instance import ClientInstance
-from .config import ClientConfig
-from .errors import RocketMQError
-from .protocol.command import RemotingCommand
-from .protocol.pop import encode_set_mode
+from ..client.instance import ClientInstance
+from ..config import ClientConfig
+from ..errors import BrokerError, RocketMQError
 
 __all__ = ["add_arguments", "run", "set_consume_mode"]
-
-SET_MESSAGE_REQUEST_MODE = 401
 
 
 async def set_consume_mode(
@@ -36,7 +32,6 @@ async def set_consume_mode(
     if mode not in ("POP", "PULL"):
         raise ValueError(f"mode must be POP or PULL, not {mode!r}")
     cfg = client_config or ClientConfig(namesrv_addr=namesrv_addr)
-    body = encode_set_mode(topic, group, mode, pop_share_queue_num)
     out: dict[str, tuple[int, str | None]] = {}
     async with ClientInstance(cfg, instance_name="rmq-async-admin") as client:
         route = await client.update_route(topic)
@@ -44,12 +39,14 @@ async def set_consume_mode(
             addr = bd.broker_addrs.get(0)
             if addr is None:
                 continue
-            resp = await client.pool.request(
-                addr,
-                RemotingCommand.request(SET_MESSAGE_REQUEST_MODE, None, body),
-                cfg.timing.request_timeout,
-            )
-            out[addr] = (resp.code, resp.remark)
+            try:
+                await client.api.set_message_request_mode(
+                    addr, topic, group, mode, pop_share_queue_num, cfg.timing.request_timeout
+                )
+            except BrokerError as exc:
+                out[addr] = (exc.code, exc.remark)
+            else:
+                out[addr] = (0, None)
     return out
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from .config import (
+from ..config import (
     ENV_TLS,
     ENV_TLS_CA_FILE,
     ENV_TLS_CERT_FILE,
@@ -25,7 +25,7 @@ from .config import (
     ENV_TLS_SERVER_HOSTNAME,
     TLSConfig,
 )
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["add_tls_arguments", "export_tls_env", "tls_options"]
 
