@@ -29,6 +29,7 @@ from .filters import FilterManager
 from .groups import ConsumerManager, LockManager, ProducerManager
 from .holds import HoldService
 from .jcompat import delay_level, java_ext, java_sized_capacity, props_decode, props_encode, tags_code_of
+from .pop_state import PopState
 from .server import Connection, Reply
 from .state import SCHEDULE_TOPIC, BrokerState, TopicConfig
 from .store import (
@@ -156,6 +157,7 @@ class BrokerContext:
     #: TopicRouteInfoManager); None: not connected to one
     namesrv_request: Callable[[RemotingCommand, float], Awaitable[RemotingCommand | None]] | None = None
     filters: FilterManager = field(init=False)  # the groups' SQL92 filters (ConsumerFilterManager)
+    pop: PopState = field(default_factory=PopState)  # 5.x POP: request modes, checkpoints (pop.py)
 
     def __post_init__(self) -> None:
         self.filters = FilterManager(5 if self.settings.flavour == 5 else 4)

@@ -28,10 +28,6 @@ from __future__ import annotations
 import logging
 import random
 import struct
-import weakref
-import zlib
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import anyio
 
@@ -51,89 +47,24 @@ from ..protocol.pop import (
     encode_assignments,
     pop_retry_topic,
 )
+from ..protocol.stored import encode_stored_into, stored_size
 from .context import BrokerContext, HandlerTable
 from .fields import opt_int, opt_str, req_int, req_str
 from .groups import build_subscription
 from .holds import HeldPull, Rerun
 from .jcompat import faq_suffix, props_decode
+from .pop_state import PopCheckpoint, PopState
 from .server import Connection, Reply
-from .state import RETRY_PREFIX, BrokerState, load_json, save_json
+from .state import RETRY_PREFIX, load_json, save_json
 from .store import StoredMessage, now_ms
 
 __all__ = ["PopCheckpoint", "PopState", "handlers", "pop_state"]
 
 log = logging.getLogger("rmq_async.embedded")
 
-REVIVE_QUEUE_NUM = 8  # BrokerConfig.reviveQueueNum
 POP_FROM_RETRY_PROBABILITY = 20  # BrokerConfig.popFromRetryProbability (percent)
 _QOFF = struct.Struct(">q")  # a stored message's queue offset, at byte 20
-_HEAD = struct.Struct(">iiiiiqqiq")
-_TAIL = struct.Struct(">iq")
-MAGIC_V1 = -626843481
 
-
-@dataclass(slots=True)
-class PopCheckpoint:
-    """``PopCheckPoint``: what one pop took from one queue, and what is still not acked."""
-
-    group: str
-    topic: str  # the queue's topic (the pop retry topic for retry messages)
-    origin: str  # the topic the consumer popped
-    queue_id: int
-    start: int
-    pop_time: int
-    invisible_time: int
-    revive_qid: int
-    pending: set[int] = field(default_factory=set)
-
-    @property
-    def due(self) -> int:
-        return self.pop_time + self.invisible_time
-
-
-class PopState:
-    """One broker's POP state: request modes, checkpoints, counters."""
-
-    def __init__(self) -> None:
-        self.modes: dict[tuple[str, str], tuple[str, int]] = {}  # (topic, group) -> (mode, share num)
-        self.cks: dict[tuple[str, str, int, int, int], PopCheckpoint] = {}  # group, topic, q, start, pt
-        self.revive_counter = 0
-        self.revived = 0  # messages copied to a pop retry topic
-        self.popped = 0
-        self.acked = 0
-        self.changed = 0
-        self.reviver_started = False
-        self.saved_empty = True  # the checkpoints file (data dir) holds none
-        #: run the revive scan now (tests); set by :func:`handlers`
-        self.revive_once: Callable[[], int] = lambda: 0
-
-    def next_revive_qid(self) -> int:
-        qid = self.revive_counter % REVIVE_QUEUE_NUM
-        self.revive_counter += 1
-        return qid
-
-    def add_ck(self, ck: PopCheckpoint) -> None:
-        key = (ck.group, ck.topic, ck.queue_id, ck.start, ck.pop_time)
-        old = self.cks.get(key)
-        if old is not None:
-            old.pending |= ck.pending
-        else:
-            self.cks[key] = ck
-
-    def ack(self, group: str, topic: str, queue_id: int, start: int, pop_time: int, offset: int) -> bool:
-        """Take ``offset`` out of its checkpoint; False when it is not there (acked or revived)."""
-        ck = self.cks.get((group, topic, queue_id, start, pop_time))
-        if ck is None or offset not in ck.pending:
-            return False
-        ck.pending.discard(offset)
-        if not ck.pending:
-            del self.cks[(group, topic, queue_id, start, pop_time)]
-        self.acked += 1
-        return True
-
-
-#: by the broker's state (the context is slotted: no weak reference to it)
-_STATES: weakref.WeakKeyDictionary[BrokerState, PopState] = weakref.WeakKeyDictionary()
 
 #: under the data dir: the checkpoints not revived yet (the real broker keeps them in its revive topic)
 CHECKPOINTS_FILE = ("config", "popCheckpoints.json")
@@ -143,8 +74,8 @@ def persist(ctx: BrokerContext) -> None:
     """Save the broker's pending checkpoints under its data dir (the housekeeping timer and shutdown
     call it), so a restarted broker still revives what was popped and not acked before it stopped."""
     data_dir = ctx.settings.data_dir
-    ps = _STATES.get(ctx.state)
-    if data_dir is None or ps is None or (not ps.cks and ps.saved_empty):
+    ps = ctx.pop
+    if data_dir is None or (not ps.cks and ps.saved_empty):
         return
     rows = [
         [ck.group, ck.topic, ck.origin, ck.queue_id, ck.start, ck.pop_time, ck.invisible_time,
@@ -157,25 +88,19 @@ def persist(ctx: BrokerContext) -> None:
 
 def pop_state(ctx: BrokerContext) -> PopState:
     """The POP state of the broker with this context (made by :func:`handlers`)."""
-    return _STATES[ctx.state]
+    return ctx.pop
 
 
 def _reencode(sm: StoredMessage, topic: str, props: str) -> bytes:
     """The stored message ``sm`` with another topic and properties (what a pop of a retry message
     returns: the original topic and a broker-made POP_CK)."""
     topic_b, props_b = topic.encode(), props.encode()
-    total = (
-        _HEAD.size + len(sm.born_host) + 8 + len(sm.store_host) + _TAIL.size + 4 + len(sm.body)
-        + 1 + len(topic_b) + 2 + len(props_b)
+    total = stored_size(len(sm.born_host), len(sm.store_host), len(sm.body), len(topic_b), len(props_b))
+    out = bytearray(total)
+    encode_stored_into(
+        out, 0, total, sm.queue_id, sm.flag, sm.queue_offset, sm.phys_offset, sm.sys_flag, sm.born_ts,
+        sm.born_host, sm.store_ts, sm.store_host, sm.reconsume_times, 0, sm.body, topic_b, props_b,
     )  # fmt: skip
-    out = bytearray()
-    crc = zlib.crc32(sm.body) & 0x7FFFFFFF
-    out += _HEAD.pack(
-        total, MAGIC_V1, crc, sm.queue_id, sm.flag, sm.queue_offset, sm.phys_offset, sm.sys_flag, sm.born_ts
-    )
-    out += sm.born_host + struct.pack(">q", sm.store_ts) + sm.store_host
-    out += _TAIL.pack(sm.reconsume_times, 0) + struct.pack(">i", len(sm.body)) + sm.body
-    out += bytes([len(topic_b)]) + topic_b + struct.pack(">h", len(props_b)) + props_b
     return bytes(out)
 
 
@@ -196,7 +121,7 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
     settings = ctx.settings
     broker = settings.name
     faq = faq_suffix(settings.flavour)
-    ps = _STATES[state] = PopState()
+    ps = ctx.pop
     if settings.flavour != 5:
         return {}  # a 4.x broker does not know these codes
     # MessageRequestModeManager: config/messageRequestMode.json, by topic then group

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..protocol.codes import MessageSysFlag
+from ..protocol.stored import MAGIC_CODE_V1, MAGIC_CODE_V2, encode_stored_into, stored_size
 
 __all__ = [
     "BLANK_MAGIC",
@@ -48,8 +49,8 @@ __all__ = [
 
 SEGMENT_SIZE = 1 << 24  # 16 MiB
 MAX_MESSAGE_SIZE = 4 << 20  # MessageStoreConfig.maxMessageSize
-MAGIC_V1 = -626843481  # 0xdaa320a7
-MAGIC_V2 = -626843477
+MAGIC_V1 = MAGIC_CODE_V1  # 0xdaa320a7
+MAGIC_V2 = MAGIC_CODE_V2
 BLANK_MAGIC = -875286124  # CommitLog.BLANK_MAGIC_CODE
 _MIN_BLANK = 8
 MAX_TRANSFER_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory
@@ -341,19 +342,7 @@ class MessageStore:
             sys_flag |= MessageSysFlag.BORNHOST_V6_FLAG
         if self._store_v6:
             sys_flag |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
-        total = (
-            _HEAD.size
-            + len(born_host)
-            + 8
-            + len(self.store_host)
-            + _TAIL.size
-            + 4
-            + len(body)
-            + 1
-            + len(topic_b)
-            + 2
-            + len(props_b)
-        )
+        total = stored_size(len(born_host), len(self.store_host), len(body), len(topic_b), len(props_b))
         if total > MAX_MESSAGE_SIZE:
             raise StoreError("MESSAGE_ILLEGAL", f"message of {total} bytes exceeds {MAX_MESSAGE_SIZE}")
         cq = self._cq(topic, queue_id)
@@ -362,28 +351,10 @@ class MessageStore:
         phys = self.write_pos
         if store_ts is None:
             store_ts = now_ms()
-        crc = zlib.crc32(body) & 0x7FFFFFFF
-        _HEAD.pack_into(seg, pos, total, MAGIC_V1, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts)
-        p = pos + _HEAD.size
-        seg[p : p + len(born_host)] = born_host
-        p += len(born_host)
-        _STORE_TS.pack_into(seg, p, store_ts)
-        p += 8
-        seg[p : p + len(self.store_host)] = self.store_host
-        p += len(self.store_host)
-        _TAIL.pack_into(seg, p, reconsume_times, prepared_offset)
-        p += _TAIL.size
-        _I32.pack_into(seg, p, len(body))
-        p += 4
-        seg[p : p + len(body)] = body
-        p += len(body)
-        seg[p] = len(topic_b)
-        p += 1
-        seg[p : p + len(topic_b)] = topic_b
-        p += len(topic_b)
-        struct.pack_into(">h", seg, p, len(props_b))
-        p += 2
-        seg[p : p + len(props_b)] = props_b
+        encode_stored_into(
+            seg, pos, total, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_host, store_ts,
+            self.store_host, reconsume_times, prepared_offset, body, topic_b, props_b,
+        )  # fmt: skip
         self.write_pos = phys + total
         cq.append(phys, total, tags_code)
         if self._fd is not None:

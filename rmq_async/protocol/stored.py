@@ -65,7 +65,9 @@ __all__ = [
     "UndecodablePolicy",
     "decode_messages",
     "decompress_body",
+    "encode_stored_into",
     "salvage_ids",
+    "stored_size",
     "undecodable_at",
 ]
 
@@ -85,6 +87,79 @@ _I32_AT = struct.Struct(">i")
 _TAIL = struct.Struct(">iqi")  # RECONSUMETIMES PREPAREDOFFSET BODYLEN
 _V6_FLAGS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
 _MIN_STORED = _FIXED4.size + 1 + 2  # empty body, 1-byte topic length, properties length
+
+# -- encoding (what a broker writes to its commit log and answers a pull with) ------------------------
+
+_W_TS = struct.Struct(">q")
+_W_TAIL = struct.Struct(">iqi")  # RECONSUMETIMES PREPAREDOFFSET BODYLEN
+_W_PROPS_LEN = struct.Struct(">h")
+
+
+def stored_size(
+    born_host_len: int, store_host_len: int, body_len: int, topic_len: int, props_len: int
+) -> int:
+    """TOTALSIZE of a stored message (MAGIC_CODE_V1: a topic of at most 127 bytes) with these parts;
+    a host is 8 bytes (IPv4 and port) or 20 (IPv6 and port)."""
+    return (
+        _HEAD.size
+        + born_host_len
+        + 8
+        + store_host_len
+        + _W_TAIL.size
+        + body_len
+        + 1
+        + topic_len
+        + 2
+        + props_len
+    )
+
+
+def encode_stored_into(
+    buf: bytearray | memoryview,
+    pos: int,
+    total: int,
+    queue_id: int,
+    flag: int,
+    queue_offset: int,
+    phys_offset: int,
+    sys_flag: int,
+    born_ts: int,
+    born_host: bytes,
+    store_ts: int,
+    store_host: bytes,
+    reconsume_times: int,
+    prepared_offset: int,
+    body: bytes,
+    topic_b: bytes,
+    props_b: bytes,
+) -> None:
+    """Write one stored message (``CommitLog`` layout, MAGIC_CODE_V1, the layout :func:`decode_messages`
+    reads) at ``buf[pos : pos + total]``; ``total`` is :func:`stored_size` of its parts, the hosts are
+    already packed (``ip, port``), the sys flag says which of them are IPv6. Positional only, for the
+    broker's append path."""
+    crc = zlib.crc32(body) & 0x7FFFFFFF
+    _HEAD.pack_into(
+        buf, pos, total, MAGIC_CODE_V1, crc, queue_id, flag, queue_offset, phys_offset, sys_flag, born_ts
+    )
+    p = pos + _HEAD.size
+    buf[p : p + len(born_host)] = born_host
+    p += len(born_host)
+    _W_TS.pack_into(buf, p, store_ts)
+    p += 8
+    buf[p : p + len(store_host)] = store_host
+    p += len(store_host)
+    _W_TAIL.pack_into(buf, p, reconsume_times, prepared_offset, len(body))
+    p += _W_TAIL.size
+    buf[p : p + len(body)] = body
+    p += len(body)
+    buf[p] = len(topic_b)
+    p += 1
+    buf[p : p + len(topic_b)] = topic_b
+    p += len(topic_b)
+    _W_PROPS_LEN.pack_into(buf, p, len(props_b))
+    p += 2
+    buf[p : p + len(props_b)] = props_b
+
 
 # Indexes in the fixed-part tuple a MessageExt keeps.
 _SIZE, _MAGIC, _CRC, _QID, _FLAG, _QOFF, _PHYS, _SYSFLAG, _BORN_TS = range(9)
