@@ -63,7 +63,13 @@ async def test_fastapi_app_lifespan_and_health(
                 f'topic="{topic}"' in line and f'consumer_group="{group}"' in line for line in lag
             )
             assert {line.rsplit(" ", 1)[1] for line in lag} == {"0.0"}, lag  # all 5 consumed and committed
-            assert "rocketmq_process_time_milliseconds_count" in text or "rocketmq_process_time" in text
+            # the handler calls were recorded for the group: one per message (batches of one, the default)
+            counts = [
+                float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line.startswith("rocketmq_process_time") and "_count{" in line and f'"{group}"' in line
+            ]
+            assert sum(counts) == 5, (counts, text)
         resp = Response()
         health = await mod.health(resp)
         assert health["running"] is False and resp.status_code == 503
