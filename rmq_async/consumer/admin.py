@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import anyio
+
 from ..errors import ProtocolError
 from ..protocol.bodies import (
     ConsumeMessageDirectlyResult,
@@ -25,9 +27,11 @@ from ..protocol.command import RemotingCommand
 from ..protocol.mq import MessageQueue
 from ..protocol.stored import decode_messages
 from .context import ConsumerContext
+from .outcome import checked_result
 from .queues import QueueTable
 from .sendback import reset_retry_topic
-from .types import ConsumeContext, ConsumeResult, Handler, OrderlyContext, OrderlyHandler, OrderlyResult
+from .types import ConsumeContext, ConsumeResult, Handler, OrderlyContext, OrderlyHandler
+from .usercode import user_failure
 
 __all__ = ["ConsumerAdmin"]
 
@@ -147,24 +151,32 @@ class ConsumerAdmin:
         orderly = self.orderly_handler is not None
         t0 = time.perf_counter()
         auto_commit = True
+        remark: str | None = None
+        outcome = "CR_LATER"
         try:
-            res: OrderlyResult | ConsumeResult | None
-            if (
-                self.orderly_handler is not None
-            ):  # [orderly] ConsumeMessageOrderlyService.consumeMessageDirectly
-                octx = OrderlyContext(mq)
-                res = await self.orderly_handler([m], octx)
-                auto_commit = octx.auto_commit  # as Java: the context's, after the handler
-                name = getattr(res, "name", "SUCCESS" if res is None else "")
-                outcome = {"SUCCESS": "CR_SUCCESS", "COMMIT": "CR_COMMIT", "ROLLBACK": "CR_ROLLBACK"}.get(
-                    name, "CR_LATER"
+            # bounded by the consume timeout (Java's consumeMessageDirectly is not: a hung handler
+            # would hold this answer, and the broker's caller, for ever)
+            with anyio.move_on_after(c.timing.consume_timeout) as scope:
+                if self.orderly_handler is not None:  # [orderly] ConsumeMessageOrderlyService
+                    octx = OrderlyContext(mq)
+                    res = await self.orderly_handler([m], octx)
+                    auto_commit = octx.auto_commit  # as Java: the context's, after the handler
+                    name = getattr(res, "name", "SUCCESS" if res is None else "")
+                    outcome = {"SUCCESS": "CR_SUCCESS", "COMMIT": "CR_COMMIT", "ROLLBACK": "CR_ROLLBACK"}.get(
+                        name, "CR_LATER"
+                    )
+                else:
+                    assert self.handler is not None
+                    got = checked_result(await self.handler([m], ConsumeContext(mq)), c.group)
+                    outcome = "CR_SUCCESS" if got is ConsumeResult.SUCCESS else "CR_LATER"
+            if scope.cancelled_caught:
+                outcome, remark = (
+                    "CR_LATER",
+                    f"the handler ran past the consume timeout ({c.timing.consume_timeout}s)",
                 )
-            else:
-                assert self.handler is not None
-                res = await self.handler([m], ConsumeContext(mq))
-                outcome = "CR_SUCCESS" if res in (None, ConsumeResult.SUCCESS) else "CR_LATER"
-            remark = None
-        except Exception as exc:
+        except BaseException as exc:
+            if user_failure(exc) is None:
+                raise  # our cancellation (the client is closing)
             outcome, remark = "CR_THROW_EXCEPTION", repr(exc)
         result = ConsumeMessageDirectlyResult(
             order=orderly,

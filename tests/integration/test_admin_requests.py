@@ -107,3 +107,47 @@ async def test_consume_directly_shows_a_retry_message_under_its_original_topic(
             await out.close()
         assert resp is not None and resp.code == 0, resp
         assert direct == [topic], f"consumed directly under {direct}, normal delivery uses {topic!r}"
+
+
+# -- CONSUME_MESSAGE_DIRECTLY runs the handler through the same rules, bounded -----------------------
+
+
+async def test_consume_directly_of_a_hanging_or_odd_handler_answers_in_time(
+    cluster: EmbeddedCluster, names: tuple[str, str]
+) -> None:
+    """A handler that hangs is cut at the consume timeout (CR_LATER with a remark) instead of holding
+    the answer for ever; one that returns something that is not a ConsumeResult is the handler's error
+    (CR_LATER, logged), as on the consume paths; the consumer goes on."""
+    import anyio
+
+    topic, group = names
+    sent = await produce(cluster.namesrv_addr, topic, 2)
+    timing = Timing.fast(consume_timeout=0.5)
+    mode = {"k-0": "hang", "k-1": "odd"}
+    direct = False
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> Any:
+        if not direct:
+            return ConsumeResult.SUCCESS
+        if mode[msgs[0].keys or ""] == "hang":
+            await anyio.sleep_forever()
+        return "SUCCESS"  # not a ConsumeResult
+
+    async with consumer(cluster, group, topic, handler, timing) as c:
+        await alive_until(c, lambda: until(lambda: c.health().ready))
+        direct = True
+        answers = {}
+        for r, key in zip(sent, ("k-0", "k-1"), strict=True):
+            with anyio.fail_after(10):
+                resp = await admin_call(
+                    cluster,
+                    timing,
+                    RequestCode.CONSUME_MESSAGE_DIRECTLY,
+                    {"consumerGroup": group, "clientId": c.client_id, "msgId": r.offset_msg_id},
+                )
+            assert resp.code == 0, resp.remark
+            answers[key] = ConsumeMessageDirectlyResult.decode(resp.body)
+        assert c.health().ready
+    assert answers["k-0"].consume_result == "CR_LATER"
+    assert "consume timeout" in (answers["k-0"].remark or "")
+    assert answers["k-1"].consume_result == "CR_LATER"
