@@ -8,6 +8,7 @@ in its own task group, which lives exactly as long as the ``async with`` block.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import os
@@ -23,6 +24,7 @@ import anyio.abc
 
 from ..config import ClientConfig
 from ..errors import AuthError, BrokerError, MQClientError, RocketMQError, TopicNotExist
+from ..lifecycle import Supervisor
 from ..protocol.acl import RequestSigner
 from ..protocol.bodies import ConsumerData, HeartbeatData, ProducerData, TopicRouteData
 from ..protocol.codes import Perm, RequestCode, ResponseCode, SerializeType
@@ -172,35 +174,41 @@ class ClientInstance:
         self._route_lock = anyio.Lock()
         self._heartbeat_lock = anyio.Lock()
         self._tg: anyio.abc.TaskGroup | None = None
+        self._life = Supervisor(f"client instance {self.client_id}")
         self._route_listeners: list[Callable[[str], None]] = []
 
     # -- lifecycle --------------------------------------------------------------------------------
 
     async def __aenter__(self) -> ClientInstance:
-        await self.pool.__aenter__()
-        try:
-            self._tg = anyio.create_task_group()
-            await self._tg.__aenter__()
-            self._tg.start_soon(self._heartbeat_loop)
-            self._tg.start_soon(self._route_loop)
-        except BaseException:
-            await self.pool.__aexit__(None, None, None)
-            raise
+        """Open the connection pool and start the heartbeat and route loops, in a supervisor task
+        (:mod:`rmq_async.lifecycle`): the instance may be closed from another task than the one that
+        opened it, and no task group is entered by hand."""
+        await self._life.start(self._run)
         return self
 
+    async def _run(self, ready: Callable[[], None], stopping: asyncio.Event) -> None:
+        async with self.pool:
+            try:
+                async with anyio.create_task_group() as tg:
+                    self._tg = tg
+                    tg.start_soon(self._heartbeat_loop)
+                    tg.start_soon(self._route_loop)
+                    ready()
+                    await stopping.wait()
+                    self._tg = None
+                    tg.cancel_scope.cancel()
+            finally:
+                self._tg = None
+                # last, as Java's MQClientInstance.shutdown stops its inner producer: every broker
+                # whose address this client knows is told it is gone (unregisterClient walks
+                # brokerAddrTable, whether or not a heartbeat of ours was answered there)
+                with anyio.move_on_after(self.timing.request_timeout * 2, shield=True):
+                    await self.unregister_everywhere(producer_group=INNER_PRODUCER_GROUP)
+
     async def __aexit__(self, *exc: Any) -> None:
-        tg, self._tg = self._tg, None
-        try:
-            if tg is not None:
-                tg.cancel_scope.cancel()
-                await tg.__aexit__(None, None, None)
-            # last, as Java's MQClientInstance.shutdown stops its inner producer: every broker whose
-            # address this client knows is told it is gone (unregisterClient walks brokerAddrTable,
-            # whether or not a heartbeat of ours was answered there)
-            with anyio.move_on_after(self.timing.request_timeout * 2, shield=True):
-                await self.unregister_everywhere(producer_group=INNER_PRODUCER_GROUP)
-        finally:
-            await self.pool.__aexit__(None, None, None)
+        # bounded (the unregister and the pool's close are): done even when the caller is cancelled
+        with anyio.CancelScope(shield=True):
+            await self._life.stop()
 
     def spawn(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Run ``fn`` in the instance's task group (server-request handlers, one-off work)."""

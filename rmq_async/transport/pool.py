@@ -25,6 +25,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from ..errors import ClientError, ConnectError, TLSError
+from ..lifecycle import Supervisor
 from ..protocol.command import DEFAULT_MAX_FRAME, RemotingCommand
 from .connection import Connection, ServerRequestHandler, Signer, run_awaitable
 
@@ -66,6 +67,7 @@ class ConnectionPool:
         "_handler",
         "_initial_backoff",
         "_jobs",
+        "_life",
         "_max_backoff",
         "_max_frame",
         "_max_timeouts",
@@ -107,6 +109,7 @@ class ConnectionPool:
         self._dialing: dict[str, asyncio.Future[Connection | ConnectError]] = {}
         self._backoff: dict[str, _Backoff] = {}
         self._tg: TaskGroup | None = None
+        self._life = Supervisor("connection pool")
         self._closing = False
         self._jobs: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
 
@@ -118,33 +121,39 @@ class ConnectionPool:
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        if self._tg is not None or self._closing:
+        """Open the pool: its dial, handler and dispatch tasks run in a supervisor task
+        (:mod:`rmq_async.lifecycle`), so the pool may be left in another task than the one that
+        entered it."""
+        if self._life.running or self._closing:
             raise ClientError("a ConnectionPool can be entered only once")
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        self._tg = tg
-        tg.start_soon(self._run_jobs)
+        await self._life.start(self._run)
         return self
+
+    async def _run(self, ready: Callable[[], None], stopping: asyncio.Event) -> None:
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            tg.start_soon(self._run_jobs)
+            ready()
+            await stopping.wait()
+            try:
+                with anyio.move_on_after(self._close_timeout, shield=True):
+                    async with anyio.create_task_group() as closers:
+                        for conn in list(self._conns.values()):
+                            closers.start_soon(conn.aclose)
+            finally:
+                for conn in list(self._conns.values()):  # past the bound: drop them hard
+                    conn.abort()
+                self._conns.clear()
+                tg.cancel_scope.cancel()  # handler, dial and dispatcher tasks
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._closing = True
-        tg, self._tg = self._tg, None
-        try:
-            with anyio.move_on_after(self._close_timeout, shield=True):
-                async with anyio.create_task_group() as closers:
-                    for conn in list(self._conns.values()):
-                        closers.start_soon(conn.aclose)
-        finally:
-            for conn in list(self._conns.values()):  # past the bound: drop them hard
-                conn.abort()
-            self._conns.clear()
-            if tg is not None:
-                tg.cancel_scope.cancel()  # handler, dial and dispatcher tasks
-                # The body's own exception is not passed in: it propagates unchanged instead of
-                # being wrapped in an ExceptionGroup; a crashed child task still raises here.
-                await tg.__aexit__(None, None, None)
+        self._tg = None
+        # bounded (the close of the connections is): done even when the caller is being cancelled
+        with anyio.CancelScope(shield=True):
+            await self._life.stop()
 
     @property
     def connections(self) -> dict[str, Connection]:
