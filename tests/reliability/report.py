@@ -2,8 +2,8 @@
 
 A test run never rewrites a tracked file. At the end of every run that includes reliability scenarios,
 ``conftest.py`` saves the rows and the rendered report under the untracked ``.pytest_cache/rmq_reliability/``
-(``results.json``, ``README.md``); the hypothesis fuzz of ``tests/unit/test_fuzz_decoders.py`` saves its
-counts there too (``hypothesis.json``). The tracked files are written by an explicit command:
+(``results.json``, ``README.md``); the hypothesis fuzz of ``tests/unit/protocol/test_fuzz_decoders.py``
+saves its counts there too (``hypothesis.json``). The tracked files are written by an explicit command:
 
 * ``python -m tests.reliability.report`` renders ``tests/reliability/README.md`` from the last saved run
   (and copies the last full fuzz counts to ``tests/reliability/fuzz/hypothesis.json``);
@@ -134,7 +134,8 @@ def fuzz_section(fuzz: Path, counts: Path | None = None) -> list[str]:
     hyp: dict[str, Any] = json.loads(counts.read_text()) if counts.exists() else {}
     if hyp:
         lines += [
-            "Inputs tried per decoder: the hypothesis fuzz of `tests/unit/test_fuzz_decoders.py` (part of "
+            "Inputs tried per decoder: the hypothesis fuzz of "
+            "`tests/unit/protocol/test_fuzz_decoders.py` (part of "
             f"every CI run; `max_examples={hyp['max_examples']}` per test, counted by the tests themselves, "
             f"last full run {hyp['run_at']}, {hyp['seconds']} s; FrameDecoder.feed is fuzzed by three "
             "tests; fastjson has property tests in `test_fastjson.py`, not counted here) next to the "

@@ -40,7 +40,7 @@ from rmq_async.protocol.stored import (
     undecodable_at,
 )
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "compression"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "compression"
 JAVA_BODIES = json.loads((FIXTURES / "java-bodies.json").read_text())
 
 

@@ -277,7 +277,7 @@ def test_cli_has_the_bench_command() -> None:
 def _pool_ratio() -> Any:
     import importlib.util
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "pool_ratio.py"
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "pool_ratio.py"
     spec = importlib.util.spec_from_file_location("pool_ratio", path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)

@@ -1,6 +1,7 @@
-"""Review of the orderly consume path (OrderlyConsumeService) on its own, as tests/unit/test_concurrently.py
-does for the concurrent one: the consumer is a plain namespace with what the service reads, and the
-broker lock requests are answered by a stub that grants every lock (clustering mode, the default).
+"""Review of the orderly consume path (OrderlyConsumeService) on its own, as
+tests/unit/consumer/test_concurrently.py does for the concurrent one: the consumer is a plain namespace
+with what the service reads, and the broker lock requests are answered by a stub that grants every lock
+(clustering mode, the default).
 
 Each test here states a guarantee of the orderly path that the code once broke:
 
