@@ -175,6 +175,8 @@ class ClientInstance:
         self._heartbeat_lock = anyio.Lock()
         self._tg: anyio.abc.TaskGroup | None = None
         self._life = Supervisor(f"client instance {self.client_id}")
+        #: a heartbeat went to some broker (answered or not): unregister CLIENT_INNER_PRODUCER at the end
+        self._heartbeat_sent = False
         self._route_listeners: list[Callable[[str], None]] = []
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -201,9 +203,12 @@ class ClientInstance:
                 self._tg = None
                 # last, as Java's MQClientInstance.shutdown stops its inner producer: every broker
                 # whose address this client knows is told it is gone (unregisterClient walks
-                # brokerAddrTable, whether or not a heartbeat of ours was answered there)
-                with anyio.move_on_after(self.timing.request_timeout * 2, shield=True):
-                    await self.unregister_everywhere(producer_group=INNER_PRODUCER_GROUP)
+                # brokerAddrTable, whether or not a heartbeat of ours was answered there). An
+                # instance that never sent a heartbeat (a Spark reader's, an admin call's) listed
+                # itself nowhere: it has nothing to unregister
+                if self._heartbeat_sent:
+                    with anyio.move_on_after(self.timing.request_timeout * 2, shield=True):
+                        await self.unregister_everywhere(producer_group=INNER_PRODUCER_GROUP)
 
     async def __aexit__(self, *exc: Any) -> None:
         # bounded (the unregister and the pool's close are): done even when the caller is cancelled
@@ -414,6 +419,7 @@ class ClientInstance:
                     if reach is None:
                         reach = self.broker_reach[addr] = Reachability(addr)
                     try:
+                        self._heartbeat_sent = True
                         await self.api.heartbeat(addr, data, self.timing.request_timeout)
                         reach.ok()
                     except AuthError as exc:
@@ -447,6 +453,7 @@ class ClientInstance:
             addr = bd.broker_addrs.get(MASTER_ID)
             if addr is None:
                 continue
+            self._heartbeat_sent = True
             try:
                 await self.api.heartbeat(addr, data, self.timing.request_timeout)
             except AuthError:
