@@ -57,6 +57,16 @@ class Supervisor:
         """Whether ``run`` has ended (on its own, or after :meth:`stop`)."""
         return self._task is not None and self._task.done()
 
+    def cancelled(self) -> bool:
+        """Whether ``run`` ended by a cancellation that was not :meth:`stop`'s caller's (the event
+        loop closing, say)."""
+        return self._task is not None and self._task.cancelled()
+
+    def ended(self) -> asyncio.Future[None] | None:
+        """What completes when ``run`` ends (with its error, if any); None when not started. For a
+        watcher (a test waiting for a condition fails at once if the run dies meanwhile)."""
+        return self._task
+
     async def start(self, run: Run) -> None:
         if self._task is not None:
             raise ClientError(f"{self._name} is already started")
@@ -99,6 +109,8 @@ class Supervisor:
         if task is None or stopping is None:
             return
         if task.get_loop() is not asyncio.get_running_loop():
+            if task.done():  # its loop has ended (asyncio.run cancelled it there): nothing to stop
+                self._task = self._stopping = None
             raise ClientError(
                 f"{self._name} was started in another event loop: start and stop it in the same one "
                 "(one asyncio.run() around both, e.g. an 'async with' block)"

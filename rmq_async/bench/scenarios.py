@@ -161,8 +161,9 @@ async def run_push(p: dict[str, Any]) -> dict[str, Any]:
         raise
 
     def cached() -> tuple[int, int]:
-        pqs = list(consumer.table.pqs.values())
-        return sum(pq.count for pq in pqs), sum(pq.msg_bytes for pq in pqs)
+        h = consumer.health()
+        queues = [*h.queues, *h.retry_queues]
+        return sum(q.cached for q in queues), sum(q.cached_bytes for q in queues)
 
     async def open_gate_later() -> None:
         await anyio.sleep(p.get("stall_s", 2.0))  # the scripted stall of the backlog scenario

@@ -64,7 +64,7 @@ def sample(c: PushConsumer) -> dict[str, Any]:
     return {
         "t": time.monotonic(),
         **process_sample(),
-        "pq": len(c.table.pqs),
+        "pq": len(h.queues) + len(h.retry_queues),
         "cached": sum(q.cached for q in h.queues),
         "owned": len(h.queues),
         "retry_queues": len(h.retry_queues),

@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 
 from .. import __version__
+from ..internals import internals
 from ..errors import ConfigError, RocketMQError, TopicNotExist
 from .args import Parser, UsageError, byte_size, count, epoch_ms, namesrv_addr, positive, seconds
 from .auth import add_credential_arguments, credentials_from_args
@@ -427,9 +428,9 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(on_signal)
-            if not consumer._client.broker_addrs:
+            if not internals(consumer).client.broker_addrs:
                 try:
-                    await consumer._client.fetch_route(args.topic)
+                    await internals(consumer).client.fetch_route(args.topic)
                 except TopicNotExist:
                     # the name server answered: the topic may be created any moment (a producer's first
                     # send auto-creates it), as a Java consumer waits for it
@@ -487,11 +488,11 @@ async def _await_topic(consumer: Any, topic: str) -> None:
     while True:
         await anyio.sleep(1.0)
         try:
-            await consumer._client.update_route(topic)
+            await internals(consumer).client.update_route(topic)
         except RocketMQError:
             continue
         log.info("topic %r exists now: consuming", topic)
-        await consumer._client.send_heartbeat_to_all_brokers()
+        await internals(consumer).client.send_heartbeat_to_all_brokers()
         consumer.rebalance_now()
         return
 

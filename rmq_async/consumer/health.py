@@ -39,6 +39,8 @@ class QueueHealth:
     queue: MessageQueue
     #: messages pulled and not yet consumed (push) or not yet polled (lite pull)
     cached: int
+    #: the bytes of those messages' bodies (what ``pull_threshold_size_for_queue`` bounds)
+    cached_bytes: int
     #: the offset the next pull asks for
     next_offset: int
     #: the committed offset in memory (None: not known yet, before the first lookup)
@@ -140,6 +142,7 @@ def _queue(mq: MessageQueue, pq: ProcessQueue, committed: int, wall_minus_mono: 
     return QueueHealth(
         queue=mq,
         cached=pq.count,
+        cached_bytes=pq.msg_bytes,
         next_offset=pq.next_offset,
         committed=known,
         max_offset=max_offset,

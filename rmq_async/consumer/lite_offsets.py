@@ -1,9 +1,9 @@
 """The offsets side of a :class:`~rmq_async.consumer.lite_pull.LitePullConsumer`: asking brokers for a
 queue's min, max and by-time offsets (one queue or many at once, as aiokafka's ``beginning_offsets`` /
 ``end_offsets`` / ``offsets_for_times``), seeking, and committing consume offsets into the offset
-store (Java ``DefaultLitePullConsumerImpl``: ``seek``, ``commit``, ``committed``). A base class of the
-facade: it works on the facade's queue table, poll buffer and offset store, declared below for the
-type checker.
+store (Java ``DefaultLitePullConsumerImpl``: ``seek``, ``commit``, ``committed``). One is made per
+run of the facade, given the run's queue table, poll buffer, client instance and offset store; the
+facade's methods of the same names delegate to it.
 """
 
 from __future__ import annotations
@@ -11,23 +11,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
 
 import anyio
 
+from ..client.instance import ClientInstance
+from ..config import Timing
 from ..errors import ClientError, ConfigError
 from ..protocol.mq import MessageQueue
-from .process_queue import ProcessQueue
-
-if TYPE_CHECKING:
-    import anyio.abc
-
-    from ..client.instance import ClientInstance
-    from ..config import Timing
-    from .offset_store import RemoteOffsetStore
-    from .poll_buffer import PollBuffer
-    from .process_queue import PollState
-    from .queues import QueueTable
+from .offset_store import RemoteOffsetStore
+from .poll_buffer import PollBuffer
+from .process_queue import PollState, ProcessQueue
+from .queues import QueueTable
 
 __all__ = ["LiteOffsets"]
 
@@ -35,28 +29,37 @@ log = logging.getLogger("rmq_async.consumer.lite")
 
 
 class LiteOffsets:
-    if TYPE_CHECKING:  # provided by the facade
-        table: QueueTable
-        buffer: PollBuffer
-        timing: Timing
-        _last_auto_commit: float
+    """``name_in``: a queue as the user names it -> as the broker does (the namespace);
+    ``start_pull``: start a pull loop for a queue (after a seek cancelled the previous one)."""
 
-        @property
-        def _client(self) -> ClientInstance: ...
+    def __init__(
+        self,
+        *,
+        table: QueueTable,
+        buffer: PollBuffer,
+        client: ClientInstance,
+        store: RemoteOffsetStore,
+        timing: Timing,
+        name_in: Callable[[MessageQueue], MessageQueue],
+        start_pull: Callable[[ProcessQueue], None],
+    ) -> None:
+        self.table = table
+        self.buffer = buffer
+        self._client = client
+        self._offset_store = store
+        self.timing = timing
+        self._in = name_in
+        self._start_pull = start_pull
+        #: when the consume offsets were last copied into the offset store (auto commit)
+        self.last_commit = time.monotonic()
 
-        @property
-        def _offset_store(self) -> RemoteOffsetStore: ...
-
-        @property
-        def queues(self) -> dict[MessageQueue, PollState]: ...
-
-        def _in(self, mq: MessageQueue) -> MessageQueue: ...
-
-        def _task_group(self) -> anyio.abc.TaskGroup: ...
+    def queues(self) -> dict[MessageQueue, PollState]:
+        return {mq: self.buffer.state(pq) for mq, pq in self.table.pqs.items()}
 
     # -- seeking ----------------------------------------------------------------------------------------
 
-    def _owned(self, mq: MessageQueue) -> ProcessQueue:
+    def owned(self, mq: MessageQueue) -> ProcessQueue:
+        """The process queue of ``mq`` (as the user names it); ClientError when not owned."""
         pq = self.table.pqs.get(self._in(mq))
         if pq is None:
             raise ClientError(f"{mq} is not assigned to this consumer")
@@ -121,49 +124,51 @@ class LiteOffsets:
     async def seek(self, mq: MessageQueue, offset: int) -> None:
         """Read ``mq`` from ``offset`` next; buffered messages of it are discarded. The offset must lie
         in [min offset, max offset] (checked with the broker, as Java does)."""
-        self._owned(mq)
+        self.owned(mq)
         lo = await self.min_offset(mq)
         hi = await self.max_offset(mq)
         if not lo <= offset <= hi:
             raise ConfigError(f"seek offset {offset} of {mq} is outside the queue's range [{lo}, {hi}]")
-        self._reset(self._owned(mq), offset)
+        self.reset_to(self.owned(mq), offset)
 
     async def seek_to_begin(self, mq: MessageQueue) -> None:
         """Read ``mq`` from its :meth:`min_offset` next."""
-        self._owned(mq)
-        self._reset(self._owned(mq), await self.min_offset(mq))
+        self.owned(mq)
+        self.reset_to(self.owned(mq), await self.min_offset(mq))
 
     async def seek_to_end(self, mq: MessageQueue) -> None:
         """Read ``mq`` from its :meth:`max_offset` next: only messages sent from now on."""
-        self._owned(mq)
-        self._reset(self._owned(mq), await self.max_offset(mq))
+        self.owned(mq)
+        self.reset_to(self.owned(mq), await self.max_offset(mq))
 
-    def _reset(self, pq: ProcessQueue, offset: int) -> None:
-        self._task_group()
+    def reset_to(self, pq: ProcessQueue, offset: int) -> None:
+        """Read ``pq`` from ``offset`` next (no range check): its buffered batches are discarded and a
+        new pull loop started."""
         self.buffer.discard(pq)
         pq.next_offset = self.buffer.state(pq).consume_offset = offset
         if pq.scope is not None:
             pq.scope.cancel()  # the running pull (maybe long-polling) is stale
-        self.table.restart(pq)
+        self._start_pull(pq)
 
     def position(self, mq: MessageQueue) -> int:
         """The consume offset of ``mq``: the offset after the last message poll() returned."""
-        return self.buffer.state(self._owned(mq)).consume_offset
+        return self.buffer.state(self.owned(mq)).consume_offset
 
     # -- committing -------------------------------------------------------------------------------------
 
     async def commit(self, offsets: Mapping[MessageQueue, int] | None = None, *, sync: bool = False) -> None:
         """Commit the consume offsets of every owned queue (or ``offsets``) to the offset store's
         memory; the persist timer writes them to the brokers. ``sync=True`` writes them now."""
-        mqs = self._commit_memory(offsets)
+        mqs = self.commit_memory(offsets)
         if sync:
             await self._offset_store.persist_all(mqs, sync=True)
 
-    def _commit_memory(self, offsets: Mapping[MessageQueue, int] | None) -> list[MessageQueue]:
-        self._last_auto_commit = time.monotonic()
+    def commit_memory(self, offsets: Mapping[MessageQueue, int] | None) -> list[MessageQueue]:
+        """The consume offsets of every owned queue (or ``offsets``) into the store's memory."""
+        self.last_commit = time.monotonic()
         store = self._offset_store
         if offsets is None:
-            items = {mq: st.consume_offset for mq, st in self.queues.items()}
+            items = {mq: st.consume_offset for mq, st in self.queues().items()}
         else:
             # as Java's commit(Map): only queues this consumer owns (another member's, or one just
             # rebalanced away, must not be overwritten), and no negative offset
@@ -188,7 +193,8 @@ class LiteOffsets:
             return local
         return await self._offset_store.query_store(mq)
 
-    async def _persist_loop(self) -> None:
+    async def persist_loop(self) -> None:
+        """The persist timer (``persistConsumerOffsetInterval``)."""
         while True:
             await anyio.sleep(self.timing.persist_interval)
             await self._offset_store.persist_all(list(self.table.pqs))

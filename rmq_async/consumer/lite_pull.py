@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import anyio
@@ -42,6 +42,7 @@ from .allocate import strategy_by_name
 from .brokercheck import check_in_brokers
 from .context import ConsumerContext, Subscriptions
 from .health import ConsumerHealth, consumer_health
+from .internals import LiteInternals
 from .lite_offsets import LiteOffsets
 from .offset_store import RemoteOffsetStore
 from .poll_buffer import PollBuffer
@@ -49,7 +50,7 @@ from .process_queue import PollState, ProcessQueue
 from .pulling import PullLoop, PullSettings
 from .queues import QueueTable
 from .rebalance import StabilityWindow
-from .rebalancer import Rebalancer, RebalanceSettings, StartOffsets
+from .rebalancer import Rebalancer, RebalanceSettings, RebalanceSignals, StartOffsets
 from .stats import ConsumerStats
 
 __all__ = ["LitePullConsumer"]
@@ -59,7 +60,7 @@ log = logging.getLogger("rmq_async.consumer.lite")
 ConsumeFrom = Literal["CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_FIRST_OFFSET", "CONSUME_FROM_TIMESTAMP"]
 
 
-class LitePullConsumer(LiteOffsets):
+class LitePullConsumer:
     """``async with LitePullConsumer("group", namesrv_addr=...) as c:`` (or ``await c.start()`` ...
     ``await c.stop()``) then ``c.assign([...])`` or ``await c.subscribe("Topic", "TagA || TagB")``, and
     ``msgs = await c.poll(timeout)`` or ``async for msg in c``. Options have the push consumer's names
@@ -129,44 +130,50 @@ class LitePullConsumer(LiteOffsets):
         self.auto_commit_interval = auto_commit_interval
         self.consume_from_where = consume_from_where
         self.consume_timestamp_ms = consume_timestamp_ms
-        self.strategy = strategy_by_name(allocate_strategy)
+        self._strategy = strategy_by_name(allocate_strategy)
         self.pull_batch_size = pull_batch_size
-        self.ctx = ctx = ConsumerContext(
+        self._ctx = ctx = ConsumerContext(
             group=self.group,
             config=options.consumer_config(self.group),
             client_config=self.client_config,
             subscriptions=Subscriptions(None),
         )
         self._observers = ctx.observers  # (the context's list: trace, OpenTelemetry once started)
-        self.buffer = PollBuffer(
+        self._buffer = PollBuffer(
             max_queue_count=pull_threshold_for_queue,
             max_queue_bytes=options.pull_threshold_size_for_queue << 20,  # MiB, as the push consumer
             max_total=pull_threshold_for_all,
             auto_commit=auto_commit,
         )
-        self.table = table = QueueTable(ctx)
-        table.make_queue = _lite_queue
-        table.on_start = self.buffer.started
+        buffer = self._buffer
+        self._table = table = QueueTable(ctx, buffer, make_queue=_lite_queue, on_start=buffer.started)
         settings = PullSettings.for_lite_pull(pull_batch_size, self.timing, options.on_undecodable)
         self.suspend_timeout = settings.suspend_timeout
-        self.puller = PullLoop(ctx, table, self.buffer, settings, on_undecodable_fail=self.buffer.fail)
-        table.attach(self.buffer, self.puller.run)
-        self.rebalancer = Rebalancer(
+        puller = PullLoop(ctx, table, buffer, settings, on_undecodable_fail=buffer.fail)
+
+        def start_pull(pq: ProcessQueue) -> None:
+            ctx.start_soon(puller.run, pq)
+
+        self._start_pull = start_pull
+        self._signals = RebalanceSignals()
+        self._rebalancer = Rebalancer(
             ctx,
             table,
-            None,
             RebalanceSettings(
-                strategy=self.strategy,
+                strategy=self._strategy,
                 # Java's lite consumer too fixes its default consumeTimestamp when it is made
                 start_offsets=StartOffsets(consume_from_where, consume_timestamp_ms),
-                stability=StabilityWindow(0.0),
                 # RebalanceLitePullImpl.messageQueueChanged: no subscription version bump, no heartbeat
                 announce_changes=False,
             ),
+            self._signals,
+            StabilityWindow(0.0),
+            start_pull=start_pull,
         )
+        #: the offsets side (seek, commit, committed), made when the consumer starts
+        self._offsets: LiteOffsets | None = None
         self._mode: Literal["none", "assign", "subscribe"] = "none"
         self._assigned: set[MessageQueue] = set()
-        self._last_auto_commit = time.monotonic()
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop of 'async with'
         self._life = Supervisor(f"lite pull consumer {self.group}")
@@ -191,7 +198,7 @@ class LitePullConsumer(LiteOffsets):
         again (make a new one)."""
         if self._closed:
             raise ClientError("this lite pull consumer was stopped: make a new one")
-        if self.ctx.started:
+        if self._ctx.started:
             raise ClientError("lite pull consumer already started")
         self._loop = asyncio.get_running_loop()
         try:
@@ -207,8 +214,16 @@ class LitePullConsumer(LiteOffsets):
         instance_name = pid_instance_name() if name == "DEFAULT" else name
         async with ClientInstance(self.client_config, instance_name=instance_name) as client:
             store = RemoteOffsetStore(client, self.group)
-            self.ctx.attach(client, store)
-            self.buffer.store = store
+            self._ctx.attach(client, store)
+            self._offsets = LiteOffsets(
+                table=self._table,
+                buffer=self._buffer,
+                client=client,
+                store=store,
+                timing=self.timing,
+                name_in=self._in,
+                start_pull=self._start_pull,
+            )
             client.register_consumer(self)
             # with ACL keys: a wrong or unknown key, or a group without SUB, fails here (AuthError)
             await client.check_access("TBW102")  # the default topic: its route names the brokers
@@ -219,10 +234,10 @@ class LitePullConsumer(LiteOffsets):
                 if not any(r.reachable for r in client.namesrv_reach.values()):
                     errors = "; ".join(f"{r.addr}: {r.last_error}" for r in client.namesrv_reach.values())
                     raise MQClientError(f"no name server answered (require_namesrv=True): {errors}")
-            client.auth_errors.add_listener(lambda _err: self.buffer.wake())  # poll() raises it
+            client.auth_errors.add_listener(lambda _err: self._buffer.wake())  # poll() raises it
             async with anyio.create_task_group() as tg:
-                self.ctx.set_task_group(tg)
-                tg.start_soon(self._persist_loop)
+                self._ctx.set_task_group(tg)
+                tg.start_soon(self._offsets.persist_loop)
                 ready()
                 await stopping.wait()
                 try:
@@ -230,14 +245,15 @@ class LitePullConsumer(LiteOffsets):
                         await self._shutdown(client)
                 finally:
                     tg.cancel_scope.cancel()
-                    self.ctx.set_task_group(None)
+                    self._ctx.set_task_group(None)
 
     async def _shutdown(self, client: ClientInstance) -> None:
-        self.table.stop_pulling()
-        if self.auto_commit:
-            self._commit_memory(None)
+        self._table.stop_pulling()
+        offsets = self._offsets
+        if self.auto_commit and offsets is not None:
+            offsets.commit_memory(None)
         with anyio.move_on_after(self.timing.request_timeout * 2):
-            await self._offset_store.persist_all(list(self.table.pqs), sync=True)
+            await self._ctx.offset_store.persist_all(list(self._table.pqs), sync=True)
         client.unregister_consumer_local(self.group)
         with anyio.move_on_after(self.timing.request_timeout * 2):
             await client.unregister_everywhere(consumer_group=self.group)
@@ -261,65 +277,132 @@ class LitePullConsumer(LiteOffsets):
 
     async def close(self) -> None:
         """Stop pulling, commit (with auto commit), persist offsets synchronously, unregister."""
-        ctx = self.ctx
+        ctx = self._ctx
         if self._closed or not ctx.started:
             return
         self._check_loop()
         self._closed = True
         ctx.stopping = True
-        self.buffer.wake()
+        self._buffer.wake()
         await self._life.stop()
 
     @property
     def _client(self) -> ClientInstance:
         """(internal) The client instance (routes, connections) while running."""
-        if not self.ctx.started or self._closed:
+        if not self._ctx.started or self._closed:
             raise ClientError("lite pull consumer is not running (use 'async with')")
-        return self.ctx.client
+        return self._ctx.client
 
-    @property
-    def _offset_store(self) -> RemoteOffsetStore:
-        """(internal) The group's committed offsets on the broker."""
-        store = self.buffer.store
-        if not isinstance(store, RemoteOffsetStore):
-            raise ClientError("lite pull consumer is not started")
-        return store
+    def _internals(self) -> LiteInternals:
+        """(for :func:`~rmq_async.consumer.internals.internals`)"""
+        return LiteInternals(
+            ctx=self._ctx,
+            table=self._table,
+            rebalancer=self._rebalancer,
+            settings=self._rebalancer.settings,
+            ended=self._life.ended(),
+            buffer=self._buffer,
+            offsets=self._offsets,
+        )
+
+    def _running_offsets(self) -> LiteOffsets:
+        offsets = self._offsets
+        if offsets is None or self._closed:
+            raise ClientError("lite pull consumer is not running (use 'async with')")
+        return offsets
+
+    # -- offsets (LiteOffsets) ------------------------------------------------------------------------
+
+    async def beginning_offsets(self, queues: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
+        """The min offset of each queue (as aiokafka's ``beginning_offsets``), asked concurrently."""
+        return await self._running_offsets().beginning_offsets(queues)
+
+    async def end_offsets(self, queues: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
+        """The max offset of each queue: the offset the next message will get (``end_offsets``)."""
+        return await self._running_offsets().end_offsets(queues)
+
+    async def offsets_for_times(self, timestamps: Mapping[MessageQueue, int]) -> dict[MessageQueue, int]:
+        """For each queue, :meth:`offset_for_timestamp` at its timestamp (milliseconds since the epoch),
+        asked concurrently (as aiokafka's ``offsets_for_times``, which answers offsets only here)."""
+        return await self._running_offsets().offsets_for_times(timestamps)
+
+    async def min_offset(self, mq: MessageQueue) -> int:
+        """The queue's first offset still stored (the broker's min offset)."""
+        return await self._running_offsets().min_offset(mq)
+
+    async def max_offset(self, mq: MessageQueue) -> int:
+        """The offset the queue's next message will get (the broker's max offset)."""
+        return await self._running_offsets().max_offset(mq)
+
+    async def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """The broker's answer to SEARCH_OFFSET_BY_TIMESTAMP for ``mq`` at ``timestamp_ms``, as Java's
+        ``offsetForTimestamp``: a 5.x broker answers the first offset stored at or after it, a 4.9.8
+        broker the offset whose store time is nearest (it may be an older message)."""
+        return await self._running_offsets().offset_for_timestamp(mq, timestamp_ms)
+
+    async def seek(self, mq: MessageQueue, offset: int) -> None:
+        """Read ``mq`` from ``offset`` next; buffered messages of it are discarded. The offset must lie
+        in [min offset, max offset] (checked with the broker, as Java does)."""
+        await self._running_offsets().seek(mq, offset)
+
+    async def seek_to_begin(self, mq: MessageQueue) -> None:
+        """Read ``mq`` from its :meth:`min_offset` next."""
+        await self._running_offsets().seek_to_begin(mq)
+
+    async def seek_to_end(self, mq: MessageQueue) -> None:
+        """Read ``mq`` from its :meth:`max_offset` next: only messages sent from now on."""
+        await self._running_offsets().seek_to_end(mq)
+
+    def position(self, mq: MessageQueue) -> int:
+        """The consume offset of ``mq``: the offset after the last message poll() returned."""
+        return self._running_offsets().position(mq)
+
+    async def commit(self, offsets: Mapping[MessageQueue, int] | None = None, *, sync: bool = False) -> None:
+        """Commit the consume offsets of every owned queue (or ``offsets``) to the offset store's
+        memory; the persist timer writes them to the brokers. ``sync=True`` writes them now."""
+        await self._running_offsets().commit(offsets, sync=sync)
+
+    async def committed(self, mq: MessageQueue) -> int | None:
+        """The committed offset of ``mq``: the one committed in this consumer's memory (not yet written by
+        the persist timer), else the broker's (None: never committed). As Java's ``committed``
+        (``MEMORY_FIRST_THEN_STORE``), and without overwriting a pending commit with the broker's value."""
+        return await self._running_offsets().committed(mq)
 
     @property
     def stats(self) -> ConsumerStats:
         """Pull statistics and the count of undecodable messages (``undecodable``)."""
-        return self.ctx.stats
+        return self._ctx.stats
 
     @property
     def queues(self) -> dict[MessageQueue, PollState]:
         """The buffer of each owned queue (as the broker names it)."""
-        return {mq: self.buffer.state(pq) for mq, pq in self.table.pqs.items()}
+        return {mq: self._buffer.state(pq) for mq, pq in self._table.pqs.items()}
 
     def health(self) -> ConsumerHealth:
         """As :meth:`PushConsumer.health`: ``ready`` and why not, name servers and brokers reached,
         topics without a route, owned queues with their last pull and lag (``max_offset`` minus the
         committed offset; None when unknown). The topics are the subscribed ones, or those of the
         assigned queues. No I/O."""
-        ctx = self.ctx
+        ctx = self._ctx
         running = ctx.started and not self._closed
         assigned = {mq.topic for mq in self._assigned}
         topics = assigned if self._mode == "assign" else ctx.subscriptions.topics()
-        store = self.buffer.store
+        store = self._ctx.offset_store if ctx.has_offset_store else None
         return consumer_health(
             running=running,
             group=self.group,
             client=ctx.client if ctx.started else None,
             topics=topics,
             retry_topic=None,
-            pqs=self.table.pqs,
+            pqs=self._table.pqs,
             committed=store.read_memory if store is not None else lambda mq: -1,
-            members=self.rebalancer.members,
+            members=self._signals.members,
             clustering=True,
             stats=ctx.stats,
         )
 
     def _task_group(self) -> anyio.abc.TaskGroup:
-        tg = self.ctx.task_group
+        tg = self._ctx.task_group
         if tg is None or self._closed:
             raise ClientError("lite pull consumer is not running (use 'async with')")
         return tg
@@ -351,13 +434,14 @@ class LitePullConsumer(LiteOffsets):
         for topic in sorted({mq.topic for mq in target}):
             await self._client.update_route(topic)
         await self._client.send_heartbeat_to_all_brokers(raise_auth=True)  # ACL: fail at once
-        table = self.table
+        table = self._table
         for mq in sorted(set(table.pqs) - target):
             await table.drop(mq)
         for mq in sorted(target - set(table.pqs)):
             pq = table.make_queue(mq)
-            pq.next_offset = await self.rebalancer.compute_pull_from_where(mq)
+            pq.next_offset = await self._rebalancer.compute_pull_from_where(mq)
             table.start(pq)
+            self._start_pull(pq)
 
     async def subscribe(self, topic: str, expression: Selector | str = "*") -> None:
         """Subscribe to ``topic`` with a tag expression (a plain string) or a :class:`Selector`
@@ -371,23 +455,23 @@ class LitePullConsumer(LiteOffsets):
             raise ConfigError(f"cannot subscribe to topic {topic!r}")
         topic = self.client_config.with_namespace(topic)
         tg = self._task_group()
-        sub = self.ctx.subscriptions.make(topic, expression)
+        sub = self._ctx.subscriptions.make(topic, expression)
         if sub.expression_type != "TAG":  # checkClientInBroker (Java: at start)
             await self._client.update_route_quietly([topic])
-            await check_in_brokers(self.ctx, [sub])
-        self.ctx.subscriptions.store(sub)
+            await check_in_brokers(self._ctx, [sub])
+        self._ctx.subscriptions.store(sub)
         first = self._mode != "subscribe"
         self._mode = "subscribe"
         await self._client.update_route_quietly([topic])
         await self._client.send_heartbeat_to_all_brokers(raise_auth=True)  # ACL: fail at once
         if first:
-            tg.start_soon(self.rebalancer.run)
+            tg.start_soon(self._rebalancer.run)
         else:
             self.rebalance_now()
 
     def assignment(self) -> set[MessageQueue]:
         """The queues this consumer owns now."""
-        return {self._out(mq) for mq in self.table.pqs}
+        return {self._out(mq) for mq in self._table.pqs}
 
     async def fetch_queues(self, topic: str) -> list[MessageQueue]:
         """The readable queues of ``topic`` (``fetchMessageQueues``)."""
@@ -401,25 +485,30 @@ class LitePullConsumer(LiteOffsets):
         """The next batch of messages (one pulled batch, more if ``max_messages`` allows and they are
         already buffered); an empty list after ``timeout`` seconds without data."""
         self._check_loop()
-        if self.auto_commit and time.monotonic() - self._last_auto_commit >= self.auto_commit_interval:
-            self._commit_memory(None)
+        offsets = self._offsets
+        if (
+            offsets is not None
+            and self.auto_commit
+            and time.monotonic() - offsets.last_commit >= self.auto_commit_interval
+        ):
+            offsets.commit_memory(None)
         limit = max_messages or 1
         out: list[MessageExt] = []
         with anyio.move_on_after(timeout):
             while not out:
                 self._client  # noqa: B018 - raises once closed
-                self.buffer.take(out, limit)
+                self._buffer.take(out, limit)
                 if not out:
-                    if (undecodable := self.buffer.failure()) is not None:
+                    if (undecodable := self._buffer.failure()) is not None:
                         raise UndecodableMessageError(undecodable)
                     if (refused := self._refusal()) is not None:
                         raise refused
-                    await self.buffer.wait_changed()
+                    await self._buffer.wait_changed()
         if self.namespace:
             for m in out:
                 m.topic = unwrap_namespace(self.namespace, m.topic)
         if self._observers and out:  # trace (as Java's poll: SubBefore, SubAfter) and OpenTelemetry
-            self.ctx.observe_poll(out)
+            self._ctx.observe_poll(out)
         return out
 
     def _refusal(self) -> AuthError | None:
@@ -428,22 +517,22 @@ class LitePullConsumer(LiteOffsets):
         errors = self._client.auth_errors
         if not errors:
             return None
-        return errors.current({f"group:{self.group}"} | {f"topic:{mq.topic}" for mq in self.table.pqs})
+        return errors.current({f"group:{self.group}"} | {f"topic:{mq.topic}" for mq in self._table.pqs})
 
     def pause(self, queues: Iterable[MessageQueue]) -> None:
         """Stop pulling ``queues`` and hold back their buffered messages until :meth:`resume`."""
         for mq in queues:
-            pq = self.table.pqs.get(self._in(mq))
+            pq = self._table.pqs.get(self._in(mq))
             if pq is not None:
-                self.buffer.pause(pq)
+                self._buffer.pause(pq)
 
     def resume(self, queues: Iterable[MessageQueue]) -> None:
         """Pull ``queues`` again and hand out their buffered messages (after :meth:`pause`)."""
         for mq in queues:
-            pq = self.table.pqs.get(self._in(mq))
+            pq = self._table.pqs.get(self._in(mq))
             if pq is not None:
-                self.buffer.resume(pq)
-        self.buffer.wake()
+                self._buffer.resume(pq)
+        self._buffer.wake()
 
     def paused(self) -> set[MessageQueue]:
         """The queues paused now."""
@@ -453,17 +542,17 @@ class LitePullConsumer(LiteOffsets):
 
     def rebalance_now(self) -> None:
         """Rebalance the subscribed topics at once."""
-        self.rebalancer.wake()
+        self._signals.wake()
 
     async def wait_rebalanced(self) -> None:
         """Wait for the next completed rebalance (subscribe mode)."""
-        await self.rebalancer.wait_rebalanced()
+        await self._signals.wait_rebalanced()
 
     # -- ConsumerHandle ---------------------------------------------------------------------------------
 
     def _consumer_data(self) -> ConsumerData:
         """(internal, for the client instance) This consumer in a heartbeat."""
-        subs = self.ctx.subscriptions.data() if self._mode == "subscribe" else []
+        subs = self._ctx.subscriptions.data() if self._mode == "subscribe" else []
         return ConsumerData(
             group_name=self.group,
             consume_type="CONSUME_ACTIVELY",
@@ -478,7 +567,7 @@ class LitePullConsumer(LiteOffsets):
 
     def _subscribed_topics(self) -> set[str]:
         """(internal, for the client instance) The subscribed and assigned topics."""
-        return self.ctx.subscriptions.topics() | {mq.topic for mq in self._assigned}
+        return self._ctx.subscriptions.topics() | {mq.topic for mq in self._assigned}
 
     async def _handle_server_request(self, cmd: RemotingCommand) -> RemotingCommand | None:
         """(internal, for the client instance) Brokers' requests: none answered by a lite consumer."""

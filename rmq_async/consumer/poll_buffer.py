@@ -17,7 +17,6 @@ from collections import deque
 import anyio
 
 from ..protocol.stored import MessageExt, PulledMessages, Undecodable
-from .offset_store import OffsetStore
 from .process_queue import PollState, ProcessQueue
 
 __all__ = ["PollBuffer"]
@@ -43,7 +42,6 @@ class PollBuffer:
         self.max_queue_bytes = max_queue_bytes
         self.max_total = max_total
         self.auto_commit = auto_commit
-        self.store: OffsetStore | None = None  # set when the consumer starts
         self._ready: deque[ProcessQueue] = deque()
         self._total = 0
         # data arrived, room freed, resume, close: made when a waiter needs one (most changes

@@ -8,19 +8,20 @@ supervisor to shut down in order: stop pulling, let running handlers finish (bou
 synchronously, unregister, close connections. Because the supervisor owns the group, ``start()`` and
 ``stop()`` may be called from different tasks (an ASGI lifespan, a test fixture).
 
-The facade builds the parts once per run and hands them a :class:`ConsumerContext`: the consume
-service (:class:`ConcurrentConsumeService` or :class:`OrderlyConsumeService`), the :class:`QueueTable`,
-the :class:`PullLoop` feeding the service, the :class:`Rebalancer` (made once: its events and start
-offsets outlive a run) and the admin answers. None of them sees this class.
+The facade builds the parts of a run with one function, :func:`build_push_run`, each given what it
+uses through its constructor: the consume service (:class:`ConcurrentConsumeService` or
+:class:`OrderlyConsumeService`), the :class:`QueueTable`, the :class:`PullLoop` feeding the service,
+the :class:`Rebalancer` (its signals and settings outlive a run), the POP service and the admin
+answers. None of them sees this class. Its life is a :class:`~rmq_async.lifecycle.Supervisor` run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, cast
+from typing import Any
 
 import anyio
 
@@ -34,26 +35,21 @@ from ..config import (
     Timing,
 )
 from ..errors import ClientError, ConfigError, MQClientError, RocketMQError
+from ..lifecycle import Supervisor
 from ..producer.producer import Producer, ProducerConfig
 from ..protocol.bodies import ConsumerData, SubscriptionData
 from ..protocol.command import RemotingCommand
 from ..protocol.filter import Selector
 from ..protocol.mq import MessageQueue
-from .admin import ConsumerAdmin
 from .allocate import strategy_by_name
 from .brokercheck import check_in_brokers
-from .concurrently import ConcurrentConsumeService
 from .context import ConsumerContext, Subscriptions
 from .delivery import DeliveryStream
 from .health import ConsumerHealth, consumer_health
+from .internals import PushInternals
 from .offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
-from .orderly import OrderlyConsumeService  # [orderly]
-from .pop import PopService
-from .pulling import PullLoop, PullSettings
-from .queues import QueueTable
-from .rebalance import StabilityWindow
-from .rebalancer import Rebalancer, RebalanceSettings, StartOffsets
-from .service import ConsumeService
+from .push_run import PushRun, build_push_run
+from .rebalancer import RebalanceSettings, RebalanceSignals, StartOffsets
 from .stats import ConsumerStats
 from .subcheck import SubscriptionChecker
 from .types import Handler, Hook, OrderlyHandler, RebalanceListener
@@ -166,80 +162,45 @@ class PushConsumer:
         # [orderly] per-queue ordering under broker lock leases (``MessageListenerOrderly``)
         self.orderly = orderly
         # [pop] False: the broker assigns (5.x); its POP-mode queues are popped (consumer/pop.py)
-        self.client_rebalance = client_rebalance
+        self._client_rebalance = client_rebalance
         if not client_rebalance and (orderly or handler is None):
             raise ConfigError("client_rebalance=False (POP) needs a concurrent handler (no orderly POP)")
         # start() fails when no name server answers (default: keep looking in the background, as Java)
-        self.require_namesrv = require_namesrv
-        self.strategy = strategy_by_name(self.config.allocate_strategy)
-        self.ctx = ConsumerContext(
+        self._require_namesrv = require_namesrv
+        self._strategy = strategy_by_name(self.config.allocate_strategy)
+        self._ctx = ConsumerContext(
             group=group,
             config=self.config,
             client_config=client_config,
             subscriptions=Subscriptions(retry_topic if self.config.clustering else None),
             orderly=orderly,
         )
-        self.subcheck = SubscriptionChecker(self.ctx)
-        self.rebalancer = Rebalancer(
-            self.ctx,
-            QueueTable(self.ctx),
-            None,
-            RebalanceSettings(
-                strategy=self.strategy,
-                start_offsets=StartOffsets(self.config.consume_from_where, self.config.consume_timestamp),
-                stability=StabilityWindow(self.config.rebalance_stability_window),
-                on_assigned=on_assigned,
-                on_revoked=on_revoked,
-                on_new_members=self.subcheck.check,
-                new_members=self.subcheck.new_members,
-            ),
+        self._subcheck = SubscriptionChecker(self._ctx)
+        self._signals = RebalanceSignals()
+        self._settings = RebalanceSettings(
+            strategy=self._strategy,
+            start_offsets=StartOffsets(self.config.consume_from_where, self.config.consume_timestamp),
+            on_assigned=on_assigned,
+            on_revoked=on_revoked,
+            on_new_members=self._subcheck.check,
+            new_members=self._subcheck.new_members,
         )
-        self._supervisor: asyncio.Task[None] | None = None
-        self._ready: asyncio.Future[None] | None = None
+        self._life = Supervisor(f"consumer {group!r}")
         self._ran = False
         self._gave_up = False
-        self._new_run()
+        self._run = self._new_run()
         for topic, expr in (subscriptions or {}).items():
             self.subscribe(topic, expr)
 
-    def _new_run(self) -> None:
-        """The state of one start .. stop: a stopped consumer starts again on a fresh one (its process
-        queues, workers and timers are gone; subscriptions, hooks, listeners, stats and the consume
-        timeout stay)."""
-        ctx = self.ctx
-        ctx.new_run()
-        self._stop = anyio.Event()
-        self.table = table = QueueTable(ctx)
-        self.consume_service: ConsumeService
-        if self.orderly:  # [orderly]
-            self.consume_service = OrderlyConsumeService(
-                ctx, cast(OrderlyHandler | None, self.handler), table.pqs
-            )
-        else:
-            self.consume_service = ConcurrentConsumeService(ctx, cast(Handler | None, self.handler))
-        rebalancer = self.rebalancer
-        rebalancer.table, rebalancer.service = table, self.consume_service
-        rebalancer.settings.stability = StabilityWindow(self.config.rebalance_stability_window)
-        self.puller = PullLoop(
-            ctx,
-            table,
-            self.consume_service,
-            PullSettings.for_push(self.config, self.timing),
-            on_illegal_offset=rebalancer.wake,
-        )
-        table.attach(self.consume_service, self.puller.run)
-        self.pop: PopService | None = None
-        if not self.client_rebalance:  # [pop]
-            self.pop = PopService(ctx, cast(Handler, self.handler), lambda: ctx.deadlines.timeout)
-        rebalancer.settings.assign = self.pop.assign if self.pop is not None else None
-        self.admin = ConsumerAdmin(
-            ctx,
-            table,
-            rebalancer.wake,
-            self.strategy.name,
-            handler=None if self.orderly else cast(Handler | None, self.handler),
-            orderly_handler=cast(OrderlyHandler | None, self.handler) if self.orderly else None,
-            pop_props=self.pop.running_props if self.pop is not None else None,
+    def _new_run(self) -> PushRun:
+        self._ctx.new_run()
+        return build_push_run(
+            self._ctx,
+            self.handler,
+            orderly=self.orderly,
+            pop=not self._client_rebalance,
+            settings=self._settings,
+            signals=self._signals,
         )
 
     # -- the shared state, by the names it has always had -------------------------------------------
@@ -247,63 +208,63 @@ class PushConsumer:
     @property
     def group(self) -> str:
         """The consumer group as it goes on the wire (``namespace%group`` with a namespace)."""
-        return self.ctx.group
+        return self._ctx.group
 
     @property
     def retry_topic(self) -> str:
         """``%RETRY%<group>``: where failed messages come back from (clustering)."""
-        return self.ctx.retry_topic
+        return self._ctx.retry_topic
 
     @property
     def namespace(self) -> str | None:
         """``ClientConfig.namespace`` (None without one)."""
-        return self.ctx.namespace
+        return self._ctx.namespace
 
     @property
     def max_reconsume_times(self) -> int:
         """Retries before the DLQ in effect: ``max_reconsume_times``, or 16 (concurrent) / unbounded
         (orderly) for -1."""
-        return self.ctx.max_reconsume_times
+        return self._ctx.max_reconsume_times
 
     @property
     def stats(self) -> ConsumerStats:
         """Counters: pulled, consumed, failed, per topic; undecodable messages."""
-        return self.ctx.stats
+        return self._ctx.stats
 
     @property
     def before_hooks(self) -> list[Hook]:
         """Append ``fn(msgs, ctx)`` (plain or async) to run before each handler call."""
-        return self.ctx.before_hooks
+        return self._ctx.before_hooks
 
     @property
     def after_hooks(self) -> list[Hook]:
         """Append ``fn(msgs, ctx, result)`` (plain or async) to run after each handler call; what it
         raises is logged."""
-        return self.ctx.after_hooks
+        return self._ctx.after_hooks
 
     @property
     def running(self) -> bool:
         """Started, and not stopping."""
-        return self.ctx.running
+        return self._ctx.running
 
     @property
     def on_assigned(self) -> RebalanceListener | None:
         """``fn(topic, queues)`` (plain or async) called after a rebalance gave this member queues."""
-        return self.rebalancer.settings.on_assigned
+        return self._settings.on_assigned
 
     @on_assigned.setter
     def on_assigned(self, fn: RebalanceListener | None) -> None:
-        self.rebalancer.settings.on_assigned = fn
+        self._settings.on_assigned = fn
 
     @property
     def on_revoked(self) -> RebalanceListener | None:
         """``fn(topic, queues)`` (plain or async) called after a rebalance took queues away (their
         offsets committed first)."""
-        return self.rebalancer.settings.on_revoked
+        return self._settings.on_revoked
 
     @on_revoked.setter
     def on_revoked(self, fn: RebalanceListener | None) -> None:
-        self.rebalancer.settings.on_revoked = fn
+        self._settings.on_revoked = fn
 
     # -- public API -------------------------------------------------------------------------------
 
@@ -317,27 +278,27 @@ class PushConsumer:
         """
         if not topic or topic.startswith("%RETRY%"):
             raise ConfigError(f"cannot subscribe to topic {topic!r}")
-        self.ctx.subscriptions.put(self.client_config.with_namespace(topic), expression)
+        self._ctx.subscriptions.put(self.client_config.with_namespace(topic), expression)
         if self.running:
             self.rebalance_now()
-            self.ctx.start_soon(self._after_subscription_change)
+            self._ctx.start_soon(self._after_subscription_change)
 
     def unsubscribe(self, topic: str) -> None:
         """Stop consuming ``topic``; its queues are dropped (offsets committed) at the next rebalance,
         at once when running."""
-        self.ctx.subscriptions.remove(self.client_config.with_namespace(topic))
+        self._ctx.subscriptions.remove(self.client_config.with_namespace(topic))
         if self.running:
             self.rebalance_now()
 
     @property
     def subscriptions(self) -> dict[str, str]:
         """``{topic: expression}`` as subscribed (topics as on the wire)."""
-        return self.ctx.subscriptions.expressions()
+        return self._ctx.subscriptions.expressions()
 
     @property
     def _client(self) -> ClientInstance:
         """(internal) The client instance of the current run (routes, connections)."""
-        return self.ctx.client
+        return self._ctx.client
 
     @property
     def client_id(self) -> str:
@@ -346,34 +307,34 @@ class PushConsumer:
 
     def assignment(self) -> set[MessageQueue]:
         """The queues this member owns now (the retry topic's included)."""
-        return self.table.assignment()
+        return self._run.table.assignment()
 
     def set_consume_timeout(self, seconds: float) -> None:
         """Change the consume timeout; applies at once to handlers already running."""
         if seconds <= 0:
             raise ConfigError("consume timeout must be > 0")
-        self.ctx.deadlines.set_timeout(seconds)
-        self.consume_service.set_timeout(seconds)
+        self._ctx.deadlines.set_timeout(seconds)
+        self._run.service.set_timeout(seconds)
 
     @property
     def stopping(self) -> bool:
         """:meth:`stop` has begun."""
-        return self.ctx.stopping
+        return self._ctx.stopping
 
     def rebalance_now(self) -> None:
         """Rebalance at once rather than at the next ``rebalance_interval``."""
-        self.rebalancer.wake()
+        self._signals.wake()
 
     async def wait_rebalanced(self) -> None:
         """Wait for the next completed rebalance."""
-        await self.rebalancer.wait_rebalanced()
+        await self._signals.wait_rebalanced()
 
     def health(self) -> ConsumerHealth:
         """For a readiness probe: ``ready`` (:data:`~rmq_async.consumer.health.READY_RULE`) and why
         not (``reasons``), the name servers and brokers reached or not (last error, since when), the
         subscribed topics without a route, the owned queues with their last pull and lag (None when
         unknown), the retry topic's queues apart, ACL refusals and undecodable messages. No I/O."""
-        ctx = self.ctx
+        ctx = self._ctx
         store = ctx.offset_store if ctx.has_offset_store else None
         return consumer_health(
             running=self.running,
@@ -381,13 +342,13 @@ class PushConsumer:
             client=ctx.client if ctx.started else None,
             topics=self._subscribed_topics() - {self.retry_topic},
             retry_topic=self.retry_topic,
-            pqs=self.table.pqs,
+            pqs=self._run.table.pqs,
             committed=store.read_memory if store is not None else lambda mq: -1,
-            members=self.rebalancer.members,
+            members=self._signals.members,
             clustering=self.config.clustering,
             stats=ctx.stats,
-            pop=self.pop.snapshot() if self.pop is not None else None,
-            popped_topics=self.pop.topics() if self.pop is not None else frozenset(),
+            pop=self._run.pop.snapshot() if self._run.pop is not None else None,
+            popped_topics=self._run.pop.topics() if self._run.pop is not None else frozenset(),
         )
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -395,52 +356,35 @@ class PushConsumer:
     async def start(self) -> None:
         """Start (heartbeats, rebalance, pulling); returns once running. A stopped consumer may be
         started again: it rejoins its group and goes on from the committed offsets."""
-        if self._supervisor is not None:
+        if self._life.running:
             raise ClientError("consumer already started")
-        if not len(self.ctx.subscriptions):
+        if not len(self._ctx.subscriptions):
             raise ClientError("subscribe to at least one topic before starting the consumer")
         if self._ran:
-            self._new_run()
+            self._run = self._new_run()
         self._ran = True
         if self.handler is None:
-            self.consume_service.open_deliveries()
+            self._run.service.open_deliveries()
         self.client_config.namesrv_list()  # fail fast on a missing address
-        loop = asyncio.get_running_loop()
-        self._ready = loop.create_future()
-        self._supervisor = loop.create_task(self._supervise(), name=f"rmq_async consumer {self.group}")
-        try:
-            await asyncio.shield(self._ready)
-        except BaseException:
-            await self.stop()
-            raise
+        await self._life.start(self._main)
 
     async def stop(self) -> None:
         """Stop pulling, let running handlers finish (``Timing.shutdown_timeout``), commit the offsets,
         release orderly locks, unregister; returns when done. Call it in the event loop that started the
         consumer (a :class:`~rmq_async.ClientError` says so otherwise)."""
-        sup = self._supervisor
-        if sup is None:
-            return
-        if sup.get_loop() is not asyncio.get_running_loop():
-            if sup.done():  # its loop has ended (asyncio.run cancelled it there): no stop to run
-                self._supervisor = None
-            raise ClientError(
-                f"consumer {self.group!r} was started in another event loop: start and stop it in the "
-                "same one (one asyncio.run() around both, e.g. an 'async with' block); each asyncio.run() "
-                "makes a new loop, and the end of the first one has already cancelled the consumer"
-            )
-        self._stop.set()
+        life = self._life
         try:
-            await asyncio.shield(sup)
-        except Exception:
+            await life.stop()
+        except Exception as exc:
+            if isinstance(exc, ClientError) and "another event loop" in str(exc):
+                raise
             log.exception("consumer %s stopped with an error", self.group)
         except asyncio.CancelledError:
             task = asyncio.current_task()
-            if not sup.cancelled() or (task is not None and task.cancelling()):
+            if not life.cancelled() or (task is not None and task.cancelling()):
                 raise  # our caller is cancelled
             log.warning("consumer %s: its supervisor task was cancelled", self.group)
-        finally:
-            self._supervisor = None
+            await life.stop()  # (ended: forgets it)
 
     @property
     def stopped_cleanly(self) -> bool:
@@ -461,24 +405,24 @@ class PushConsumer:
         """``async with consumer.deliveries() as stream: async for d in stream: ...; await d.ack()``."""
         if self.handler is not None:
             raise ClientError("this consumer has a handler; deliveries() is for consumers without one")
-        stream = self.consume_service.open_deliveries()
+        stream = self._run.service.open_deliveries()
         try:
             yield stream
         finally:
             await stream.release_unsettled()
 
-    async def _supervise(self) -> None:
-        assert self._ready is not None
-        try:
-            await self._run()
-        except BaseException as exc:
-            if not self._ready.done():
-                self._ready.set_exception(exc if isinstance(exc, Exception) else ClientError(repr(exc)))
-                if isinstance(exc, Exception):
-                    return  # start() raises it
-            raise  # a cancellation (or KeyboardInterrupt, SystemExit) is never swallowed
-        finally:
-            self.ctx.running = False
+    def _internals(self) -> PushInternals:
+        """(for :func:`~rmq_async.consumer.internals.internals`)"""
+        run = self._run
+        return PushInternals(
+            ctx=self._ctx,
+            table=run.table,
+            rebalancer=run.rebalancer,
+            settings=self._settings,
+            ended=self._life.ended(),
+            run=run,
+            subcheck=self._subcheck,
+        )
 
     def _instance_name(self) -> str:
         name = self.client_config.instance_name
@@ -486,22 +430,30 @@ class PushConsumer:
             return pid_instance_name()
         return name
 
-    async def _run(self) -> None:
-        ctx = self.ctx
+    async def _main(self, ready: Callable[[], None], stopping: asyncio.Event) -> None:
+        """The consumer's life, in its supervisor's task: the client instance and the task group are
+        held by ``async with`` here, so :meth:`start` and :meth:`stop` may come from different tasks."""
+        try:
+            await self._serve(ready, stopping)
+        finally:
+            self._ctx.running = False
+
+    async def _serve(self, ready: Callable[[], None], stopping: asyncio.Event) -> None:
+        ctx = self._ctx
+        run = self._run
         async with ClientInstance(self.client_config, instance_name=self._instance_name()) as client:
             store: OffsetStore
             if self.config.clustering:
                 store = RemoteOffsetStore(client, self.group)
             else:
                 store = LocalFileOffsetStore(self.config.offset_store_dir, client.client_id, self.group)
-            ctx.attach(client, store)
-            await store.load()
             producer = Producer(
                 config=ProducerConfig(group=INNER_PRODUCER_GROUP),
                 client_config=self.client_config,
                 client=client,
             )
             ctx.attach(client, store, producer)
+            await store.load()
             await producer.start()
             client.register_consumer(self)
             for topic in self._subscribed_topics():
@@ -513,7 +465,7 @@ class PushConsumer:
                     log.log(
                         level, "no route for %r yet (%s): will retry at the next route refresh", topic, exc
                     )
-            if self.require_namesrv and not any(r.reachable for r in client.namesrv_reach.values()):
+            if self._require_namesrv and not any(r.reachable for r in client.namesrv_reach.values()):
                 errors = "; ".join(f"{r.addr}: {r.last_error}" for r in client.namesrv_reach.values())
                 raise MQClientError(f"no name server answered (require_namesrv=True): {errors}")
             # SQL92 subscriptions: a broker with property filters off, or one that cannot compile the
@@ -524,42 +476,43 @@ class PushConsumer:
             async with anyio.create_task_group() as tg:
                 ctx.set_task_group(tg)
                 tg.start_soon(ctx.deadlines.run)
-                await self.consume_service.run(tg)
+                await run.service.run(tg)
                 tg.start_soon(self._persist_loop)
-                tg.start_soon(self.rebalancer.run)
+                tg.start_soon(run.rebalancer.run)
                 ctx.running = True
-                assert self._ready is not None
-                self._ready.set_result(None)
-                await self._stop.wait()
-                with anyio.CancelScope(shield=True):
-                    await self._shutdown()
-                tg.cancel_scope.cancel()
-            ctx.set_task_group(None)
+                ready()
+                await stopping.wait()
+                try:
+                    with anyio.CancelScope(shield=True):
+                        await self._shutdown()
+                finally:
+                    tg.cancel_scope.cancel()
+                    ctx.set_task_group(None)
 
     async def _shutdown(self) -> None:
-        ctx = self.ctx
+        ctx = self._ctx
         log.info("consumer %s (%s) shutting down", self.group, self._client.client_id)
         ctx.stopping = True
         ctx.running = False
-        self.table.stop_pulling()  # keep the process queues for the offsets
-        service = self.consume_service
+        self._run.table.stop_pulling()  # keep the process queues for the offsets
+        service = self._run.service
         service.close()
-        if self.pop is not None:  # [pop] stop popping; what was popped and not consumed comes back
-            self.pop.close()
+        if self._run.pop is not None:  # [pop] stop popping; what was popped and not consumed comes back
+            self._run.pop.close()
         with anyio.move_on_after(self.timing.shutdown_timeout) as waited:
             await service.wait_idle()
-            if self.pop is not None:
-                await self.pop.wait_idle()
+            if self._run.pop is not None:
+                await self._run.pop.wait_idle()
         self._gave_up = waited.cancelled_caught
-        mqs = list(self.table.pqs)
+        mqs = list(self._run.table.pqs)
         with anyio.move_on_after(self.timing.request_timeout * 2):
-            await self.ctx.offset_store.persist_all(mqs, sync=True)
+            await self._ctx.offset_store.persist_all(mqs, sync=True)
         # [orderly] offsets are on the broker: release the queue locks (sync 42)
         await service.shutdown()
         self._client.unregister_consumer_local(self.group)
         with anyio.move_on_after(self.timing.request_timeout * 2):
             await self._client.unregister_everywhere(consumer_group=self.group)
-        self.table.drop_all()
+        self._run.table.drop_all()
         if service.deliveries is not None:
             service.deliveries.close()
 
@@ -567,11 +520,11 @@ class PushConsumer:
 
     def _subscribed_topics(self) -> set[str]:
         """(internal, for the client instance) The topics subscribed, the retry topic included."""
-        return self.ctx.subscriptions.topics()
+        return self._ctx.subscriptions.topics()
 
     def _subscription(self, topic: str) -> SubscriptionData | None:
         """(internal) The subscription of ``topic`` as it goes on the wire."""
-        return self.ctx.subscriptions.get(topic)
+        return self._ctx.subscriptions.get(topic)
 
     def _consumer_data(self) -> ConsumerData:
         """(internal, for the client instance) This consumer in a heartbeat."""
@@ -580,18 +533,18 @@ class PushConsumer:
             consume_type="CONSUME_PASSIVELY",
             message_model=self.config.message_model,
             consume_from_where=self.config.consume_from_where,
-            subscription_data_set=self.ctx.subscriptions.data(),
+            subscription_data_set=self._ctx.subscriptions.data(),
             unit_mode=self.config.unit_mode,
         )
 
     async def _handle_server_request(self, cmd: RemotingCommand) -> RemotingCommand | None:
         """(internal, for the client instance) Answer a broker's request about this group."""
-        return await self.admin.handle(cmd)
+        return await self._run.admin.handle(cmd)
 
     async def _after_subscription_change(self) -> None:
         await self._client.update_route_quietly(self._subscribed_topics())
         try:
-            await check_in_brokers(self.ctx, self.ctx.subscriptions.sql())
+            await check_in_brokers(self._ctx, self._ctx.subscriptions.sql())
         except RocketMQError as exc:  # running: the pulls of that topic are refused until it is fixed
             log.error("consumer %s: %s", self.group, exc)
         await self._client.send_heartbeat_to_all_brokers()
@@ -601,4 +554,4 @@ class PushConsumer:
     async def _persist_loop(self) -> None:
         while True:
             await anyio.sleep(self.timing.persist_interval)
-            await self.ctx.offset_store.persist_all(list(self.assignment()))
+            await self._ctx.offset_store.persist_all(list(self.assignment()))

@@ -1,6 +1,6 @@
 """QueueTable: the process queues a consumer owns, by MessageQueue. It is their only writer: it makes
-them (with their flow-control limits), starts their pull loops in the consumer's task group and drops
-them (``removeUnnecessaryMessageQueue``). Everything else reads :attr:`QueueTable.pqs`.
+them (with their flow-control limits), registers them when they start and drops them
+(``removeUnnecessaryMessageQueue``). Everything else reads :attr:`QueueTable.pqs`.
 
 What dropping a queue means beyond the table is asked of its :class:`QueueOwner` (the consume
 service of a push consumer, the poll buffer of a lite pull consumer): stop consuming it (orderly:
@@ -10,8 +10,8 @@ wait for its running handler), and once its offset is persisted, let the next ow
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from ..errors import RocketMQError
 from ..protocol.mq import MessageQueue
@@ -37,19 +37,25 @@ class QueueOwner(Protocol):
 
 
 class QueueTable:
-    def __init__(self, ctx: ConsumerContext) -> None:
-        self.ctx = ctx
-        self.pqs: dict[MessageQueue, ProcessQueue] = {}
-        self._owner: QueueOwner | None = None
-        self._pull: Callable[[ProcessQueue], Coroutine[Any, Any, None]] | None = None
-        #: makes a new process queue; the default applies the push consumer's thresholds
-        self.make_queue: Callable[[MessageQueue], ProcessQueue] = self._push_queue
-        #: called when a queue starts (its ``next_offset`` set), before its first pull
-        self.on_start: Callable[[ProcessQueue], None] | None = None
+    """``owner``: what consumes the queues; ``make_queue``: makes a new process queue (default: the
+    push consumer's thresholds); ``on_start``: called when a queue starts (its ``next_offset`` set),
+    before its first pull; ``pqs``: the (empty) mapping to fill, when another part of the run reads
+    it too (the orderly service)."""
 
-    def attach(self, owner: QueueOwner, pull: Callable[[ProcessQueue], Coroutine[Any, Any, None]]) -> None:
-        """Who consumes the queues, and the pull loop that fills them (set once, by the facade)."""
-        self._owner, self._pull = owner, pull
+    def __init__(
+        self,
+        ctx: ConsumerContext,
+        owner: QueueOwner,
+        *,
+        make_queue: Callable[[MessageQueue], ProcessQueue] | None = None,
+        on_start: Callable[[ProcessQueue], None] | None = None,
+        pqs: dict[MessageQueue, ProcessQueue] | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.pqs: dict[MessageQueue, ProcessQueue] = pqs if pqs is not None else {}
+        self._owner = owner
+        self.make_queue: Callable[[MessageQueue], ProcessQueue] = make_queue or self._push_queue
+        self._on_start = on_start
 
     # -- reading ------------------------------------------------------------------------------------
 
@@ -75,18 +81,12 @@ class QueueTable:
         return ProcessQueue(mq, max_count=max_count, max_bytes=max_mib << 20, max_span=span)
 
     def start(self, pq: ProcessQueue) -> None:
-        """Own ``pq`` (its ``next_offset`` set) and start pulling it; its committed offset is the
+        """Own ``pq`` (its ``next_offset`` set), before its first pull; its committed offset is the
         offset store's cell of the queue from now on."""
         pq.offset = self.ctx.offset_store.cell(pq.mq)
         self.pqs[pq.mq] = pq
-        if self.on_start is not None:
-            self.on_start(pq)
-        self.restart(pq)
-
-    def restart(self, pq: ProcessQueue) -> None:
-        """Start a pull loop for ``pq`` (after a seek cancelled the previous one)."""
-        assert self._pull is not None
-        self.ctx.start_soon(self._pull, pq)
+        if self._on_start is not None:
+            self._on_start(pq)
 
     async def drop(self, mq: MessageQueue, *, offset: int | None = None) -> None:
         """``removeUnnecessaryMessageQueue``: stop the queue, persist its offset, forget it (and let
@@ -96,7 +96,6 @@ class QueueTable:
         if pq is None:
             return
         owner = self._owner
-        assert owner is not None
         idle = await owner.drop(pq, self.ctx.config.orderly_drop_wait)
         store = self.ctx.offset_store
         if offset is not None:

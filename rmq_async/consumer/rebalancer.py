@@ -12,7 +12,7 @@ import random
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
@@ -23,11 +23,10 @@ from .context import ConsumerContext
 from .process_queue import ProcessQueue
 from .queues import QueueTable
 from .rebalance import StabilityWindow, allocate_topic, diff
-from .service import ConsumeService
 from .types import RebalanceListener
 from .usercode import call_user
 
-__all__ = ["RebalanceSettings", "Rebalancer", "StartOffsets"]
+__all__ = ["Assign", "QueueLocks", "RebalanceSettings", "RebalanceSignals", "Rebalancer", "StartOffsets"]
 
 log = logging.getLogger("rmq_async.consumer")
 
@@ -74,11 +73,56 @@ class StartOffsets:
         return await client.api.search_offset(addr, mq, self.timestamp_ms(), t)
 
 
+class QueueLocks(Protocol):
+    """The broker locks a consumer takes on its queues before consuming them (orderly, clustering):
+    a new queue is locked before its first pull, and released once dropped and persisted."""
+
+    async def lock_new(self, pq: ProcessQueue) -> bool:
+        """Take a newly assigned queue before its first pull; False: not ours yet."""
+
+    async def unlock_dropped(self, pq: ProcessQueue, idle: bool) -> None:
+        """A queue given up (dropped, its offset persisted, or never started): let the next owner
+        have it."""
+
+
+class RebalanceSignals:
+    """What outlives a run of the rebalancer: the wake-up (NOTIFY_CONSUMER_IDS_CHANGED, a
+    subscription change, an illegal pull offset), the rebalance-done event users await, and the
+    member counts ``health()`` reports."""
+
+    __slots__ = ("_rebalanced", "_wakeup", "members")
+
+    def __init__(self) -> None:
+        self._wakeup = anyio.Event()
+        self._rebalanced = anyio.Event()
+        #: the members of the group the last rebalance of each topic saw (clustering; for health())
+        self.members: dict[str, int] = {}
+
+    def wake(self) -> None:
+        """Rebalance now."""
+        self._wakeup.set()
+
+    async def wait_rebalanced(self) -> None:
+        """Wait for the next completed rebalance."""
+        await self._rebalanced.wait()
+
+    def rebalanced(self) -> None:
+        done, self._rebalanced = self._rebalanced, anyio.Event()
+        done.set()
+
+    async def wait_woken(self, delay: float) -> None:
+        """Return when woken, or after ``delay`` seconds; the next wake-up is a new one."""
+        with anyio.move_on_after(delay):
+            await self._wakeup.wait()
+        self._wakeup = anyio.Event()
+
+
 @dataclass
 class RebalanceSettings:
+    """The user's side of rebalancing, the same for every run of a consumer."""
+
     strategy: AllocateStrategy
     start_offsets: StartOffsets
-    stability: StabilityWindow
     #: push (``RebalancePushImpl.messageQueueChanged``): a changed assignment bumps the subscription
     #: version and sends a heartbeat before the new queues pull
     announce_changes: bool = True
@@ -87,39 +131,45 @@ class RebalanceSettings:
     #: called with (broker address, member ids) for members never seen before (the subscription check)
     on_new_members: Callable[[str, list[str]], Coroutine[Any, Any, None]] | None = None
     new_members: Callable[[list[str]], list[str]] | None = None
-    #: the broker assigns (``client_rebalance=False``, POP): the PULL-mode queues of a topic, or None
-    #: to allocate that topic here (``RebalanceImpl.tryQueryAssignment``)
-    assign: Callable[[str], Coroutine[Any, Any, set[MessageQueue] | None]] | None = None
+
+
+#: the broker assigns (``client_rebalance=False``, POP): the PULL-mode queues of a topic, or None to
+#: allocate that topic here (``RebalanceImpl.tryQueryAssignment``)
+Assign = Callable[[str], Coroutine[Any, Any, set[MessageQueue] | None]]
 
 
 class Rebalancer:
+    """One run's rebalancing: given the run's queue table, how to start a queue's pulls, the broker
+    locks to take (orderly; None otherwise) and the broker's assignment (POP; None otherwise)."""
+
     def __init__(
         self,
         ctx: ConsumerContext,
         table: QueueTable,
-        service: ConsumeService | None,
         settings: RebalanceSettings,
+        signals: RebalanceSignals,
+        stability: StabilityWindow,
+        *,
+        start_pull: Callable[[ProcessQueue], None],
+        locks: QueueLocks | None = None,
+        assign: Assign | None = None,
     ) -> None:
         self.ctx = ctx
         self.table = table
-        self.service = service  # None: a lite pull consumer (nothing to lock)
         self.settings = settings
-        self._wakeup = anyio.Event()
-        self._rebalanced = anyio.Event()
-        #: the members of the group the last rebalance of each topic saw (clustering; for health())
-        self.members: dict[str, int] = {}
+        self.signals = signals
+        self.stability = stability
+        self._start_pull = start_pull
+        self._locks = locks
+        self._assign = assign
 
     def wake(self) -> None:
         """Rebalance now (NOTIFY_CONSUMER_IDS_CHANGED, a subscription change)."""
-        self._wakeup.set()
-
-    async def wait_rebalanced(self) -> None:
-        """Wait for the next completed rebalance."""
-        await self._rebalanced.wait()
+        self.signals.wake()
 
     async def run(self) -> None:
         c = self.ctx
-        stability = self.settings.stability
+        stability = self.stability
         while True:
             try:
                 await self.do_rebalance()
@@ -127,15 +177,12 @@ class Rebalancer:
                 # while stopping, a failure is the stop's doing (the group left, the client closed)
                 level = logging.DEBUG if c.stopping else logging.WARNING
                 log.log(level, "rebalance of group %s failed: %s", c.group, exc)
-            done, self._rebalanced = self._rebalanced, anyio.Event()
-            done.set()
+            self.signals.rebalanced()
             delay = c.timing.rebalance_interval
             pending = stability.pending(time.monotonic())
             if pending is not None:
                 delay = min(delay, pending + 0.01)
-            with anyio.move_on_after(delay):
-                await self._wakeup.wait()
-            self._wakeup = anyio.Event()
+            await self.signals.wait_woken(delay)
 
     async def _consumer_ids(self, topic: str) -> list[str] | None:
         c = self.ctx
@@ -160,9 +207,9 @@ class Rebalancer:
         topics = sorted(c.subscriptions.topics())
         all_locked = True
         for topic in topics:
-            if self.settings.assign is not None and c.clustering:
+            if self._assign is not None and c.clustering:
                 try:
-                    assigned = await self.settings.assign(topic)
+                    assigned = await self._assign(topic)
                 except RocketMQError as exc:
                     level = logging.DEBUG if c.stopping else logging.WARNING
                     log.log(level, "rebalance of %s for group %s: no assignment: %s", topic, c.group, exc)
@@ -184,11 +231,11 @@ class Rebalancer:
                     level = logging.DEBUG if c.stopping else logging.WARNING  # unregistered: "no consumer"
                     log.log(level, "rebalance of %s for group %s: no consumer list: %s", topic, c.group, exc)
                     continue
-                self.members[topic] = len(cids or ())
+                self.signals.members[topic] = len(cids or ())
                 if not cids:
                     log.debug("rebalance: no consumer ids for %s yet", c.group)
                     continue
-                cids = self.settings.stability.observe(cids, time.monotonic(), c.client.client_id)
+                cids = self.stability.observe(cids, time.monotonic(), c.client.client_id)
                 allocated = allocate_topic(self.settings.strategy, c.group, c.client.client_id, mq_all, cids)
             else:
                 allocated = set(mq_all)
@@ -214,7 +261,7 @@ class Rebalancer:
         was refused (orderly)."""
         c = self.ctx
         table = self.table
-        service = self.service
+        locks = self._locks
         settings = self.settings
         to_drop, to_add = diff(table.pqs.keys(), allocated, topic)
         for mq in sorted(to_drop):
@@ -226,15 +273,15 @@ class Rebalancer:
                 return all_locked
             pq = table.make_queue(mq)
             # [orderly] lock before the first pull; a refused queue waits for a rebalance
-            if service is not None and not await service.lock_new(pq):
+            if locks is not None and not await locks.lock_new(pq):
                 all_locked = False
                 continue
             try:
                 offset = await self.compute_pull_from_where(mq)
             except RocketMQError as exc:
                 log.warning("rebalance: cannot compute the start offset of %s: %s", mq, exc)
-                if service is not None:  # [orderly] not taken after all: let another member have it
-                    await service.unlock_dropped(pq, True)
+                if locks is not None:  # [orderly] not taken after all: let another member have it
+                    await locks.unlock_dropped(pq, True)
                 continue
             pq.next_offset = offset
             added.append(pq)
@@ -247,6 +294,7 @@ class Rebalancer:
             await c.client.send_heartbeat_to_all_brokers()
         for pq in added:
             table.start(pq)
+            self._start_pull(pq)
         if to_drop or added:
             log.info(
                 "group %s (%s) rebalanced %s: +%d -%d, now %d queues",

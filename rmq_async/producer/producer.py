@@ -37,7 +37,14 @@ from ..trace.dispatcher import TraceDispatcher, TraceSender
 from ..trace.encoder import GROUP_NAME_PREFIX
 from ..trace.hooks import SendTracer
 
-__all__ = ["MessageQueueSelector", "Producer", "ProducerConfig", "TopicPublishInfo", "select_by_key_hash"]
+__all__ = [
+    "MessageQueueSelector",
+    "Producer",
+    "ProducerConfig",
+    "ProducerInternals",
+    "TopicPublishInfo",
+    "select_by_key_hash",
+]
 
 log = logging.getLogger("rmq_async.producer")
 
@@ -95,6 +102,16 @@ def publish_info(topic: str, route: TopicRouteData, *, cap: int | None = None) -
     return TopicPublishInfo(queues, route, from_default_topic=cap is not None)
 
 
+@dataclass(frozen=True)
+class ProducerInternals:
+    """What :func:`rmq_async.internals.internals` shows of a producer (tests, tools)."""
+
+    #: message trace (``ClientConfig.trace``); None for the inner producers (send-back, trace)
+    tracer: SendTracer | None
+    #: OpenTelemetry (set at start when the application has set a provider)
+    otel: SendObserver | None
+
+
 class Producer:
     """An async producer. ``async with Producer("group", namesrv_addr=...) as p: await p.send(msg)``."""
 
@@ -120,16 +137,20 @@ class Producer:
         self._route_listening = False
         self._life = Supervisor(f"producer {self.group}")
         #: message trace (``ClientConfig.trace``); never for the inner producers (send-back, trace)
-        self.tracer: SendTracer | None = None
+        self._tracer: SendTracer | None = None
         #: OpenTelemetry (set at start when the application has set a provider): send spans, send cost
-        self.otel: SendObserver | None = None
+        self._otel: SendObserver | None = None
         trace = self._client_config.trace
         if (
             trace.enabled
             and self.config.group != INNER_PRODUCER_GROUP
             and not self.config.group.startswith(GROUP_NAME_PREFIX)
         ):
-            self.tracer = SendTracer(TraceDispatcher(self.group, "PRODUCE", trace), self.group)
+            self._tracer = SendTracer(TraceDispatcher(self.group, "PRODUCE", trace), self.group)
+
+    def _internals(self) -> ProducerInternals:
+        """(for :func:`~rmq_async.internals.internals`)"""
+        return ProducerInternals(tracer=self._tracer, otel=self._otel)
 
     @property
     def client(self) -> ClientInstance:
@@ -182,23 +203,23 @@ class Producer:
         self._started = True
         tel = telemetry()
         if tel is not None and not self.config.group.startswith(GROUP_NAME_PREFIX):  # not trace sends
-            self.otel = SendObserver(tel, client.client_id, self._client_config.otel)
+            self._otel = SendObserver(tel, client.client_id, self._client_config.otel)
         else:
-            self.otel = None
-        if self.tracer is not None:
+            self._otel = None
+        if self._tracer is not None:
             client.spawn(self._run_tracer)
 
     async def _end(self, client: ClientInstance) -> None:
         self._started = False
-        if self.tracer is not None:
-            await self.tracer.dispatcher.close()  # flush what is queued (bounded)
+        if self._tracer is not None:
+            await self._tracer.dispatcher.close()  # flush what is queued (bounded)
         client.unregister_producer_local(self.group)
         with anyio.move_on_after(self._client_config.timing.request_timeout, shield=True):
             await client.unregister_everywhere(producer_group=self.group)
 
     async def _run_tracer(self) -> None:
-        assert self.tracer is not None
-        await self.tracer.dispatcher.run(self._trace_sender)
+        assert self._tracer is not None
+        await self._tracer.dispatcher.run(self._trace_sender)
 
     def _trace_sender(self, group: str) -> TraceSender:
         """The inner trace producer (Java's: 5 s send timeout, 128 KB messages), on this client."""
@@ -364,7 +385,7 @@ class Producer:
         topic = self._ns(msg.topic)
         info = await self.publish_info(topic)
         body, props, sys_flag, uniq = self._prepare(msg, self.compress_type_for(info))
-        otel = self.otel
+        otel = self._otel
         if otel is None:
             return await self._send_prepared(
                 msg, topic, info, body, props, sys_flag, uniq, deadline, queue, selector, arg
@@ -458,7 +479,7 @@ class Producer:
         left = deadline - time.monotonic()
         if left <= 0:
             raise MQClientError(f"send to {mq} timed out before it could be sent")
-        tracer = self.tracer
+        tracer = self._tracer
         if tracer is None or oneway:
             return await client.api.send(
                 addr, mq, header, body, left, batch=batch, oneway=oneway, msg_id=msg_id

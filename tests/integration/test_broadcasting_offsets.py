@@ -13,6 +13,7 @@ from support.integration import Collector, alive_until, consumer, produce, until
 
 from rmq_async import Timing
 from rmq_async.client.instance import build_client_id
+from rmq_async.internals import internals
 from rmq_async.consumer.offset_store import LocalFileOffsetStore
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.codes import RequestCode, ResponseCode
@@ -78,7 +79,7 @@ async def test_broadcasting_offset_illegal_keeps_the_corrected_offset(
 
     def on_assigned(t: str, mqs: set[MessageQueue]) -> None:
         if mq in mqs:
-            starts.append(c.table.pqs[mq].next_offset)
+            starts.append(internals(c).queues[mq].next_offset)
 
     c = consumer(
         cluster,
@@ -114,8 +115,8 @@ async def test_broadcasting_offset_illegal_keeps_the_corrected_offset(
         await produce(cluster.namesrv_addr, topic, 5, start=10)  # offsets 10..14
         broker.faults.clear()
         c.rebalance_now()
-        committed = c.ctx.offset_store.read_memory
-        await alive_until(c, lambda: until(lambda: mq in c.table.pqs and committed(mq) >= 15))
+        committed = internals(c).ctx.offset_store.read_memory
+        await alive_until(c, lambda: until(lambda: mq in internals(c).queues and committed(mq) >= 15))
         missing = sorted({f"k-{i}" for i in range(10, 15)} - set(col.seen))
         assert not missing, (
             f"queue restarted at {starts[1:]} instead of the corrected offset 10: "

@@ -20,6 +20,7 @@ from rmq_async import (
     PushConsumer,
     Timing,
 )
+from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.codes import RequestCode
 
@@ -119,9 +120,9 @@ async def test_warns_when_members_subscribe_differently(
     caplog.set_level(logging.WARNING, logger="rmq_async.consumer")  # type: ignore[attr-defined]
     async with member("TagA") as a, member("TagB") as b:
         with anyio.fail_after(10):
-            await a.subcheck.mismatched.wait()
-            await b.subcheck.mismatched.wait()
-    assert a.subcheck.mismatches[b.client_id] == {topic: ("TagA", "TagB")}
+            await internals(a).subcheck.mismatched.wait()
+            await internals(b).subcheck.mismatched.wait()
+    assert internals(a).subcheck.mismatches[b.client_id] == {topic: ("TagA", "TagB")}
     assert "must subscribe alike" in caplog.text  # type: ignore[attr-defined]
 
 
@@ -172,10 +173,10 @@ def test_default_consume_timestamp_is_fixed_when_the_consumer_is_made(
         subscriptions={"ReviewTs": "*"},
         consume_from_where="CONSUME_FROM_TIMESTAMP",
     )
-    first = c.rebalancer.settings.start_offsets.timestamp_ms()
+    first = internals(c).settings.start_offsets.timestamp_ms()
     real = time.time
     monkeypatch.setattr(time, "time", lambda: real() + 7200.0)  # two hours later
-    later = c.rebalancer.settings.start_offsets.timestamp_ms()
+    later = internals(c).settings.start_offsets.timestamp_ms()
     assert later == first, f"the default consume timestamp moved by {(later - first) / 1000:.0f} s"
 
 

@@ -16,6 +16,7 @@ import pytest
 from support.integration import alive_until, produce, until
 
 from rmq_async import ConsumeResult, MessageExt, OrderlyResult, PushConsumer, Timing
+from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.codes import RequestCode
 from rmq_async.protocol.mq import MessageQueue
@@ -47,16 +48,18 @@ async def test_a_queue_back_after_a_failed_persist_does_not_replay(
         consume_from_where="CONSUME_FROM_FIRST_OFFSET",
     )
     async with c:
-        store = c.ctx.offset_store
+        store = internals(c).ctx.offset_store
         await alive_until(c, lambda: until(lambda: len(seen) >= 10 and store.read_memory(mq) == 10))
         # the broker stops taking offsets (its requests go unanswered, as from a broker that left)
         broker.faults.drop(RequestCode.UPDATE_CONSUMER_OFFSET)
-        first = c.table.pqs[mq]
-        await c.table.drop(mq)  # what a rebalance does when the queue leaves the assignment
+        first = internals(c).queues[mq]
+        await internals(c).table.drop(mq)  # what a rebalance does when the queue leaves the assignment
         assert first.dropped
         broker.faults.clear()
         # the next rebalance gives the queue back
-        await alive_until(c, lambda: until(lambda: mq in c.table.pqs and c.table.pqs[mq] is not first))
+        await alive_until(
+            c, lambda: until(lambda: mq in internals(c).queues and internals(c).queues[mq] is not first)
+        )
         await produce(cluster.namesrv_addr, topic, 5, start=10)
         # one queue, pulled in order: a replay of k-0..k-9 would come before k-14
         await alive_until(c, lambda: until(lambda: "k-14" in seen))

@@ -10,6 +10,7 @@ import anyio
 from support.integration import consumer, produce
 
 from rmq_async import ConsumeContext, ConsumeResult, MessageExt, Timing
+from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
 
 
@@ -36,7 +37,9 @@ async def test_pull_resumes_promptly_when_room_frees(
         cluster, group, topic, handler, timing, pull_threshold_for_queue=40, pull_batch_size=16
     ) as c:
         with anyio.fail_after(10):
-            while (pq := next((p for mq, p in c.table.pqs.items() if mq.topic == topic), None)) is None:
+            while (
+                pq := next((p for mq, p in internals(c).queues.items() if mq.topic == topic), None)
+            ) is None:
                 await c.wait_rebalanced()
             await pq.wait_parked()  # over the threshold (40): the pull waits for room
         parked = pq.count

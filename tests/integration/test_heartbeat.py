@@ -9,6 +9,7 @@ import anyio
 from support.integration import Collector, alive_until, consumer, produce
 
 from rmq_async import Timing
+from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.codes import RequestCode, ResponseCode
 
@@ -34,7 +35,7 @@ async def test_subscription_not_exist_does_not_become_a_heartbeat_storm(
     await produce(cluster.namesrv_addr, topic, 1)
     async with c:
         await alive_until(c, lambda: col.wait_unique(1))
-        api = c._client.api
+        api = internals(c).client.api
         real = api.heartbeat
         sent = 0
 

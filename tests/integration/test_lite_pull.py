@@ -13,6 +13,7 @@ from support.frame_proxy import FrameProxy, route_rewriter
 from support.integration import produce
 
 from rmq_async import ClientError, ConfigError, MessageExt, Timing
+from rmq_async.internals import internals
 from rmq_async.consumer.lite_pull import LitePullConsumer
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.command import RemotingCommand
@@ -50,7 +51,7 @@ async def test_assign_poll_seek_commit(
     topic, group = names
     await produce(cluster.namesrv_addr, topic, 40)
     async with from_first(cluster, group, timing) as c:
-        assert c._client.client_id.endswith("@STREAM")
+        assert internals(c).client.client_id.endswith("@STREAM")
         mqs = await c.fetch_queues(topic)
         assert len(mqs) == 4
         q0 = mqs[0]
@@ -93,10 +94,10 @@ async def test_pause_resume_and_bounded_buffer(
         await c.assign(mqs[:2])
         with anyio.fail_after(5):
             while sum(q.count for q in c.queues.values()) < 10:
-                await c.buffer.wait_changed()
+                await internals(c).buffer.wait_changed()
         with anyio.move_on_after(0.2):  # a pull past the bound would show here
             while True:
-                await c.buffer.wait_changed()
+                await internals(c).buffer.wait_changed()
         assert all(q.count <= 5 for q in c.queues.values())
         c.pause([mqs[0]])
         assert c.paused() == {mqs[0]}
@@ -354,7 +355,7 @@ async def test_a_seek_while_a_pull_answer_is_in_hand_wins(
     await produce(cluster.namesrv_addr, topic, 40)
     async with from_first(cluster, group, timing) as c:
         q0 = (await c.fetch_queues(topic))[0]
-        api = c._client.api
+        api = internals(c).client.api
         real = api.pull
         seeks: list[int] = []
 
@@ -362,7 +363,9 @@ async def test_a_seek_while_a_pull_answer_is_in_hand_wins(
             res = await real(addr, header, *args, **kwargs)
             if header.queue_offset == 5 and not seeks:  # the answer in hand: seek back to 0 now
                 seeks.append(header.queue_offset)
-                c._reset(c._owned(q0), 0)
+                offsets = internals(c).offsets
+                assert offsets is not None
+                offsets.reset_to(offsets.owned(q0), 0)
             return res
 
         api.pull = pull  # type: ignore[method-assign]

@@ -20,6 +20,7 @@ from support.frame_proxy import FrameProxy, route_rewriter
 from support.integration import child_env
 
 from rmq_async import Message, MessageExt, OrderlyContext, OrderlyResult, Producer, PushConsumer, Timing
+from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.producer.producer import select_by_key_hash
 from rmq_async.protocol.codes import RequestCode
@@ -281,7 +282,7 @@ async def test_broadcasting_orderly_keeps_order_without_locks(
         await r1.wait_total(40)
         await r2.wait_total(40)
         assert cluster.brokers[0].locks.table.get(group, {}) == {}
-        assert not any(pq.locked for pq in c1.table.pqs.values())
+        assert not any(pq.locked for pq in internals(c1).queues.values())
     assert dict(r1.consumed) == dict(sent) == dict(r2.consumed)
 
 
@@ -366,7 +367,9 @@ async def test_partitioned_member_stops_at_its_lease_and_is_replaced_after_the_b
             with anyio.fail_after(10):
                 await stuck_event.wait()
             qid, offset = stuck[0]
-            a_pq = next(pq for mq, pq in a.table.pqs.items() if mq.topic == topic and mq.queue_id == qid)
+            a_pq = next(
+                pq for mq, pq in internals(a).queues.items() if mq.topic == topic and mq.queue_id == qid
+            )
             # the partition: a's connection to the broker closes (the broker drops a from the group and
             # tells b at once), and every connection a opens again is closed at once
             assert link.requests[RequestCode.LOCK_BATCH_MQ] > 0  # a's locks went through the link

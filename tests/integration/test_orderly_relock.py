@@ -8,6 +8,7 @@ from support.broker_admin import commit_offset
 from support.integration import alive_until, produce, until
 
 from rmq_async import MessageExt, OrderlyContext, OrderlyResult, PushConsumer, Timing
+from rmq_async.internals import internals
 from rmq_async.consumer.orderly import OrderlyConsumeService
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.codes import RequestCode
@@ -43,10 +44,12 @@ async def _orderly_until_lease_lost(
         consume_from_where="CONSUME_FROM_FIRST_OFFSET",
     )
     await c.start()
-    await alive_until(c, lambda: until(lambda: len(seen) >= 10 and c.ctx.offset_store.read_memory(mq) == 10))
+    await alive_until(
+        c, lambda: until(lambda: len(seen) >= 10 and internals(c).ctx.offset_store.read_memory(mq) == 10)
+    )
     broker.faults.drop(RequestCode.LOCK_BATCH_MQ)
-    pq = c.table.pqs[mq]
-    svc = c.consume_service
+    pq = internals(c).queues[mq]
+    svc = internals(c).service
     assert isinstance(svc, OrderlyConsumeService)
     await alive_until(c, lambda: until(lambda: not svc.lease_valid(pq)))
     # the pull sent before the lease ran out (held by the broker) has come back; no pull is sent
@@ -57,8 +60,8 @@ async def _orderly_until_lease_lost(
 
 async def _relocked(cluster: EmbeddedCluster, c: PushConsumer, mq: MessageQueue) -> None:
     cluster.brokers[0].faults.clear()
-    pq = c.table.pqs[mq]
-    svc = c.consume_service
+    pq = internals(c).queues[mq]
+    svc = internals(c).service
     assert isinstance(svc, OrderlyConsumeService)
 
     def done() -> bool:
@@ -86,7 +89,7 @@ async def test_orderly_relock_does_not_move_the_committed_offset_back(
         # the broker has an older offset than ours (the last persist/pull piggy-back was earlier)
         await commit_offset(cluster.brokers[0].addr, group, topic, 0, 5)
         await _relocked(cluster, c, mq)
-        memory = c.ctx.offset_store.read_memory(mq)
+        memory = internals(c).ctx.offset_store.read_memory(mq)
         assert memory == 10, (
             f"k-0..k-9 consumed (offset 10), but after re-locking the committed offset is {memory}: "
             "the broker's older offset replaced ours and will be persisted"

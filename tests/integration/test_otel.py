@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from rmq_async import ConsumeContext, ConsumeResult, Message, MessageExt, Producer, Timing, otel
+from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
 
 INSTRUMENTS = {
@@ -85,14 +86,14 @@ async def test_every_instrument_reports_and_spans_cross_the_broker(
 
     async with EmbeddedCluster(timing=timing) as cluster:
         async with Producer("otel_pg", namesrv_addr=cluster.namesrv_addr) as p:
-            assert p.otel is not None
+            assert internals(p).otel is not None
             for i in range(4):
                 await p.send(Message("OtelT", b"x", keys=f"k-{i}"))
         c = consumer(cluster, "otel_cg", "OtelT", handler, timing)
         async with c:
             with anyio.fail_after(20):
                 await all_done.wait()
-            assert c.ctx.observer is not None
+            assert internals(c).ctx.observer is not None
             points = _points(reader)  # read while the consumer runs (cached messages, lag)
     assert set(points) >= INSTRUMENTS, INSTRUMENTS - set(points)
     send_backs = points["rocketmq_consumer_send_backs"]
@@ -120,7 +121,7 @@ async def test_nothing_without_a_provider(timing: Timing) -> None:
     assert otel.telemetry() is None  # the API's default (proxy) providers only
     async with EmbeddedCluster(timing=timing) as cluster:
         async with Producer("otel_pg2", namesrv_addr=cluster.namesrv_addr) as p:
-            assert p.otel is None
+            assert internals(p).otel is None
             res = await p.send(Message("OtelN", b"x", keys="k"))
 
         async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
@@ -128,7 +129,11 @@ async def test_nothing_without_a_provider(timing: Timing) -> None:
 
         c = consumer(cluster, "otel_cg2", "OtelN", handler, timing)
         async with c:
-            assert c.ctx.observer is None and not c.ctx.before_hooks and not c.ctx.after_hooks
+            assert (
+                internals(c).ctx.observer is None
+                and not internals(c).ctx.before_hooks
+                and not internals(c).ctx.after_hooks
+            )
     assert res.msg_id
 
 
@@ -160,7 +165,7 @@ async def test_budgets_on_the_cluster_sample_histograms_count_everything_and_kee
     try:
         async with EmbeddedCluster(timing=timing) as cluster:
             async with Producer("otel_budget_plain", namesrv_addr=cluster.namesrv_addr) as p:
-                assert p.otel is None  # started before the providers: untraced messages
+                assert internals(p).otel is None  # started before the providers: untraced messages
                 for i in range(n):
                     await p.send(Message("OtelBudget", b"x", keys=f"u-{i}"))
             otel.use_providers(mp, tp)

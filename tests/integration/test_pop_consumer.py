@@ -13,6 +13,7 @@ from support.integration import Collector, consumer, produce, until
 
 from rmq_async import ConsumeContext, ConsumeResult, MessageExt, PushConsumer, Timing
 from rmq_async.cli.admin import set_consume_mode
+from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.embedded.pop import pop_state
 
@@ -38,7 +39,7 @@ async def test_pop_consumes_everything_and_acks(
     col = Collector()
     async with consumer(cluster5, group, topic, col, timing, client_rebalance=False) as c:
         await col.wait_unique(100)
-        pop = c.pop
+        pop = internals(c).pop
         assert pop is not None
         with anyio.fail_after(10):
             await until(lambda: pop.stats.acked >= 100)
@@ -53,7 +54,7 @@ async def test_pop_consumes_everything_and_acks(
             str(mq) for mq in pop.queues
         ]
         assert health.as_dict()["pop"]["acked"] == 100
-        props = c.admin.running_info().properties  # what mqadmin consumerStatus reads
+        props = internals(c).admin.running_info().properties  # what mqadmin consumerStatus reads
         assert props["clientRebalance"] == "false" and props["pop.acked"] == "100"
         assert props["popInvisibleTime"] == str(int(timing.pop_invisible_time * 1000))
     assert col.duplicates == 0
@@ -115,7 +116,7 @@ async def test_failures_come_back_with_the_pop_backoff(
     async with consumer(cluster5, group, topic, handler, timing, client_rebalance=False) as c:
         with anyio.fail_after(20):
             await until(lambda: set(again) == {"k-1", "k-4"} and "k-4" in third)
-        assert c.pop is not None and c.pop.stats.invisible_changed == 3
+        assert (pop := internals(c).pop) is not None and pop.stats.invisible_changed == 3
         await anyio.sleep(timing.pop_delay_seconds[1] + 0.5)  # nothing else comes back
     first_level = timing.pop_delay_seconds[0]  # popDelayLevel[reconsumeTimes 0]
     for key in ("k-1", "k-4"):
@@ -146,7 +147,7 @@ async def test_a_handler_slower_than_the_invisible_time_is_redelivered(names: tu
         async with consumer(cluster, group, topic, handler, timing, client_rebalance=False) as c:
             with anyio.fail_after(15):
                 await until(lambda: seen["k-2"] >= 2 and len(seen) >= 4)
-            pop = c.pop
+            pop = internals(c).pop
             assert pop is not None
             with anyio.fail_after(5):
                 await until(lambda: pop.stats.late >= 1)
@@ -186,8 +187,9 @@ async def test_members_join_leave_and_crash_nothing_lost(
             await produce(cluster5.namesrv_addr, topic, 40, start=80)
             tg.cancel_scope.cancel()
         # the crashed member: its connections cut without a goodbye, no acks
-        if crash._supervisor is not None:
-            crash._supervisor.cancel()
+        ended = internals(crash).ended
+        if ended is not None:
+            ended.cancel()
         with anyio.fail_after(30):
             await until(lambda: len(seen) >= 120)
     assert set(seen) == {f"k-{i}" for i in range(120)}
@@ -204,7 +206,7 @@ async def test_a_4x_broker_falls_back_to_client_side_rebalance(
     col = Collector()
     async with consumer(cluster, group, topic, col, timing, client_rebalance=False) as c:
         await col.wait_unique(40)
-        assert c.pop is not None and not c.pop.queues
+        assert (pop := internals(c).pop) is not None and not pop.queues
         assert {mq.topic for mq in c.assignment()} == {topic, f"%RETRY%{group}"}
         assert c.health().ready
 
@@ -250,7 +252,7 @@ async def test_pop_requests_follow_the_client_config(
             client_rebalance=False,
             consume_batch_max_size=1,
         ) as c:
-            pop = c.pop
+            pop = internals(c).pop
             assert pop is not None
             with anyio.fail_after(20):
                 await until(lambda: pop.stats.acked >= 20)

@@ -11,6 +11,7 @@ from support.integration import Collector, consumer, produce, until_rebalanced
 from rmq_async import ConsumeContext, ConsumeResult, MessageExt, PushConsumer, Timing
 from rmq_async.client.instance import ClientInstance
 from rmq_async.config import ClientConfig
+from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
 
 
@@ -266,12 +267,12 @@ async def test_flow_control_bounds_the_cache(
         cluster, group, topic, handler, timing, pull_threshold_for_queue=20, pull_batch_size=8
     ) as c:
         with anyio.fail_after(10):
-            while len(pqs := [pq for mq, pq in c.table.pqs.items() if mq.topic == topic]) < 4:
+            while len(pqs := [pq for mq, pq in internals(c).queues.items() if mq.topic == topic]) < 4:
                 await c.wait_rebalanced()
             for pq in pqs:  # every queue's pull waits for room: its cache is over the threshold
                 await pq.wait_parked()
         await anyio.sleep(timing.suspend_timeout)  # parked pulls stay parked: nothing more comes
-        for pq in c.table.pqs.values():
+        for pq in internals(c).queues.values():
             peak["count"] = max(peak["count"], pq.count)
         gate.set()
         await col.wait_unique(400)
@@ -335,7 +336,7 @@ async def test_deliveries_unsettled_hold_the_offset_expire_and_are_retried_when_
                     if key != "k-0":
                         await d.ack()
                     if len(first) == 8:  # every first delivery seen, all but k-0 acked
-                        held_back.append(c.ctx.offset_store.read_memory(k0.message_queue))
+                        held_back.append(internals(c).ctx.offset_store.read_memory(k0.message_queue))
                     continue
                 assert key == "k-0"  # only k-0 was left unsettled, and its timeout sent it back
                 redelivered.append(d.message.reconsume_times)

@@ -9,6 +9,7 @@ import anyio
 from support.integration import Collector, alive_until, consumer, produce, until
 
 from rmq_async import Timing
+from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.codes import RequestCode
 from rmq_async.protocol.mq import MessageQueue
@@ -47,7 +48,7 @@ async def test_resubscribe_during_a_rebalance_keeps_the_queues_pulled(
     cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
 ) -> None:
     """pulling.py ``_loop``: when ``c.subscription(topic)`` is None (the topic was unsubscribed) the pull
-    loop returns but leaves its ProcessQueue in ``c.table.pqs`` (only a later rebalance drops it). If the
+    loop returns but leaves its ProcessQueue in the queue table (only a later rebalance drops it). If the
     topic is subscribed again before a rebalance that no longer lists it has run (here: the rebalance in
     progress is inside an async ``on_assigned`` listener), every following rebalance sees the queue as
     owned (``diff`` finds nothing to add), so its pull loop is never started again: the queue stays
@@ -65,14 +66,18 @@ async def test_resubscribe_during_a_rebalance_keeps_the_queues_pulled(
     col = Collector()
     async with consumer(cluster, group, topic, col, timing, on_assigned=on_assigned) as c:
         await alive_until(c, in_listener.wait)  # the first rebalance started the topic's pull loops
-        mine = sorted(mq for mq in c.table.pqs if mq.topic == topic)
+        mine = sorted(mq for mq in internals(c).queues if mq.topic == topic)
         assert len(mine) == 2
-        await alive_until(c, lambda: until(lambda: all(c.table.pqs[mq].scope is not None for mq in mine)))
+        await alive_until(
+            c, lambda: until(lambda: all(internals(c).queues[mq].scope is not None for mq in mine))
+        )
         t0 = time.monotonic()
         c.unsubscribe(topic)
         # the held pulls come back (suspend timeout) and each loop, in the same step, finds no
         # subscription (the loops end)
-        await alive_until(c, lambda: until(lambda: all(c.table.pqs[mq].last_pull_time > t0 for mq in mine)))
+        await alive_until(
+            c, lambda: until(lambda: all(internals(c).queues[mq].last_pull_time > t0 for mq in mine))
+        )
         c.subscribe(topic, "*")  # changed our mind: subscribed again
         gate.set()
         await alive_until(c, c.wait_rebalanced)  # the rebalance that was in the listener
@@ -80,7 +85,7 @@ async def test_resubscribe_during_a_rebalance_keeps_the_queues_pulled(
         await produce(cluster.namesrv_addr, topic, 4)
         with anyio.move_on_after(10):
             await alive_until(c, lambda: col.wait_unique(4))
-        idle = [str(mq) for mq in mine if mq in c.table.pqs and c.table.pqs[mq].scope is None]
+        idle = [str(mq) for mq in mine if mq in internals(c).queues and internals(c).queues[mq].scope is None]
         assert col.unique == 4, (
             f"only {col.unique}/4 messages consumed; queues assigned but never pulled again: {idle}"
         )

@@ -10,6 +10,7 @@ from support.integration import Collector, alive_until, consumer, produce, until
 from rmq_async import MessageExt, PushConsumer, Timing
 from rmq_async.client.instance import ClientInstance
 from rmq_async.config import ClientConfig
+from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.codes import RequestCode
 from rmq_async.protocol.command import RemotingCommand
@@ -72,7 +73,7 @@ async def test_orderly_reset_offset_is_not_undone_by_the_running_handler(
 
     def on_assigned(t: str, mqs: set[MessageQueue]) -> None:
         if mq in mqs:
-            starts.append(c.table.pqs[mq].next_offset)
+            starts.append(internals(c).queues[mq].next_offset)
 
     c = PushConsumer(
         group,
@@ -100,7 +101,9 @@ async def test_orderly_reset_offset_is_not_undone_by_the_running_handler(
             req = RemotingCommand.request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext)
             resp = await ci.pool.request(broker.addr, req, 5.0)
         assert resp.code == 0, resp.remark
-        await alive_until(c, lambda: until(lambda: mq not in c.table.pqs))  # the reset is dropping the queue
+        await alive_until(
+            c, lambda: until(lambda: mq not in internals(c).queues)
+        )  # the reset is dropping the queue
         release.set()  # the running handler finishes (successfully) while the drop waits for it
         await alive_until(c, lambda: until(lambda: len(starts) >= 2))  # restarted after the reset
         stored = await query_offset(broker.addr, group, topic, 0)

@@ -29,6 +29,7 @@ from rmq_async import (
     SubscriptionRefused,
     Timing,
 )
+from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.sql92 import FilterSyntaxError, parse
 
@@ -442,5 +443,5 @@ async def test_members_subscribing_by_tag_and_by_sql_are_told_apart(timing: Timi
 
         async with member("vip") as a, member(Selector.sql("vip")) as b:
             with anyio.fail_after(10):
-                await a.subcheck.mismatched.wait()
-    assert a.subcheck.mismatches[b.client_id] == {"SqlMembers": ("vip", "SQL92 'vip'")}
+                await internals(a).subcheck.mismatched.wait()
+    assert internals(a).subcheck.mismatches[b.client_id] == {"SqlMembers": ("vip", "SQL92 'vip'")}

@@ -23,6 +23,7 @@ from support.frame_proxy import FrameProxy, route_rewriter
 from support.integration import Collector, produce
 
 from rmq_async import PushConsumer, Timing
+from rmq_async.internals import internals
 from rmq_async.consumer.lite_pull import LitePullConsumer
 from rmq_async.consumer.rebalancer import Rebalancer
 from rmq_async.embedded import EmbeddedCluster
@@ -62,7 +63,7 @@ async def started(
         async with c:
             c.rebalance_now()
             await c.wait_rebalanced()
-            yield c.rebalancer, sorted(await c._client.subscribe_queues(topic))
+            yield internals(c).rebalancer, sorted(await internals(c).client.subscribe_queues(topic))
     else:
         lite_kw = dict(kw)
         if "consume_timestamp" in lite_kw:
@@ -75,7 +76,7 @@ async def started(
         ) as lc:
             await lc.subscribe(idle)
             await lc.wait_rebalanced()
-            yield lc.rebalancer, sorted(await lc._client.subscribe_queues(topic))
+            yield internals(lc).rebalancer, sorted(await internals(lc).client.subscribe_queues(topic))
 
 
 async def start_offsets(rebalancer: Rebalancer, mqs: list[MessageQueue]) -> dict[int, int]:

@@ -15,6 +15,7 @@ from support.integration import Collector, child_env, consumer
 from rmq_async import Message, MessageExt, OrderlyContext, OrderlyResult, Producer, Timing
 from rmq_async.client.instance import ClientInstance
 from rmq_async.config import ClientConfig, TraceConfig
+from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.trace import RMQ_SYS_TRACE_TOPIC, decode, query_messages_by_key, query_trace
 
@@ -69,7 +70,7 @@ async def test_full_queue_drops_and_counts_without_slowing_consumption(timing: T
                 t0 = time.perf_counter()
                 await seen.wait_unique(n)
                 took = time.perf_counter() - t0
-                return n / took, c.ctx.tracer
+                return n / took, internals(c).ctx.tracer
 
         # a queue of 4 contexts and a flush interval far away: nearly everything is dropped
         cfg = _traced(cluster, timing).model_copy(
@@ -90,8 +91,8 @@ async def test_stop_flushes_what_is_queued(timing: Timing) -> None:
         cfg = cfg.model_copy(update={"trace": TraceConfig(enabled=True, flush_interval=60.0)})
         async with Producer("trace_pg3", client_config=cfg) as p:
             res = await p.send(Message("TraceFlush", b"x", keys="kf"))
-            assert p.tracer is not None and len(p.tracer.dispatcher) == 1  # not sent yet: batch not full
-        assert p.tracer.dispatcher.sent == 1 and len(p.tracer.dispatcher) == 0
+            assert internals(p).tracer is not None and len(internals(p).tracer.dispatcher) == 1  # not sent yet: batch not full
+        assert internals(p).tracer.dispatcher.sent == 1 and len(internals(p).tracer.dispatcher) == 0
         async with ClientInstance(ClientConfig(namesrv_addr=cluster.namesrv_addr, timing=timing)) as client:
             with anyio.fail_after(10):
                 records = await query_trace(client, res.msg_id)

@@ -39,6 +39,7 @@ from rmq_async import (
 from rmq_async.cli.admin import set_consume_mode
 from rmq_async.client.instance import ClientInstance
 from rmq_async.config import OtelConfig, TraceConfig
+from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.trace import ConsumeReturnType, TraceContext, query_trace
 
@@ -181,7 +182,7 @@ async def test_pop_consumption_is_traced_as_java(sdk: InMemorySDK, timing: Timin
             cluster, group, topic, seen, timing, client_config=cfg, client_rebalance=False
         ) as c:
             await seen.wait_unique(3)
-            pop = c.pop
+            pop = internals(c).pop
             assert pop is not None and pop.stats.popped >= 3
             with anyio.fail_after(10):
                 await until(lambda: pop.stats.acked >= 3)

@@ -10,6 +10,7 @@ import pytest
 from support.integration import alive_until, consumer, produce, until
 
 from rmq_async import ConsumeContext, ConsumeResult, MessageExt, OrderlyContext, OrderlyResult, Timing
+from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
 
 
@@ -91,7 +92,7 @@ async def test_a_stopped_consumer_starts_again_and_goes_on_from_its_committed_of
         assert c.running
         await alive_until(c, lambda: until(lambda: len(seen) == 40))
         assert c.assignment(), "the restarted consumer owns its queues again"
-        assert c.ctx.deadlines.timeout == 42.0 and c.consume_service.timeout == 42.0
+        assert internals(c).ctx.deadlines.timeout == 42.0 and internals(c).service.timeout == 42.0
     # offsets were persisted at the first stop: nothing of the first 20 came again
     assert sum(seen.values()) == 40, {k: n for k, n in seen.items() if n > 1}
 

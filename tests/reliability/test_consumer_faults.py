@@ -15,6 +15,7 @@ import pytest
 from support.broker_admin import commit_offset, query_offset
 
 from rmq_async import ConsumeContext, ConsumeResult, MessageExt, PushConsumer, Timing
+from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.codes import RequestCode, ResponseCode
 
@@ -48,7 +49,7 @@ async def test_handlers_that_raise_or_hang(
     async with consumer(cluster.namesrv_addr, group, topic, handler, timing) as c:
         c.set_consume_timeout(0.3)
         await ledger.wait_all(30)
-        cached = sum(pq.count for pq in c.table.pqs.values())
+        cached = sum(pq.count for pq in internals(c).queues.values())
     assert cached == 0
     ledger.record(attempts=sum(attempts.values()), raised=n // 3, hung=n // 3)
 
@@ -68,7 +69,7 @@ async def test_slow_handlers_memory_bounded_by_thresholds(
         assert c is not None
         with anyio.move_on_after(0.002):
             await never.wait()  # slow: 2 ms per message, 4 at a time
-        for pq in c.table.pqs.values():
+        for pq in internals(c).queues.values():
             peak["count"] = max(peak["count"], pq.count)
         return await ledger.handler(msgs, ctx)
 

@@ -24,6 +24,7 @@ from rmq_async import (
     SendResult,
     Timing,
 )
+from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,11 +109,12 @@ def consumer(
 
 async def alive_until(c: PushConsumer, cond: Callable[[], Awaitable[object]], timeout: float = 20.0) -> None:
     """Await ``cond()``; fail at once (with the escaped exception) if the consumer's task group dies."""
-    sup = c._supervisor
+    sup = internals(c).ended
     assert sup is not None, "consumer not started"
     waiter = asyncio.ensure_future(cond())
     try:
-        done, _ = await asyncio.wait({waiter, sup}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        watched: set[asyncio.Future[Any]] = {waiter, sup}
+        done, _ = await asyncio.wait(watched, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     finally:
         if not waiter.done():
             waiter.cancel()

@@ -18,6 +18,7 @@ import pytest
 from pydantic import BaseModel
 
 from rmq_async.config import ClientConfig, ConsumerConfig, LitePullConfig, ProducerConfig, Timing
+from rmq_async.internals import internals
 from rmq_async.consumer.lite_pull import LitePullConsumer
 from rmq_async.errors import ConfigError
 
@@ -238,7 +239,7 @@ def test_lite_pull_consumer_shares_a_validated_consumer_config() -> None:
         pull_batch_size=2000,  # no upper bound, as Java's DefaultLitePullConsumer
         pull_threshold_size_for_queue=5,  # MiB, as the push consumer's (#25)
     )
-    cfg = c.ctx.config
+    cfg = internals(c).ctx.config
     assert type(cfg) is ConsumerConfig and cfg.model_fields_set >= {"group", "consume_from_where"}
     assert (cfg.group, cfg.consume_from_where, cfg.consume_timestamp, cfg.allocate_strategy) == (
         "g",
@@ -246,7 +247,7 @@ def test_lite_pull_consumer_shares_a_validated_consumer_config() -> None:
         1_700_000_000_000,
         "AVG_BY_CIRCLE",
     )
-    assert c.pull_batch_size == 2000 and c.buffer.max_queue_bytes == 5 << 20
+    assert c.pull_batch_size == 2000 and internals(c).buffer.max_queue_bytes == 5 << 20
 
 
 def test_unknown_field_rejected_by_name() -> None:

@@ -147,3 +147,36 @@ def test_every_config_field_is_described() -> None:
 
     for cls in (ConsumerConfig, LitePullConfig, ClientConfig, ProducerConfig, Timing, TLSConfig, Credentials):
         assert [n for n, f in cls.model_fields.items() if not f.description] == [], cls.__name__
+
+
+def test_no_public_attribute_of_an_instance_holds_an_internal_part() -> None:
+    """What a user reaches from a consumer or producer is what the README documents: settings and
+    methods. The parts (context, queue table, pull loop, rebalancer, services, admin answers, trace
+    and OpenTelemetry observers) are private; tests and tools see them through
+    :func:`rmq_async.internals.internals`."""
+    from pydantic import BaseModel
+
+    from rmq_async import LitePullConsumer, Producer, PushConsumer
+    from rmq_async.internals import internals
+
+    async def handler(msgs: object, ctx: object) -> None:
+        return None
+
+    objects = {
+        "push": PushConsumer("g", namesrv_addr="127.0.0.1:1", handler=handler, subscriptions={"T": "*"}),
+        "orderly": PushConsumer(
+            "g", namesrv_addr="127.0.0.1:1", handler=handler, subscriptions={"T": "*"}, orderly=True
+        ),
+        "deliveries": PushConsumer("g", namesrv_addr="127.0.0.1:1", subscriptions={"T": "*"}),
+        "lite": LitePullConsumer("g", namesrv_addr="127.0.0.1:1"),
+        "producer": Producer("g", namesrv_addr="127.0.0.1:1"),
+    }
+    plain = (str, int, float, bool, type(None), BaseModel)
+    for label, obj in objects.items():
+        public = {n: v for n, v in vars(obj).items() if not n.startswith("_")}
+        parts = {n: type(v).__name__ for n, v in public.items() if not isinstance(v, plain) and v is not handler}
+        assert parts == {}, (label, parts)
+        assert internals(obj) is not None  # the parts are there, behind the seam
+    for label in ("push", "orderly"):
+        assert not any(hasattr(objects[label], n) for n in ("ctx", "table", "puller", "rebalancer",
+                       "consume_service", "admin", "pop", "subcheck"))  # fmt: skip

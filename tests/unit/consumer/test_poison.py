@@ -4,7 +4,7 @@ push consumer holds in its process queue, and the record a broken body names."""
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -173,8 +173,9 @@ async def _pull_loop(
         settings = PullSettings.for_push(config, timing)
     else:
         settings = PullSettings.for_lite_pull(16, timing, "skip" if lite == "skip" else "fail")
-    table = QueueTable(ctx)
-    loop = PullLoop(ctx, table, Sink(), settings)
+    sink = Sink()
+    table = QueueTable(ctx, cast(Any, sink))  # (no queue is dropped here)
+    loop = PullLoop(ctx, table, sink, settings)
     pq = owned(ctx, ProcessQueue(MQ))
     pq.next_offset = 3
     async with anyio.create_task_group() as tg:

@@ -85,7 +85,6 @@ async def test_a_paused_queue_neither_pulls_nor_polls_until_resumed() -> None:
 async def test_discard_and_drop() -> None:
     buf = _buffer()
     store = MemoryStore()
-    buf.store = store
     a = _queue(buf, MQS[0], 5)
     a.offset = store.cell(MQS[0])  # as the queue table starts a queue
     buf.submit(a, _batch(5, 3))

@@ -106,10 +106,9 @@ async def _run(
     ctx.attach(cast(ClientInstance, _Client(api)), ctx.offset_store)
     if expr is not None:
         ctx.subscriptions.put("T", expr)
-    table = QueueTable(ctx)
     sink = _Sink()
+    table = QueueTable(ctx, sink)
     loop = PullLoop(ctx, table, sink, settings)
-    table.attach(sink, loop.run)
     pq = owned(ctx, ProcessQueue(MQ))  # as table.start() makes it, without starting a loop
     pq.next_offset = 0
     table.pqs[MQ] = pq

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import anyio
 from support.consumer_context import MemoryStore, make_context
 
@@ -45,16 +47,14 @@ class Owner:
         self.log.append(("unlock", pq.mq))
 
 
-def _table(config: ConsumerConfig | None = None, orderly: bool = False) -> tuple[QueueTable, Store, Owner]:
+def _table(
+    config: ConsumerConfig | None = None,
+    orderly: bool = False,
+    on_start: Callable[[ProcessQueue], None] | None = None,
+) -> tuple[QueueTable, Store, Owner]:
     store = Store()
-    table = QueueTable(make_context(store=store, config=config, orderly=orderly))
     owner = Owner(sync_drop=orderly)
-    pulled: list[ProcessQueue] = []
-
-    async def pull(pq: ProcessQueue) -> None:
-        pulled.append(pq)
-
-    table.attach(owner, pull)
+    table = QueueTable(make_context(store=store, config=config, orderly=orderly), owner, on_start=on_start)
     return table, store, owner
 
 
@@ -71,15 +71,12 @@ def test_queue_limits_per_queue_per_topic_and_no_span_when_orderly() -> None:
     assert (second.max_count, second.max_bytes, second.max_span) == (50, 5 << 20, None)
 
 
-async def test_start_owns_the_queue_and_runs_its_pull_loop_in_the_task_group() -> None:
-    table, _, _ = _table()
+async def test_start_owns_the_queue_and_tells_on_start() -> None:
     started: list[ProcessQueue] = []
-    table.on_start = started.append
+    table, _, _ = _table(on_start=started.append)
     pq = table.make_queue(MQS[0])
     pq.next_offset = 5
-    async with anyio.create_task_group() as tg:
-        table.ctx.set_task_group(tg)
-        table.start(pq)
+    table.start(pq)
     assert table.pqs == {MQS[0]: pq} and started == [pq] and table.assignment() == {MQS[0]}
     pq.dropped = True
     assert table.assignment() == set()

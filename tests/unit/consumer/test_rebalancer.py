@@ -17,8 +17,7 @@ from rmq_async.consumer.context import ConsumerContext
 from rmq_async.consumer.process_queue import ProcessQueue
 from rmq_async.consumer.queues import QueueTable
 from rmq_async.consumer.rebalance import StabilityWindow
-from rmq_async.consumer.rebalancer import Rebalancer, RebalanceSettings, StartOffsets
-from rmq_async.consumer.service import ConsumeService
+from rmq_async.consumer.rebalancer import Rebalancer, RebalanceSettings, RebalanceSignals, StartOffsets
 from rmq_async.protocol.mq import MessageQueue
 
 TOPIC = "T"
@@ -95,15 +94,20 @@ def _rig(
     client = _Client(_Api())
     ctx.attach(cast(ClientInstance, client), ctx.offset_store)
     ctx.subscriptions.put(TOPIC, "*")
-    table = QueueTable(ctx)
-
-    async def pull(pq: ProcessQueue) -> None:
-        return None
-
     service = _Service()
-    table.attach(service, pull)
-    settings = RebalanceSettings(strategy_by_name("AVG"), StartOffsets(where, ts), StabilityWindow(0.0))
-    return Rebalancer(ctx, table, cast(ConsumeService, service), settings), client, service
+    table = QueueTable(ctx, service)
+    settings = RebalanceSettings(strategy_by_name("AVG"), StartOffsets(where, ts))
+    started: list[ProcessQueue] = []
+    rb = Rebalancer(
+        ctx,
+        table,
+        settings,
+        RebalanceSignals(),
+        StabilityWindow(0.0),
+        start_pull=started.append,
+        locks=service,
+    )
+    return rb, client, service
 
 
 async def test_allocation_among_members_and_the_diff_applied() -> None:
@@ -151,10 +155,10 @@ async def test_wait_rebalanced_returns_after_the_next_round_and_wake_starts_one(
     async with anyio.create_task_group() as tg:
         rb.ctx.set_task_group(tg)
         tg.start_soon(rb.run)
-        await rb.wait_rebalanced()
+        await rb.signals.wait_rebalanced()
         rb.wake()
         with anyio.fail_after(5):  # long before the 20 s interval
-            await rb.wait_rebalanced()
+            await rb.signals.wait_rebalanced()
         tg.cancel_scope.cancel()
     assert len(rounds) == 2
 

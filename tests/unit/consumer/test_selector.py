@@ -272,10 +272,9 @@ async def _pulls(
     ctx.attach(cast(ClientInstance, client), ctx.offset_store)
     if selector is not None:
         ctx.subscriptions.put("T", selector)
-    table = QueueTable(ctx)
     sink = _Sink()
+    table = QueueTable(ctx, sink)
     loop = PullLoop(ctx, table, sink, settings)
-    table.attach(sink, loop.run)
     pq = owned(ctx, ProcessQueue(MQ))
     pq.next_offset = 0
     table.pqs[MQ] = pq

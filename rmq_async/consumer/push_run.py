@@ -1,0 +1,95 @@
+"""The parts of one run (start .. stop) of a push consumer, and the one function that builds them.
+
+Each part is given what it uses through its constructor; nothing is wired after construction. The
+queue table does not start pulls itself: the rebalancer starts a queue's pull loop (``start_pull``)
+once the table owns it, so the table, the pull loop and the rebalancer form no cycle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+from ..protocol.mq import MessageQueue
+from .admin import ConsumerAdmin
+from .concurrently import ConcurrentConsumeService
+from .context import ConsumerContext
+from .orderly import OrderlyConsumeService
+from .pop import PopService
+from .process_queue import ProcessQueue
+from .pulling import PullLoop, PullSettings
+from .queues import QueueTable
+from .rebalance import StabilityWindow
+from .rebalancer import Rebalancer, RebalanceSettings, RebalanceSignals
+from .service import ConsumeService
+from .types import Handler, OrderlyHandler
+
+__all__ = ["PushRun", "build_push_run"]
+
+
+@dataclass(frozen=True)
+class PushRun:
+    """The parts of one start .. stop of a push consumer (see :func:`build_push_run`)."""
+
+    table: QueueTable
+    service: ConsumeService
+    puller: PullLoop
+    rebalancer: Rebalancer
+    pop: PopService | None
+    admin: ConsumerAdmin
+
+
+def build_push_run(
+    ctx: ConsumerContext,
+    handler: Handler | OrderlyHandler | None,
+    *,
+    orderly: bool,
+    pop: bool,
+    settings: RebalanceSettings,
+    signals: RebalanceSignals,
+) -> PushRun:
+    """The parts of a new run, each given what it uses (no wiring after construction). A stopped
+    consumer starts again on a fresh run: its process queues, workers and timers are gone;
+    subscriptions, hooks, listeners, stats, the rebalance signals and the consume timeout stay."""
+    config, timing = ctx.config, ctx.timing
+    service: ConsumeService
+    table_pqs: dict[MessageQueue, ProcessQueue] = {}
+    if orderly:  # [orderly]
+        service = OrderlyConsumeService(ctx, cast(OrderlyHandler | None, handler), table_pqs)
+    else:
+        service = ConcurrentConsumeService(ctx, cast(Handler | None, handler))
+    table = QueueTable(ctx, service, pqs=table_pqs)
+    puller = PullLoop(
+        ctx,
+        table,
+        service,
+        PullSettings.for_push(config, timing),
+        on_illegal_offset=signals.wake,
+    )
+    pop_service = None
+    if pop:  # [pop]
+        pop_service = PopService(ctx, cast(Handler, handler), lambda: ctx.deadlines.timeout)
+
+    def start_pull(pq: ProcessQueue) -> None:
+        ctx.start_soon(puller.run, pq)
+
+    rebalancer = Rebalancer(
+        ctx,
+        table,
+        settings,
+        signals,
+        StabilityWindow(config.rebalance_stability_window),
+        start_pull=start_pull,
+        locks=service if orderly else None,
+        assign=pop_service.assign if pop_service is not None else None,
+    )
+    admin = ConsumerAdmin(
+        ctx,
+        table,
+        signals.wake,
+        settings.strategy.name,
+        handler=None if orderly else cast(Handler | None, handler),
+        orderly_handler=cast(OrderlyHandler | None, handler) if orderly else None,
+        pop_props=pop_service.running_props if pop_service is not None else None,
+    )
+    return PushRun(table, service, puller, rebalancer, pop_service, admin)
