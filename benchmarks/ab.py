@@ -1,5 +1,5 @@
-"""Paired A/B runs of one scenario (push, push-orderly, lite-pull, raw-pull) between two source trees
-(e.g. two git worktrees), or between two scenarios in one tree.
+"""Paired A/B runs of one scenario (push, push-orderly, lite-pull, pop, raw-pull) between two source
+trees (e.g. two git worktrees), or between two scenarios in one tree.
 
 On a shared VM consecutive single runs differ by up to 30%, more than most single changes are worth.
 This alternates the two trees (ABBA order) so that each pair shares a spell of the machine, and reports
@@ -7,7 +7,7 @@ the median of the per-pair ratios of the consumer's CPU per message (``cpu_us_pe
 lowest and lower-quartile runs of each side.
 
     git worktree add /tmp/base <base-commit>
-    python benchmarks/ab.py --a /tmp/base --b . [--scenario push|push-orderly|lite-pull|raw-pull]
+    python benchmarks/ab.py --a /tmp/base --b . [--scenario push|push-orderly|lite-pull|pop|raw-pull]
                             [--pairs 12]
                             [--messages 300000] [--loop uvloop|asyncio]
     python benchmarks/ab.py --a . --b . --a-scenario raw-pull --b-scenario push   # push vs raw
@@ -17,6 +17,9 @@ from runs that alternate, unlike the harness, which runs every push run before e
 
 Each run is a fresh process with ``PYTHONPATH`` set to its tree, draining ``--messages`` preloaded
 1 KiB messages over 8 queues from one embedded cluster in its own process (fresh group, first offset).
+``pop``: the cluster answers as 5.3.3, each run's fresh group is switched to POP for the topic
+(SET_MESSAGE_REQUEST_MODE, by this process) and a no-op ``PushConsumer(client_rebalance=False)`` pops
+it (its code uses the public API only, so it runs on any tree that has POP).
 """
 
 from __future__ import annotations
@@ -28,19 +31,41 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
 _CHILD = """
-import asyncio, json, sys
+import asyncio, json, sys, time
+import anyio
 from rmq_async.bench import scenarios
-kind, loop, namesrv, topic, n = sys.argv[1:6]
+kind, loop, namesrv, topic, n, group = sys.argv[1:7]
 p = {"scenario": kind, "namesrv": namesrv, "topic": topic, "messages": int(n), "timeout": 300}
+
+
+async def pop(p):
+    from rmq_async import PushConsumer
+    meter = scenarios.Meter(p["messages"])
+
+    async def handler(msgs, ctx):
+        meter.add(len(msgs))
+
+    c = PushConsumer(group, namesrv_addr=p["namesrv"], handler=handler, subscriptions={p["topic"]: "*"},
+                     client_rebalance=False, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    meter.started = time.perf_counter()
+    async with c:
+        with anyio.fail_after(p["timeout"]):
+            await meter.done.wait()
+    return meter.result()
+
+
 if kind == "lite-pull":
     from rmq_async.bench.lite import lite_pull as fn
 elif kind == "raw-pull":
     fn = scenarios.raw_pull
+elif kind == "pop":
+    fn = pop
 else:  # push, push-orderly
     fn = scenarios.run_push
 if loop == "uvloop":
@@ -54,7 +79,12 @@ print(json.dumps({"msgs_per_s": r["msgs_per_s"], "cpu_us_per_msg": r["cpu_us_per
 
 def run(tree: str, scenario: str, args: argparse.Namespace, namesrv: str, topic: str) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve())}
-    cmd = [sys.executable, "-c", _CHILD, scenario, args.loop, namesrv, topic, str(args.messages)]
+    group = f"ab_pop_{os.getpid()}_{time.monotonic_ns() % 10**9}"
+    if scenario == "pop":  # a fresh group, popped: switched to POP before its consumer starts
+        from rmq_async.cli.admin import set_consume_mode
+
+        asyncio.run(set_consume_mode(topic, group, "POP", namesrv_addr=namesrv))
+    cmd = [sys.executable, "-c", _CHILD, scenario, args.loop, namesrv, topic, str(args.messages), group]
     out = subprocess.run(cmd, env=env, cwd="/", capture_output=True, text=True, check=True).stdout
     result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
     return result
@@ -64,7 +94,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--a", required=True, help="base source tree (holds rmq_async/)")
     ap.add_argument("--b", required=True, help="changed source tree")
-    kinds = ["push", "push-orderly", "lite-pull", "raw-pull"]
+    kinds = ["push", "push-orderly", "lite-pull", "pop", "raw-pull"]
     ap.add_argument("--scenario", choices=kinds, default="push")
     ap.add_argument("--a-scenario", choices=kinds, help="A's scenario (default: --scenario)")
     ap.add_argument("--b-scenario", choices=kinds, help="B's scenario (default: --scenario)")
@@ -79,7 +109,8 @@ def main() -> None:
     topic = "ABTopic"
     a_runs: list[dict[str, float]] = []
     b_runs: list[dict[str, float]] = []
-    with ChildCluster(queues=8) as cluster:
+    flavour = 5 if "pop" in (sa, sb) else 4
+    with ChildCluster(queues=8, flavour=flavour) as cluster:
         ns = cluster.namesrv_addr
         asyncio.run(create_topic(ns, topic, 8))
         asyncio.run(preload(ns, topic, args.messages, 1024))

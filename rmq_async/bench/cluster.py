@@ -41,8 +41,10 @@ class ChildCluster:
         tls_mode: str | None = None,
         tls_cert: str | None = None,
         tls_key: str | None = None,
+        flavour: int = 4,
     ) -> None:
         self.brokers = brokers
+        self.flavour = flavour  # 4: answer as RocketMQ 4.9.8; 5: as 5.3.3 (POP, broker-side assignment)
         self.acl_file = acl_file  # a plain_acl.yml: the brokers enforce ACL
         # TLS (``permissive`` or ``enforcing``) with this server certificate chain (and key: its password,
         # if any, reaches the child through the inherited RMQ_EMBEDDED_TLS_KEY_PASSWORD, never argv)
@@ -68,6 +70,7 @@ class ChildCluster:
             "--timing",
             self.timing,
             "--exit-on-stdin-eof",
+            *(["--flavour", str(self.flavour)] if self.flavour != 4 else []),
             *(["--acl-file", self.acl_file] if self.acl_file else []),
             *(["--tls-mode", self.tls_mode] if self.tls_mode else []),
             *(["--tls-cert", self.tls_cert] if self.tls_cert else []),

@@ -24,8 +24,8 @@ from typing import Any
 import anyio
 
 from .. import __version__
-from ..internals import internals
 from ..errors import ConfigError, RocketMQError, TopicNotExist
+from ..internals import internals
 from .args import Parser, UsageError, byte_size, count, epoch_ms, namesrv_addr, positive, seconds
 from .auth import add_credential_arguments, credentials_from_args
 from .tls import add_tls_arguments, export_tls_env, tls_options

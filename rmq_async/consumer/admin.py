@@ -138,7 +138,7 @@ class ConsumerAdmin:
             msgs = decode_messages(cmd.body)
         except ProtocolError as exc:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"bad message: {exc}")
-        if msgs.undecodable and not msgs:  # say why, not "no message" (#19)
+        if msgs.undecodable and not msgs:  # say why it cannot be consumed, not "no message"
             return cmd.make_response(
                 ResponseCode.SYSTEM_ERROR, f"bad message: {msgs.undecodable[0].describe()}"
             )

@@ -136,20 +136,14 @@ class ConcurrentConsumeService:
     # -- the queue side of the service contract: nothing to hold -------------------------------------
 
     async def before_pull(self, pq: ProcessQueue) -> bool:
-        return True
-
-    async def lock_new(self, pq: ProcessQueue) -> bool:
-        return True
+        return True  # (never awaited: gates_pulls is False)
 
     async def drop(self, pq: ProcessQueue, wait: float) -> bool:
         pq.drop()
         return True
 
-    async def unlock_dropped(self, pq: ProcessQueue, idle: bool) -> None:
-        return None
-
     async def shutdown(self) -> None:
-        return None
+        return None  # the handlers still running after the shutdown wait end with the task group
 
     async def run(self, tg: anyio.abc.TaskGroup) -> None:
         """Start the workers; closing the hand-off ends them once it is drained."""

@@ -3,8 +3,10 @@ LitePullConsumer) and handed to everything below it: the consume services, the q
 pull loop, the rebalancer and the admin answers. None of them sees the facade.
 
 It holds the consumer's identity (group, retry topic, namespace), its settings, the per-run resources
-(client instance, offset store, inner producer, task group), the subscriptions, statistics, hooks,
-the consume-deadline tracker (the one owner of the consume timeout) and the run state.
+(the client instance as a narrow :class:`~.remote.Remote`, the offset store, the inner producer as a
+:class:`~.remote.Sender`, the trace-producer factory, the task group), the subscriptions, statistics,
+hooks, the consume-deadline tracker (the one owner of the consume timeout) and the run state. It
+imports neither the client instance nor the producer: the facade hands it what the run uses.
 """
 
 from __future__ import annotations
@@ -15,11 +17,9 @@ from typing import Any
 
 import anyio.abc
 
-from ..client.instance import ClientInstance
-from ..config import ClientConfig, ConsumerConfig, ProducerConfig, Timing
+from ..config import ClientConfig, ConsumerConfig, Timing
 from ..errors import ClientError
 from ..otel import ConsumeObserver, telemetry
-from ..producer.producer import Producer
 from ..protocol.bodies import SubscriptionData
 from ..protocol.filter import SQL92, SUB_ALL, TAG, Selector, parse_tag_expression
 from ..protocol.stored import MessageExt
@@ -28,6 +28,7 @@ from ..trace.hooks import ConsumeTracer
 from .deadlines import DeadlineTracker
 from .observe import HandlerObserver, observed
 from .offset_store import OffsetStore
+from .remote import Remote, Sender
 from .sendback import send_back
 from .stats import ConsumerStats
 from .types import ConsumeContext, ConsumeResult, Hook, OrderlyContext, OrderlyResult
@@ -190,9 +191,10 @@ class ConsumerContext:
         #: a graceful stop has begun: start nothing new
         self.stopping = False
         self.running = False
-        self._client: ClientInstance | None = None
+        self._client: Remote | None = None
         self._offset_store: OffsetStore | None = None
-        self._inner_producer: Producer | None = None
+        self._inner_producer: Sender | None = None
+        self._trace_senders: Callable[[str], TraceSender] | None = None
         self._tg: anyio.abc.TaskGroup | None = None
 
     # -- runs -----------------------------------------------------------------------------------------
@@ -202,18 +204,23 @@ class ConsumerContext:
         self.deadlines = DeadlineTracker(self.deadlines.timeout)
         self.stopping = False
         self.running = False
-        self._client = self._offset_store = self._inner_producer = None
+        self._client = self._offset_store = self._inner_producer = self._trace_senders = None
         self._tg = None
 
     def attach(
         self,
-        client: ClientInstance,
+        client: Remote,
         offset_store: OffsetStore,
-        inner_producer: Producer | None = None,
+        inner_producer: Sender | None = None,
+        trace_senders: Callable[[str], TraceSender] | None = None,
     ) -> None:
+        """The run's resources, once per run: the client instance (as :class:`~.remote.Remote`), the
+        offset store, the inner producer (push consumers: send-back and DLQ sends) and the factory of
+        inner trace producers (message trace)."""
         self._client = client
         self._offset_store = offset_store
         self._inner_producer = inner_producer
+        self._trace_senders = trace_senders
         if self.observer is None:
             tel = telemetry()
             if tel is not None:
@@ -232,7 +239,7 @@ class ConsumerContext:
         self._tg = tg
 
     @property
-    def client(self) -> ClientInstance:
+    def client(self) -> Remote:
         if self._client is None:
             raise ClientError("consumer is not started")
         return self._client
@@ -252,7 +259,7 @@ class ConsumerContext:
         return self._offset_store is not None
 
     @property
-    def inner_producer(self) -> Producer:
+    def inner_producer(self) -> Sender:
         if self._inner_producer is None:
             raise ClientError("consumer is not started")
         return self._inner_producer
@@ -326,12 +333,10 @@ class ConsumerContext:
             self.observer.polled(batch)
 
     def _trace_sender(self, group: str) -> TraceSender:
-        """The inner trace producer (Java's: 5 s send timeout), on the consumer's client."""
-        return Producer(
-            config=ProducerConfig(group=group, send_timeout=5.0),
-            client_config=self.client_config,
-            client=self.client,
-        )
+        """The inner trace producer of ``group``, made by the run's factory (see :meth:`attach`)."""
+        if self._trace_senders is None:
+            raise ClientError("consumer is not started")
+        return self._trace_senders(group)
 
     # -- shared operations --------------------------------------------------------------------------
 

@@ -15,11 +15,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..client.instance import ClientInstance
 from ..client.reach import Reach
 from ..protocol.codes import Perm
 from ..protocol.mq import MessageQueue
 from .process_queue import ProcessQueue
+from .remote import Remote
 from .stats import ConsumerStats
 
 __all__ = ["READY_RULE", "ConsumerHealth", "QueueHealth", "UndecodableCounts", "consumer_health"]
@@ -127,7 +127,7 @@ class ConsumerHealth:
         return out
 
 
-def _readable_queues(client: ClientInstance, topic: str) -> int | None:
+def _readable_queues(client: Remote, topic: str) -> int | None:
     route = client.routes.get(topic)
     if route is None:
         return None
@@ -155,7 +155,7 @@ def consumer_health(
     *,
     running: bool,
     group: str,
-    client: ClientInstance | None,
+    client: Remote | None,
     topics: set[str],
     retry_topic: str | None,
     pqs: Mapping[MessageQueue, ProcessQueue],

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..client.instance import ClientInstance
+from ..errors import ClientError
 from ..protocol.mq import MessageQueue
 from .context import ConsumerContext
 from .lite_offsets import LiteOffsets
@@ -35,6 +36,8 @@ class _Common:
     settings: RebalanceSettings
     #: completes when the consumer's run ends (with its error); None when not started
     ended: asyncio.Future[None] | None
+    #: the client instance of the current run (None when not started)
+    instance: ClientInstance | None
 
     @property
     def queues(self) -> dict[MessageQueue, ProcessQueue]:
@@ -44,7 +47,9 @@ class _Common:
     @property
     def client(self) -> ClientInstance:
         """The client instance of the current run (ClientError when not started)."""
-        return self.ctx.client
+        if self.instance is None:
+            raise ClientError("consumer is not started")
+        return self.instance
 
     @property
     def offset_store(self) -> OffsetStore:

@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 import anyio
 
-from ..client.instance import ClientInstance
 from ..config import Timing
 from ..errors import ClientError, ConfigError
 from ..protocol.mq import MessageQueue
@@ -22,6 +21,7 @@ from .offset_store import RemoteOffsetStore
 from .poll_buffer import PollBuffer
 from .process_queue import PollState, ProcessQueue
 from .queues import QueueTable
+from .remote import Remote
 
 __all__ = ["LiteOffsets"]
 
@@ -37,7 +37,7 @@ class LiteOffsets:
         *,
         table: QueueTable,
         buffer: PollBuffer,
-        client: ClientInstance,
+        client: Remote,
         store: RemoteOffsetStore,
         timing: Timing,
         name_in: Callable[[MessageQueue], MessageQueue],

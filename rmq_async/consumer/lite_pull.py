@@ -24,6 +24,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from functools import partial
 from typing import Any, Literal
 
 import anyio
@@ -33,6 +34,7 @@ from ..client.instance import ClientInstance, pid_instance_name
 from ..config import ClientConfig, LitePullConfig, Timing, unwrap_namespace, wrap_namespace
 from ..errors import AuthError, ClientError, ConfigError, MQClientError, RocketMQError
 from ..lifecycle import Supervisor
+from ..producer.producer import trace_producer
 from ..protocol.bodies import ConsumerData
 from ..protocol.command import RemotingCommand
 from ..protocol.filter import Selector
@@ -177,6 +179,7 @@ class LitePullConsumer:
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop of 'async with'
         self._life = Supervisor(f"lite pull consumer {self.group}")
+        self._instance: ClientInstance | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -214,7 +217,8 @@ class LitePullConsumer:
         instance_name = pid_instance_name() if name == "DEFAULT" else name
         async with ClientInstance(self.client_config, instance_name=instance_name) as client:
             store = RemoteOffsetStore(client, self.group)
-            self._ctx.attach(client, store)
+            self._ctx.attach(client, store, trace_senders=partial(trace_producer, self.client_config, client))
+            self._instance = client
             self._offsets = LiteOffsets(
                 table=self._table,
                 buffer=self._buffer,
@@ -291,7 +295,8 @@ class LitePullConsumer:
         """(internal) The client instance (routes, connections) while running."""
         if not self._ctx.started or self._closed:
             raise ClientError("lite pull consumer is not running (use 'async with')")
-        return self._ctx.client
+        assert self._instance is not None
+        return self._instance
 
     def _internals(self) -> LiteInternals:
         """(for :func:`~rmq_async.consumer.internals.internals`)"""
@@ -301,6 +306,7 @@ class LitePullConsumer:
             rebalancer=self._rebalancer,
             settings=self._rebalancer.settings,
             ended=self._life.ended(),
+            instance=self._instance,
             buffer=self._buffer,
             offsets=self._offsets,
         )

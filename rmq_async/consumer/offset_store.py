@@ -27,11 +27,11 @@ from typing import Protocol
 
 import anyio
 
-from ..client.instance import ClientInstance
 from ..errors import AuthError, ProtocolError, RocketMQError
 from ..protocol import fastjson
 from ..protocol import headers as H
 from ..protocol.mq import MessageQueue
+from .remote import Remote
 
 __all__ = ["UNPERSISTED_TTL", "LocalFileOffsetStore", "OffsetCell", "OffsetStore", "RemoteOffsetStore"]
 
@@ -120,7 +120,7 @@ class _MemoryTable:
 class RemoteOffsetStore(_MemoryTable):
     """Offsets kept by the broker of each queue (``RemoteBrokerOffsetStore``)."""
 
-    def __init__(self, client: ClientInstance, group: str) -> None:
+    def __init__(self, client: Remote, group: str) -> None:
         super().__init__()
         self.client = client
         self.group = group

@@ -24,21 +24,18 @@ previous one is settled (``ack`` = SUCCESS, ``retry`` = SUSPEND).
 from __future__ import annotations
 
 import logging
-import math
 import time
-from collections.abc import Mapping
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
 
-from ..errors import RocketMQError
-from ..protocol.mq import MessageQueue
 from ..protocol.stored import MessageExt
 from .context import ConsumerContext
 from .deadlines import loop_clock
 from .delivery import DeliveryStream
-from .orderly_locks import LockKeeper
+from .orderly_locks import OrderlyLocks, orderly_state
+from .outcome import checked_orderly_result, suspend_seconds
 from .process_queue import OrderlyState, Pending, ProcessQueue
 from .sendback import reset_retry_topic, send_to_dlq
 from .types import ConsumeContext, ConsumeResult, OrderlyContext, OrderlyHandler, OrderlyResult
@@ -52,24 +49,19 @@ _SUSPEND = OrderlyResult.SUSPEND_CURRENT_QUEUE_A_MOMENT
 
 
 class OrderlyConsumeService:
-    """The orderly :class:`~rmq_async.consumer.service.ConsumeService` (``orderly=True``). ``owned``
-    is the queue table's view of the owned process queues (read only)."""
+    """The orderly :class:`~rmq_async.consumer.service.ConsumeService` (``orderly=True``): the
+    consumption side. ``locks`` is the broker-lock side (:class:`~.orderly_locks.OrderlyLocks`), which
+    it asks whether a queue's lease is valid, to wait for one, and for a handler's deadline."""
 
     sync_drop = True
 
-    def __init__(
-        self,
-        ctx: ConsumerContext,
-        handler: OrderlyHandler | None,
-        owned: Mapping[MessageQueue, ProcessQueue],
-    ) -> None:
+    def __init__(self, ctx: ConsumerContext, handler: OrderlyHandler | None, locks: OrderlyLocks) -> None:
         self.c = ctx
         self.handler = handler
         self.deliveries: DeliveryStream | None = None  # made by open_deliveries()
         self.clustering = ctx.config.clustering
         self.gates_pulls = self.clustering  # pulls wait for a valid lock lease
-        self._owned = owned
-        self.locks = LockKeeper(ctx, owned, on_locked=self._on_locked, on_lost=self._on_lost)
+        self.locks = locks
         self.timeout = ctx.deadlines.timeout
         self.running = 0
         #: the states of queues whose handler is running (shutdown cancels them)
@@ -78,9 +70,6 @@ class OrderlyConsumeService:
         self._limiter = anyio.CapacityLimiter(ctx.config.concurrency)
         self._closed = False
         self._idle: anyio.Event | None = None  # made only while someone waits for idleness
-        #: one consume lock per message queue, shared by its process queues (Java's MessageQueueLock):
-        #: the handler of a dropped one still running holds back a new one of the same queue
-        self._mq_locks: dict[MessageQueue, anyio.Lock] = {}
 
     def open_deliveries(self) -> DeliveryStream:
         """The ``async for`` stream of a consumer without a handler (made on first use)."""
@@ -93,12 +82,16 @@ class OrderlyConsumeService:
     async def run(self, tg: anyio.abc.TaskGroup) -> None:
         self._tg = tg
         self._loop_time = loop_clock()
-        if self.clustering:
-            tg.start_soon(self._renew_loop)
+        await self.locks.run(tg)
 
     def close(self) -> None:
-        """Stop starting batches (running handlers finish; see :meth:`wait_idle`)."""
+        """Stop starting batches (running handlers finish; see :meth:`wait_idle`); no more relocking."""
         self._closed = True
+        self.locks.close()
+
+    async def before_pull(self, pq: ProcessQueue) -> bool:
+        """Pull only under a valid lease (the lock side's decision)."""
+        return await self.locks.before_pull(pq)
 
     async def wait_idle(self) -> None:
         while self.running > 0:
@@ -114,12 +107,7 @@ class OrderlyConsumeService:
 
     # -- intake -------------------------------------------------------------------------------------
 
-    @staticmethod
-    def _state(pq: ProcessQueue) -> OrderlyState:
-        st = pq.orderly
-        if st is None:
-            st = pq.orderly = OrderlyState()
-        return st
+    _state = staticmethod(orderly_state)
 
     def submit(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         """Pulled messages are in ``pq``: make sure a drive task consumes them."""
@@ -129,109 +117,6 @@ class OrderlyConsumeService:
         if not st.active:
             st.active = True
             self._tg.start_soon(self._drive, pq, st, 0.0)
-
-    # -- locks and leases ----------------------------------------------------------------------------
-
-    def _deadline(self, pq: ProcessQueue) -> float:
-        """When a running handler is cancelled: the end of the queue's lock lease (clustering), so it
-        stops before the broker can give the queue to another member; never in broadcasting."""
-        if self.clustering:
-            return self._loop_time() + self.locks.lease_remaining(pq)
-        return math.inf
-
-    def _on_locked(self, pq: ProcessQueue) -> None:
-        st = pq.orderly
-        if st is not None and st.scope is not None:
-            st.scope.deadline = self._deadline(pq)
-
-    def _on_lost(self, pq: ProcessQueue) -> None:
-        st = pq.orderly
-        if st is not None and st.scope is not None:
-            st.scope.cancel()  # the broker gave the queue to another member: stop now
-
-    def lease_valid(self, pq: ProcessQueue) -> bool:
-        return not self.clustering or self.locks.lease_valid(pq)
-
-    async def lock_new(self, pq: ProcessQueue) -> bool:
-        """Lock a newly assigned queue before its first pull (broadcasting: nothing to lock).
-
-        ``pq`` takes its message queue's consume lock: when the queue was dropped from this consumer
-        while a handler ran (a rebalance waits ``orderlyDropWait`` at most) and comes back before that
-        handler ends, the broker lock is ours again at once (it is per client), and the new process
-        queue must not consume the queue's messages beside the old handler. Java serializes a queue's
-        consumption with one lock object per message queue for the same reason."""
-        shared = self._mq_locks.get(pq.mq)
-        if shared is None:
-            self._mq_locks[pq.mq] = pq.consume_lock
-        else:
-            pq.consume_lock = shared
-        if not self.clustering:
-            return True
-        return await self.locks.lock(pq)
-
-    def _forget_lock(self, mq: MessageQueue) -> None:
-        """Drop ``mq``'s shared consume lock once no process queue of it is owned or consuming."""
-        lock = self._mq_locks.get(mq)
-        if lock is not None and mq not in self._owned and not lock.locked():
-            del self._mq_locks[mq]
-
-    async def ensure_locked(self, pq: ProcessQueue) -> bool:
-        """Wait until ``pq``'s lease is valid, locking it again as needed; False once it is dropped."""
-        if self.lease_valid(pq):
-            return True
-        st = self._state(pq)
-        async with st.relock:  # one lock attempt at a time per queue (pull loop and drive share it)
-            while not pq.dropped and not self._closed:
-                if self.locks.lease_valid(pq):
-                    return True
-                st.refresh_offset = True  # someone else may have consumed meanwhile
-                if await self.locks.lock(pq):
-                    return True
-                # the broker does not tell us when the holder lets go: try again after the pull delay
-                await anyio.sleep(self.c.timing.pull_error_delay)
-        return False
-
-    async def before_pull(self, pq: ProcessQueue) -> bool:
-        """Pull only under a valid lease; the first pull after (re)locking re-reads the start offset."""
-        if not self.clustering:
-            return True
-        if not await self.ensure_locked(pq):
-            return False
-        st = self._state(pq)
-        if st.refresh_offset:
-            st.refresh_offset = False
-            await self._refresh_offset(pq)
-        return True
-
-    async def _refresh_offset(self, pq: ProcessQueue) -> None:
-        c = self.c
-        try:
-            # the broker's offset, ours left alone: a lease that lapsed and came back must not move
-            # our committed offset back to what the broker last got (that would consume it again)
-            stored = await c.offset_store.query_store(pq.mq)
-        except RocketMQError as exc:
-            log.warning(
-                "re-reading the offset of %s failed (%s): pulling on from %d", pq.mq, exc, pq.next_offset
-            )
-            return
-        if stored is None or stored < 0:
-            return
-        async with pq.consume_lock:
-            local = pq.offset.value
-            if stored <= max(local, pq.committable_offset() if pq.count else -1) or stored == pq.next_offset:
-                return
-            # another member consumed past what we hold: forget the cache and start from its offset
-            log.info("%s: the broker's offset %d is ahead of ours: pulling from there", pq.mq, stored)
-            pq.clear()
-            pq.next_offset = stored
-            pq.offset.set(stored)
-
-    async def _renew_loop(self) -> None:
-        while True:
-            await anyio.sleep(self.c.timing.lock_renew_interval)
-            if self._closed or self.c.stopping:
-                return
-            await self.locks.lock_all(list(self._owned.values()))
 
     # -- rebalance and shutdown -------------------------------------------------------------------------
 
@@ -253,44 +138,16 @@ class OrderlyConsumeService:
             st.scope.cancel()  # broadcasting: nobody else owns the queue; no need to let it run on
         return idle
 
-    async def unlock_dropped(self, pq: ProcessQueue, idle: bool) -> None:
-        """After a drop (offset persisted): release the broker lock with a oneway 42."""
-        if idle:
-            self._forget_lock(pq.mq)
-        if not self.clustering:
-            return
-        if idle:
-            cur = self._owned.get(pq.mq)
-            if cur is None or cur.dropped:  # not ours again meanwhile (its new lock must stand)
-                await self.locks.unlock([pq.mq], oneway=True)
-        elif self._tg is not None:
-            log.warning("%s is still consuming after the rebalance wait: unlocking it when it ends", pq.mq)
-            self._tg.start_soon(self._unlock_when_idle, pq)
-
-    async def _unlock_when_idle(self, pq: ProcessQueue) -> None:
-        # the lease is no longer renewed, so the handler is cancelled at its end at the latest
-        async with pq.consume_lock:
-            pass
-        self._forget_lock(pq.mq)
-        if pq.mq not in self._owned:
-            await self.locks.unlock([pq.mq], oneway=True)
-
     async def shutdown(self) -> None:
-        """At shutdown, after offsets were persisted: cancel stragglers, then a sync 42 of all queues."""
+        """At shutdown, after offsets were persisted: cancel stragglers, then release every broker
+        lock (a sync 42 of all queues)."""
         self._closed = True
         for st in self._consuming:
             if st.scope is not None:
                 st.scope.cancel()
         with anyio.move_on_after(self.c.timing.request_timeout):
             await self.wait_idle()
-        if not self.clustering:
-            return
-        mqs = [mq for mq, pq in self._owned.items() if not pq.consume_lock.locked()]
-        if mqs:
-            with anyio.move_on_after(self.c.timing.request_timeout * 2):
-                await self.locks.unlock(mqs, oneway=False)
-        for pq in self._owned.values():
-            pq.locked = False
+        await self.locks.release_all()
 
     # -- consumption --------------------------------------------------------------------------------------
 
@@ -328,9 +185,9 @@ class OrderlyConsumeService:
         while True:
             if pq.dropped or st.revoking or self._closed or self.c.stopping:
                 return None
-            if not self.lease_valid(pq):
+            if not self.locks.lease_valid(pq):
                 log.debug("%s: lease not valid: consuming after it is locked again", pq.mq)
-                if not await self.ensure_locked(pq):
+                if not await self.locks.ensure_locked(pq):
                     return None
                 continue
             if time.monotonic() - began > self.c.timing.orderly_time_slice:
@@ -375,7 +232,7 @@ class OrderlyConsumeService:
         self._busy(1)
         st.start = self._loop_time()
         try:
-            with anyio.CancelScope(deadline=self._deadline(pq)) as scope:
+            with anyio.CancelScope(deadline=self.locks.deadline(pq)) as scope:
                 st.scope = scope
                 self._consuming.add(st)
                 try:
@@ -406,7 +263,7 @@ class OrderlyConsumeService:
             st.scope = None
             self._consuming.discard(st)
             self._busy(-1)
-        if not self.lease_valid(pq):
+        if not self.locks.lease_valid(pq):
             # the lease ended while the handler ran: the batch must not be committed, the next owner
             # (or we, once locked again) consumes it again
             log.warning(
@@ -451,16 +308,7 @@ class OrderlyConsumeService:
         if self.handler is None:
             return await self._deliver(pq, st, batch[0])
         raw = await self.c.observed(self.handler)(batch, ctx)  # itself unless traced or observed
-        if raw is None or raw is OrderlyResult.SUCCESS or raw is ConsumeResult.SUCCESS:
-            return OrderlyResult.SUCCESS
-        if isinstance(raw, OrderlyResult):
-            return raw
-        if raw is ConsumeResult.RECONSUME_LATER:
-            return _SUSPEND
-        log.error(
-            "orderly handler of group %s returned %r, not an OrderlyResult: suspending", self.c.group, raw
-        )
-        return _SUSPEND
+        return checked_orderly_result(raw, self.c.group)
 
     async def _deliver(self, pq: ProcessQueue, st: OrderlyState, m: MessageExt) -> OrderlyResult:
         stream = self.deliveries
@@ -518,20 +366,7 @@ class OrderlyConsumeService:
         return delay
 
     def _suspend_time(self, ctx: OrderlyContext) -> float:
-        default = self.c.timing.suspend_current_queue
-        t = ctx.suspend_time
-        if t is None:
-            t = default
-        elif isinstance(t, bool) or not isinstance(t, int | float) or math.isnan(t):
-            log.error(
-                "orderly handler of group %s set ctx.suspend_time to %r, not a number of seconds: "
-                "suspending for the default %.3f s",
-                self.c.group,
-                t,
-                default,
-            )
-            t = default
-        return max(0.01, min(float(t), 30.0))  # Java clamps to 10 ms .. 30 s (the default too)
+        return suspend_seconds(ctx, self.c.timing.suspend_current_queue, self.c.group)
 
     async def _reconsume_or_dlq(self, batch: list[MessageExt]) -> list[MessageExt]:
         """``checkReconsumeTimes``: the messages to consume again; those past the maximum go to the DLQ."""

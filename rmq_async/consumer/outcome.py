@@ -1,4 +1,5 @@
-"""What a handler's answer means: one rule for every consume path (concurrent, POP, consume-directly).
+"""What a handler's answer means: one rule for every consume path (concurrent, POP, consume-directly,
+orderly).
 
 A handler returns a :class:`ConsumeResult` (``None`` is SUCCESS) and may set ``ctx.ack_index`` and
 ``ctx.delay_level``. The meaning is Java's (``ConsumeMessageConcurrentlyService.processConsumeResult``,
@@ -10,16 +11,22 @@ RECONSUME_LATER the whole batch failed, whatever ``ack_index`` says. Failed mess
 What Java leaves undefined is settled the safe way, logged as the user's error and never the end of
 the consumer: a result that is not a ConsumeResult counts as RECONSUME_LATER; an ``ack_index`` that is
 not an int, or below -1, acknowledges nothing; a ``delay_level`` that is not an int lets the broker
-choose (0). Pure functions: the services keep the scheduling and the settlement I/O.
+choose (0). An orderly handler returns an :class:`OrderlyResult` (``None`` and the concurrent
+SUCCESS are SUCCESS, RECONSUME_LATER is SUSPEND_CURRENT_QUEUE_A_MOMENT, anything else is logged and
+suspends) and may set ``ctx.suspend_time`` (seconds, clamped to Java's 10 ms .. 30 s; not a number:
+logged, the default). Pure functions: the services keep the scheduling and the settlement I/O.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 
-from .types import ConsumeContext, ConsumeResult
+from .types import ConsumeContext, ConsumeResult, OrderlyContext, OrderlyResult
 
-__all__ = ["acked_count", "checked_context", "checked_result"]
+__all__ = ["acked_count", "checked_context", "checked_orderly_result", "checked_result", "suspend_seconds"]
+
+_SUSPEND = OrderlyResult.SUSPEND_CURRENT_QUEUE_A_MOMENT
 
 log = logging.getLogger("rmq_async.consumer")
 
@@ -76,3 +83,33 @@ def acked_count(result: ConsumeResult, ack_index: int | None, n: int) -> int:
     if ack_index is None:
         return n
     return max(0, min(ack_index + 1, n))
+
+
+def checked_orderly_result(result: object, group: str) -> OrderlyResult:
+    """An orderly handler's return value as a result (see the module docstring)."""
+    if result is None or result is OrderlyResult.SUCCESS or result is ConsumeResult.SUCCESS:
+        return OrderlyResult.SUCCESS
+    if isinstance(result, OrderlyResult):
+        return result
+    if result is ConsumeResult.RECONSUME_LATER:
+        return _SUSPEND
+    log.error("orderly handler of group %s returned %r, not an OrderlyResult: suspending", group, result)
+    return _SUSPEND
+
+
+def suspend_seconds(ctx: OrderlyContext, default: float, group: str) -> float:
+    """How long a suspended queue waits: ``ctx.suspend_time`` as the handler left it (None: the
+    default), checked, and clamped as Java clamps ``suspendCurrentQueueTimeMillis`` (10 ms .. 30 s)."""
+    t = ctx.suspend_time
+    if t is None:
+        t = default
+    elif isinstance(t, bool) or not isinstance(t, int | float) or math.isnan(t):
+        log.error(
+            "orderly handler of group %s set ctx.suspend_time to %r, not a number of seconds: "
+            "suspending for the default %.3f s",
+            group,
+            t,
+            default,
+        )
+        t = default
+    return max(0.01, min(float(t), 30.0))

@@ -1,5 +1,5 @@
-"""Messages a consumer cannot decode (issue #19): logged, counted, and moved to the group's DLQ by the
-broker, without the queue ever stalling behind them.
+"""Messages a consumer cannot decode (a corrupt or unknown body): logged, counted, and moved to the
+group's DLQ by the broker, without the queue ever stalling behind them.
 
 Strategy. The decoder isolates such a message (:class:`~rmq_async.protocol.stored.Undecodable`); the
 pull loop hands the records here. A push consumer sends each one back with CONSUMER_SEND_MSG_BACK,

@@ -180,6 +180,3 @@ class PollBuffer:
         if self.auto_commit:
             pq.offset.set(self.state(pq).consume_offset)
         return True
-
-    async def unlock_dropped(self, pq: ProcessQueue, idle: bool) -> None:
-        return None

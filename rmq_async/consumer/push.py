@@ -21,6 +21,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import anyio
@@ -36,7 +37,7 @@ from ..config import (
 )
 from ..errors import ClientError, ConfigError, MQClientError, RocketMQError
 from ..lifecycle import Supervisor
-from ..producer.producer import Producer, ProducerConfig
+from ..producer.producer import Producer, ProducerConfig, trace_producer
 from ..protocol.bodies import ConsumerData, SubscriptionData
 from ..protocol.command import RemotingCommand
 from ..protocol.filter import Selector
@@ -186,6 +187,7 @@ class PushConsumer:
             new_members=self._subcheck.new_members,
         )
         self._life = Supervisor(f"consumer {group!r}")
+        self._instance: ClientInstance | None = None  # the current run's
         self._ran = False
         self._gave_up = False
         self._run = self._new_run()
@@ -298,7 +300,9 @@ class PushConsumer:
     @property
     def _client(self) -> ClientInstance:
         """(internal) The client instance of the current run (routes, connections)."""
-        return self._ctx.client
+        if self._instance is None:
+            raise ClientError("consumer is not started")
+        return self._instance
 
     @property
     def client_id(self) -> str:
@@ -420,6 +424,7 @@ class PushConsumer:
             rebalancer=run.rebalancer,
             settings=self._settings,
             ended=self._life.ended(),
+            instance=self._instance,
             run=run,
             subcheck=self._subcheck,
         )
@@ -452,7 +457,8 @@ class PushConsumer:
                 client_config=self.client_config,
                 client=client,
             )
-            ctx.attach(client, store, producer)
+            ctx.attach(client, store, producer, partial(trace_producer, self.client_config, client))
+            self._instance = client
             await store.load()
             await producer.start()
             client.register_consumer(self)

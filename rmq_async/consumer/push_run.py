@@ -15,6 +15,7 @@ from .admin import ConsumerAdmin
 from .concurrently import ConcurrentConsumeService
 from .context import ConsumerContext
 from .orderly import OrderlyConsumeService
+from .orderly_locks import OrderlyLocks
 from .pop import PopService
 from .process_queue import ProcessQueue
 from .pulling import PullLoop, PullSettings
@@ -37,6 +38,8 @@ class PushRun:
     rebalancer: Rebalancer
     pop: PopService | None
     admin: ConsumerAdmin
+    #: the broker locks of an orderly consumer (clustering), None otherwise
+    locks: OrderlyLocks | None
 
 
 def build_push_run(
@@ -53,12 +56,13 @@ def build_push_run(
     subscriptions, hooks, listeners, stats, the rebalance signals and the consume timeout stay."""
     config, timing = ctx.config, ctx.timing
     service: ConsumeService
-    table_pqs: dict[MessageQueue, ProcessQueue] = {}
-    if orderly:  # [orderly]
-        service = OrderlyConsumeService(ctx, cast(OrderlyHandler | None, handler), table_pqs)
+    owned: dict[MessageQueue, ProcessQueue] = {}  # the queue table's, read by the orderly locks
+    locks = OrderlyLocks(ctx, owned) if orderly else None  # [orderly] broker locks, apart
+    if locks is not None:
+        service = OrderlyConsumeService(ctx, cast(OrderlyHandler | None, handler), locks)
     else:
         service = ConcurrentConsumeService(ctx, cast(Handler | None, handler))
-    table = QueueTable(ctx, service, pqs=table_pqs)
+    table = QueueTable(ctx, service, locks=locks, pqs=owned)
     puller = PullLoop(
         ctx,
         table,
@@ -80,7 +84,7 @@ def build_push_run(
         signals,
         StabilityWindow(config.rebalance_stability_window),
         start_pull=start_pull,
-        locks=service if orderly else None,
+        locks=locks,
         assign=pop_service.assign if pop_service is not None else None,
     )
     admin = ConsumerAdmin(
@@ -92,4 +96,4 @@ def build_push_run(
         orderly_handler=cast(OrderlyHandler | None, handler) if orderly else None,
         pop_props=pop_service.running_props if pop_service is not None else None,
     )
-    return PushRun(table, service, puller, rebalancer, pop_service, admin)
+    return PushRun(table, service, puller, rebalancer, pop_service, admin, locks)

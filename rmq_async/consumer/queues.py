@@ -18,7 +18,7 @@ from ..protocol.mq import MessageQueue
 from .context import ConsumerContext
 from .process_queue import ProcessQueue
 
-__all__ = ["QueueOwner", "QueueTable"]
+__all__ = ["QueueLocks", "QueueOwner", "QueueTable"]
 
 log = logging.getLogger("rmq_async.consumer")
 
@@ -32,21 +32,32 @@ class QueueOwner(Protocol):
     async def drop(self, pq: ProcessQueue, wait: float) -> bool:
         """Stop consuming ``pq`` and mark it dropped; True when nothing runs on it any more."""
 
+
+class QueueLocks(Protocol):
+    """The broker locks a consumer takes on its queues before consuming them (orderly, clustering):
+    a new queue is locked before its first pull, and released once dropped and persisted."""
+
+    async def lock_new(self, pq: ProcessQueue) -> bool:
+        """Take a newly assigned queue before its first pull; False: not ours yet."""
+
     async def unlock_dropped(self, pq: ProcessQueue, idle: bool) -> None:
-        """After the drop, its offset persisted: release the queue for its next owner."""
+        """A queue given up (dropped, its offset persisted, or never started): let the next owner
+        have it."""
 
 
 class QueueTable:
-    """``owner``: what consumes the queues; ``make_queue``: makes a new process queue (default: the
-    push consumer's thresholds); ``on_start``: called when a queue starts (its ``next_offset`` set),
-    before its first pull; ``pqs``: the (empty) mapping to fill, when another part of the run reads
-    it too (the orderly service)."""
+    """``owner``: what consumes the queues; ``locks``: the broker locks to release once a dropped
+    queue's offset is persisted (orderly; None otherwise); ``make_queue``: makes a new process
+    queue (default: the push consumer's thresholds); ``on_start``: called when a queue starts (its
+    ``next_offset`` set), before its first pull; ``pqs``: the (empty) mapping to fill, when another
+    part of the run reads it too (the orderly locks)."""
 
     def __init__(
         self,
         ctx: ConsumerContext,
         owner: QueueOwner,
         *,
+        locks: QueueLocks | None = None,
         make_queue: Callable[[MessageQueue], ProcessQueue] | None = None,
         on_start: Callable[[ProcessQueue], None] | None = None,
         pqs: dict[MessageQueue, ProcessQueue] | None = None,
@@ -54,6 +65,7 @@ class QueueTable:
         self.ctx = ctx
         self.pqs: dict[MessageQueue, ProcessQueue] = pqs if pqs is not None else {}
         self._owner = owner
+        self._locks = locks
         self.make_queue: Callable[[MessageQueue], ProcessQueue] = make_queue or self._push_queue
         self._on_start = on_start
 
@@ -107,7 +119,8 @@ class QueueTable:
         except RocketMQError as exc:
             log.warning("persisting the offset of dropped %s failed: %s", mq, exc)
         store.remove(mq)
-        await owner.unlock_dropped(pq, idle)
+        if self._locks is not None:
+            await self._locks.unlock_dropped(pq, idle)
 
     def stop_pulling(self) -> None:
         """Cancel every pull loop; the process queues stay (for their offsets)."""

@@ -12,7 +12,7 @@ import random
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 
@@ -21,12 +21,12 @@ from ..protocol.mq import MessageQueue
 from .allocate import AllocateStrategy
 from .context import ConsumerContext
 from .process_queue import ProcessQueue
-from .queues import QueueTable
+from .queues import QueueLocks, QueueTable
 from .rebalance import StabilityWindow, allocate_topic, diff
 from .types import RebalanceListener
 from .usercode import call_user
 
-__all__ = ["Assign", "QueueLocks", "RebalanceSettings", "RebalanceSignals", "Rebalancer", "StartOffsets"]
+__all__ = ["Assign", "RebalanceSettings", "RebalanceSignals", "Rebalancer", "StartOffsets"]
 
 log = logging.getLogger("rmq_async.consumer")
 
@@ -71,18 +71,6 @@ class StartOffsets:
         if where == "CONSUME_FROM_LAST_OFFSET" or retry:  # TIMESTAMP on a retry topic: its end
             return await client.api.get_max_offset(addr, mq, t)
         return await client.api.search_offset(addr, mq, self.timestamp_ms(), t)
-
-
-class QueueLocks(Protocol):
-    """The broker locks a consumer takes on its queues before consuming them (orderly, clustering):
-    a new queue is locked before its first pull, and released once dropped and persisted."""
-
-    async def lock_new(self, pq: ProcessQueue) -> bool:
-        """Take a newly assigned queue before its first pull; False: not ours yet."""
-
-    async def unlock_dropped(self, pq: ProcessQueue, idle: bool) -> None:
-        """A queue given up (dropped, its offset persisted, or never started): let the next owner
-        have it."""
 
 
 class RebalanceSignals:

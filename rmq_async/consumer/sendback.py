@@ -13,14 +13,13 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol
 
-from ..client.instance import ClientInstance
 from ..config import unwrap_namespace, wrap_namespace
 from ..errors import RocketMQError
-from ..producer.producer import Producer
 from ..protocol import headers as H
 from ..protocol.codes import Prop
 from ..protocol.message import Message
 from ..protocol.stored import MessageExt
+from .remote import Remote, Sender
 from .stats import ConsumerStats
 
 __all__ = ["RetryTarget", "reset_retry_topic", "send_back", "send_to_dlq"]
@@ -42,9 +41,9 @@ class RetryTarget(Protocol):
     @property
     def stats(self) -> ConsumerStats: ...
     @property
-    def client(self) -> ClientInstance: ...
+    def client(self) -> Remote: ...
     @property
-    def inner_producer(self) -> Producer: ...
+    def inner_producer(self) -> Sender: ...
 
 
 def reset_retry_topic(msgs: Sequence[MessageExt], retry_topic: str, namespace: str | None = None) -> None:

@@ -46,8 +46,9 @@ class ConsumerStats:
         #: and orderly moves to it (the undecodable ones are in ``undecodable_to_dlq``)
         self.to_dlq = 0
         self.local_retries = 0
-        #: messages that could not be decoded (#19): each logged at ERROR; push consumers move them to
-        #: the DLQ (``undecodable_to_dlq`` done, ``undecodable_retries`` failed send-backs retried)
+        #: messages that could not be decoded (a corrupt or unknown body): each logged at ERROR; push
+        #: consumers move them to the DLQ (``undecodable_to_dlq`` done, ``undecodable_retries`` failed
+        #: send-backs retried)
         self.undecodable = 0
         self.undecodable_to_dlq = 0
         self.undecodable_retries = 0

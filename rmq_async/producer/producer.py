@@ -44,6 +44,7 @@ __all__ = [
     "ProducerInternals",
     "TopicPublishInfo",
     "select_by_key_hash",
+    "trace_producer",
 ]
 
 log = logging.getLogger("rmq_async.producer")
@@ -551,3 +552,11 @@ class Producer:
             assert res is not None
             return res
         return await self._send_retrying(topic, info, header_for, body, deadline, ",".join(ids), batch=True)
+
+
+def trace_producer(client_config: ClientConfig, client: ClientInstance, group: str) -> Producer:
+    """An inner trace producer of ``group`` on a consumer's client instance (Java's: 5 s send
+    timeout); what a consumer's trace dispatcher sends its records with."""
+    return Producer(
+        config=ProducerConfig(group=group, send_timeout=5.0), client_config=client_config, client=client
+    )

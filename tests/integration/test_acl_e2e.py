@@ -35,9 +35,9 @@ from rmq_async import (
     Timing,
 )
 from rmq_async.bench.cluster import ChildCluster
-from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.embedded.acl import Account, AclConfig
+from rmq_async.internals import internals
 from rmq_async.producer.producer import select_by_key_hash
 from rmq_async.protocol.acl import ACCESS_KEY, SIGNATURE, verify
 from rmq_async.protocol.bodies import LockBatchResponseBody, UnlockBatchRequestBody

@@ -13,9 +13,9 @@ from support.integration import Collector, alive_until, consumer, produce, until
 
 from rmq_async import Timing
 from rmq_async.client.instance import build_client_id
-from rmq_async.internals import internals
 from rmq_async.consumer.offset_store import LocalFileOffsetStore
 from rmq_async.embedded import EmbeddedCluster
+from rmq_async.internals import internals
 from rmq_async.protocol.codes import RequestCode, ResponseCode
 from rmq_async.protocol.mq import MessageQueue
 

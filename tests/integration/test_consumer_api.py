@@ -20,8 +20,8 @@ from rmq_async import (
     PushConsumer,
     Timing,
 )
-from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
+from rmq_async.internals import internals
 from rmq_async.protocol.codes import RequestCode
 
 

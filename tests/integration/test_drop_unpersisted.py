@@ -16,8 +16,8 @@ import pytest
 from support.integration import alive_until, produce, until
 
 from rmq_async import ConsumeResult, MessageExt, OrderlyResult, PushConsumer, Timing
-from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
+from rmq_async.internals import internals
 from rmq_async.protocol.codes import RequestCode
 from rmq_async.protocol.mq import MessageQueue
 

@@ -10,8 +10,8 @@ import anyio
 from support.integration import consumer, produce
 
 from rmq_async import ConsumeContext, ConsumeResult, MessageExt, Timing
-from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
+from rmq_async.internals import internals
 
 
 async def test_pull_resumes_promptly_when_room_frees(

@@ -9,8 +9,8 @@ import anyio
 from support.integration import Collector, alive_until, consumer, produce
 
 from rmq_async import Timing
-from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
+from rmq_async.internals import internals
 from rmq_async.protocol.codes import RequestCode, ResponseCode
 
 # -- every pull answered 24/25 sends a heartbeat and retries within 50 ms ----------------------------

@@ -13,9 +13,9 @@ from support.frame_proxy import FrameProxy, route_rewriter
 from support.integration import produce
 
 from rmq_async import ClientError, ConfigError, MessageExt, Timing
-from rmq_async.internals import internals
 from rmq_async.consumer.lite_pull import LitePullConsumer
 from rmq_async.embedded import EmbeddedCluster
+from rmq_async.internals import internals
 from rmq_async.protocol.command import RemotingCommand
 from rmq_async.protocol.mq import MessageQueue
 

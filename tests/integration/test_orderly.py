@@ -20,8 +20,8 @@ from support.frame_proxy import FrameProxy, route_rewriter
 from support.integration import child_env
 
 from rmq_async import Message, MessageExt, OrderlyContext, OrderlyResult, Producer, PushConsumer, Timing
-from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
+from rmq_async.internals import internals
 from rmq_async.producer.producer import select_by_key_hash
 from rmq_async.protocol.codes import RequestCode
 

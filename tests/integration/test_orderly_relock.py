@@ -3,14 +3,12 @@ committed offset, never moving it back nor re-consuming what another member cons
 
 from __future__ import annotations
 
-import anyio
 from support.broker_admin import commit_offset
 from support.integration import alive_until, produce, until
 
 from rmq_async import MessageExt, OrderlyContext, OrderlyResult, PushConsumer, Timing
-from rmq_async.internals import internals
-from rmq_async.consumer.orderly import OrderlyConsumeService
 from rmq_async.embedded import EmbeddedCluster
+from rmq_async.internals import internals
 from rmq_async.protocol.codes import RequestCode
 from rmq_async.protocol.mq import MessageQueue
 
@@ -49,27 +47,37 @@ async def _orderly_until_lease_lost(
     )
     broker.faults.drop(RequestCode.LOCK_BATCH_MQ)
     pq = internals(c).queues[mq]
-    svc = internals(c).service
-    assert isinstance(svc, OrderlyConsumeService)
-    await alive_until(c, lambda: until(lambda: not svc.lease_valid(pq)))
-    # the pull sent before the lease ran out (held by the broker) has come back; no pull is sent
-    # (and no offset piggy-backed) until the queue is locked again
-    await anyio.sleep(c.timing.suspend_timeout + c.timing.held_pull_check_interval + 0.3)
+    locks = internals(c).run.locks
+    assert locks is not None
+    await alive_until(c, lambda: until(lambda: not locks.lease_valid(pq)))
+
+    def gated() -> bool:
+        # the pull sent before the lease ran out (held by the broker) has come back and the pull loop
+        # waits for a new lock (it marked the offset to be re-read): no pull is sent, and no offset
+        # piggy-backed, until the queue is locked again
+        st = pq.orderly
+        return st is not None and st.refresh_offset
+
+    await alive_until(c, lambda: until(gated))
     return c, mq, seen
 
 
 async def _relocked(cluster: EmbeddedCluster, c: PushConsumer, mq: MessageQueue) -> None:
-    cluster.brokers[0].faults.clear()
-    pq = internals(c).queues[mq]
-    svc = internals(c).service
-    assert isinstance(svc, OrderlyConsumeService)
+    """The broker answers locks again: wait until the queue is locked and its first pull after the
+    re-lock has been sent (the re-read of the broker's offset comes before that pull)."""
+    broker = cluster.brokers[0]
+    with broker.faults.recording() as seen:
+        broker.faults.clear()
 
-    def done() -> bool:
-        st = pq.orderly
-        return svc.lease_valid(pq) and st is not None and not st.refresh_offset
+        def pulled_again() -> bool:
+            return any(
+                cmd.code == RequestCode.PULL_MESSAGE
+                and cmd.ext_fields.get("topic") == mq.topic
+                and cmd.ext_fields.get("queueId") == str(mq.queue_id)
+                for cmd in seen
+            )
 
-    await alive_until(c, lambda: until(done))
-    await anyio.sleep(0.3)  # the re-read of the broker's offset (one round trip) has finished
+        await alive_until(c, lambda: until(pulled_again))
 
 
 async def test_orderly_relock_does_not_move_the_committed_offset_back(

@@ -20,8 +20,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from rmq_async import ConsumeContext, ConsumeResult, Message, MessageExt, Producer, Timing, otel
-from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
+from rmq_async.internals import internals
 
 INSTRUMENTS = {
     "rocketmq_send_cost_time",

@@ -13,9 +13,9 @@ from support.integration import Collector, consumer, produce, until
 
 from rmq_async import ConsumeContext, ConsumeResult, MessageExt, PushConsumer, Timing
 from rmq_async.cli.admin import set_consume_mode
-from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.embedded.pop import pop_state
+from rmq_async.internals import internals
 
 
 @pytest.fixture
@@ -68,22 +68,22 @@ async def test_sixteen_consumers_on_four_queues_all_receive(
     topic, group = names
     await _pop_mode(cluster5, topic, group)
     per: list[Collector] = [Collector() for _ in range(16)]
+    members: list[PushConsumer] = []
     async with AsyncExitStack() as stack:
         for i, col in enumerate(per):
             c = consumer(cluster5, group, topic, col, timing, client_rebalance=False, instance_name=f"pop{i}")
-            await stack.enter_async_context(c)
-        await anyio.sleep(timing.rebalance_interval)  # every member holds a pop
+            members.append(await stack.enter_async_context(c))
+        with anyio.fail_after(15):  # every member pops (each has its pop loops)
+            await until(lambda: all((p := internals(m).pop) is not None and p.queues for m in members))
         total = 0
         with anyio.fail_after(30):
             while not all(col.unique for col in per):
                 await produce(cluster5.namesrv_addr, topic, 16, start=total)
                 total += 16
                 await anyio.sleep(0.05)
-        seen: Counter[str] = Counter()
         with anyio.fail_after(15):
-            while len(seen) < total:
-                seen = Counter(k for col in per for k in col.seen.elements())
-                await anyio.sleep(0.05)
+            await until(lambda: len({k for col in per for k in col.seen}) >= total)
+        seen = Counter(k for col in per for k in col.seen.elements())
     assert set(seen) == {f"k-{i}" for i in range(total)}
     assert all(col.unique for col in per), [col.unique for col in per]
 
@@ -117,7 +117,12 @@ async def test_failures_come_back_with_the_pop_backoff(
         with anyio.fail_after(20):
             await until(lambda: set(again) == {"k-1", "k-4"} and "k-4" in third)
         assert (pop := internals(c).pop) is not None and pop.stats.invisible_changed == 3
-        await anyio.sleep(timing.pop_delay_seconds[1] + 0.5)  # nothing else comes back
+        # nothing else comes back: every popped message is acked on the broker (no checkpoint holds
+        # one that could be revived)
+        ps = pop_state(cluster5.brokers[0].context)
+        with anyio.fail_after(10):
+            await until(lambda: not any(ck.pending for ck in ps.cks.values()))
+        assert pop.stats.invisible_changed == 3
     first_level = timing.pop_delay_seconds[0]  # popDelayLevel[reconsumeTimes 0]
     for key in ("k-1", "k-4"):
         t, reconsume, handle = again[key]
@@ -137,12 +142,16 @@ async def test_a_handler_slower_than_the_invisible_time_is_redelivered(names: tu
         await _pop_mode(cluster, topic, group)
         await produce(cluster.namesrv_addr, topic, 4)
         seen: Counter[str] = Counter()
+        redelivered = anyio.Event()
 
         async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
             key = msgs[0].keys or ""
             seen[key] += 1
             if key == "k-2" and seen[key] == 1:
-                await anyio.sleep(1.5)  # longer than the invisible time
+                with anyio.fail_after(10):
+                    await redelivered.wait()  # longer than the invisible time: it came back meanwhile
+            elif key == "k-2":
+                redelivered.set()
 
         async with consumer(cluster, group, topic, handler, timing, client_rebalance=False) as c:
             with anyio.fail_after(15):
@@ -178,12 +187,16 @@ async def test_members_join_leave_and_crash_nothing_lost(
     async with a:
         async with anyio.create_task_group() as tg:
             tg.start_soon(crash.start)
-            await anyio.sleep(timing.rebalance_interval)
+            with anyio.fail_after(15):  # the crashing member pops
+                await until(
+                    lambda: crash.running and (p := internals(crash).pop) is not None and bool(p.queues)
+                )
             await produce(cluster5.namesrv_addr, topic, 40)
             b = consumer(cluster5, group, topic, handler, timing, client_rebalance=False, instance_name="b")
-            async with b:  # joins, then leaves
+            async with b:  # joins, pops, then leaves
                 await produce(cluster5.namesrv_addr, topic, 40, start=40)
-                await anyio.sleep(0.3)
+                with anyio.fail_after(15):
+                    await until(lambda: (p := internals(b).pop) is not None and bool(p.queues))
             await produce(cluster5.namesrv_addr, topic, 40, start=80)
             tg.cancel_scope.cancel()
         # the crashed member: its connections cut without a goodbye, no acks

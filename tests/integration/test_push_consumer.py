@@ -11,8 +11,8 @@ from support.integration import Collector, consumer, produce, until_rebalanced
 from rmq_async import ConsumeContext, ConsumeResult, MessageExt, PushConsumer, Timing
 from rmq_async.client.instance import ClientInstance
 from rmq_async.config import ClientConfig
-from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
+from rmq_async.internals import internals
 
 
 async def test_every_message_consumed_once_with_one_consumer(

@@ -9,8 +9,8 @@ import anyio
 from support.integration import Collector, alive_until, consumer, produce, until
 
 from rmq_async import Timing
-from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
+from rmq_async.internals import internals
 from rmq_async.protocol.codes import RequestCode
 from rmq_async.protocol.mq import MessageQueue
 

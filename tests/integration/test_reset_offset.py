@@ -10,8 +10,8 @@ from support.integration import Collector, alive_until, consumer, produce, until
 from rmq_async import MessageExt, PushConsumer, Timing
 from rmq_async.client.instance import ClientInstance
 from rmq_async.config import ClientConfig
-from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
+from rmq_async.internals import internals
 from rmq_async.protocol.codes import RequestCode
 from rmq_async.protocol.command import RemotingCommand
 from rmq_async.protocol.mq import MessageQueue

@@ -29,8 +29,8 @@ from rmq_async import (
     SubscriptionRefused,
     Timing,
 )
-from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
+from rmq_async.internals import internals
 from rmq_async.protocol.sql92 import FilterSyntaxError, parse
 
 pytestmark = pytest.mark.timeout(60)

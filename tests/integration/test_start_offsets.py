@@ -23,10 +23,10 @@ from support.frame_proxy import FrameProxy, route_rewriter
 from support.integration import Collector, produce
 
 from rmq_async import PushConsumer, Timing
-from rmq_async.internals import internals
 from rmq_async.consumer.lite_pull import LitePullConsumer
 from rmq_async.consumer.rebalancer import Rebalancer
 from rmq_async.embedded import EmbeddedCluster
+from rmq_async.internals import internals
 from rmq_async.protocol.codes import RequestCode
 from rmq_async.protocol.mq import MessageQueue
 

@@ -15,8 +15,8 @@ from support.integration import Collector, child_env, consumer
 from rmq_async import Message, MessageExt, OrderlyContext, OrderlyResult, Producer, Timing
 from rmq_async.client.instance import ClientInstance
 from rmq_async.config import ClientConfig, TraceConfig
-from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
+from rmq_async.internals import internals
 from rmq_async.trace import RMQ_SYS_TRACE_TOPIC, decode, query_messages_by_key, query_trace
 
 
@@ -91,8 +91,9 @@ async def test_stop_flushes_what_is_queued(timing: Timing) -> None:
         cfg = cfg.model_copy(update={"trace": TraceConfig(enabled=True, flush_interval=60.0)})
         async with Producer("trace_pg3", client_config=cfg) as p:
             res = await p.send(Message("TraceFlush", b"x", keys="kf"))
-            assert internals(p).tracer is not None and len(internals(p).tracer.dispatcher) == 1  # not sent yet: batch not full
-        assert internals(p).tracer.dispatcher.sent == 1 and len(internals(p).tracer.dispatcher) == 0
+            tracer = internals(p).tracer
+            assert tracer is not None and len(tracer.dispatcher) == 1  # not sent yet: batch not full
+        assert tracer.dispatcher.sent == 1 and len(tracer.dispatcher) == 0
         async with ClientInstance(ClientConfig(namesrv_addr=cluster.namesrv_addr, timing=timing)) as client:
             with anyio.fail_after(10):
                 records = await query_trace(client, res.msg_id)

@@ -39,8 +39,8 @@ from rmq_async import (
 from rmq_async.cli.admin import set_consume_mode
 from rmq_async.client.instance import ClientInstance
 from rmq_async.config import OtelConfig, TraceConfig
-from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
+from rmq_async.internals import internals
 from rmq_async.trace import ConsumeReturnType, TraceContext, query_trace
 
 

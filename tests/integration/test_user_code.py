@@ -10,8 +10,8 @@ import pytest
 from support.integration import alive_until, consumer, produce, until
 
 from rmq_async import ConsumeContext, ConsumeResult, MessageExt, OrderlyContext, OrderlyResult, Timing
-from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
+from rmq_async.internals import internals
 
 
 async def _stray_cancel() -> None:

@@ -15,8 +15,8 @@ import pytest
 from support.broker_admin import commit_offset, query_offset
 
 from rmq_async import ConsumeContext, ConsumeResult, MessageExt, PushConsumer, Timing
-from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
+from rmq_async.internals import internals
 from rmq_async.protocol.codes import RequestCode, ResponseCode
 
 from .scenario import LONG, SCALE, Ledger, consumer, n_msgs, produce

@@ -24,8 +24,8 @@ from rmq_async import (
     SendResult,
     Timing,
 )
-from rmq_async.internals import internals
 from rmq_async.embedded import EmbeddedCluster
+from rmq_async.internals import internals
 
 ROOT = Path(__file__).resolve().parents[2]
 

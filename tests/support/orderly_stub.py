@@ -7,6 +7,7 @@ from __future__ import annotations
 from rmq_async.config import Timing
 from rmq_async.consumer.context import ConsumerContext
 from rmq_async.consumer.orderly import OrderlyConsumeService
+from rmq_async.consumer.orderly_locks import OrderlyLocks
 from rmq_async.consumer.process_queue import ProcessQueue
 from rmq_async.consumer.types import Hook, OrderlyHandler
 from rmq_async.protocol.mq import MessageQueue
@@ -29,7 +30,8 @@ class OrderlyRig:
         return self.ctx.after_hooks
 
     def service(self, handler: OrderlyHandler | None) -> OrderlyConsumeService:
-        return OrderlyConsumeService(self.ctx, handler, self.pqs)
+        """A service on new broker locks of :attr:`pqs` (``service.locks``)."""
+        return OrderlyConsumeService(self.ctx, handler, OrderlyLocks(self.ctx, self.pqs))
 
 
 def stub_consumer(timing: Timing) -> OrderlyRig:

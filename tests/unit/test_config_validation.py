@@ -18,9 +18,9 @@ import pytest
 from pydantic import BaseModel
 
 from rmq_async.config import ClientConfig, ConsumerConfig, LitePullConfig, ProducerConfig, Timing
-from rmq_async.internals import internals
 from rmq_async.consumer.lite_pull import LitePullConsumer
 from rmq_async.errors import ConfigError
+from rmq_async.internals import internals
 
 MODELS: dict[type[BaseModel], dict[str, Any]] = {
     Timing: {},

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import rmq_async
 import rmq_async.embedded
@@ -162,7 +163,7 @@ def test_no_public_attribute_of_an_instance_holds_an_internal_part() -> None:
     async def handler(msgs: object, ctx: object) -> None:
         return None
 
-    objects = {
+    objects: dict[str, Any] = {
         "push": PushConsumer("g", namesrv_addr="127.0.0.1:1", handler=handler, subscriptions={"T": "*"}),
         "orderly": PushConsumer(
             "g", namesrv_addr="127.0.0.1:1", handler=handler, subscriptions={"T": "*"}, orderly=True
@@ -174,7 +175,9 @@ def test_no_public_attribute_of_an_instance_holds_an_internal_part() -> None:
     plain = (str, int, float, bool, type(None), BaseModel)
     for label, obj in objects.items():
         public = {n: v for n, v in vars(obj).items() if not n.startswith("_")}
-        parts = {n: type(v).__name__ for n, v in public.items() if not isinstance(v, plain) and v is not handler}
+        parts = {
+            n: type(v).__name__ for n, v in public.items() if not isinstance(v, plain) and v is not handler
+        }
         assert parts == {}, (label, parts)
         assert internals(obj) is not None  # the parts are there, behind the seam
     for label in ("push", "orderly"):

@@ -35,7 +35,7 @@ async def _start_queue(c: OrderlyRig, svc: OrderlyConsumeService, count: int = 1
     """Lock a new queue (as a rebalance does), then hand it pulled messages (as the pull loop does)."""
     pq = owned(c.ctx, ProcessQueue(MQ))
     c.pqs[MQ] = pq
-    assert await svc.lock_new(pq)
+    assert await svc.locks.lock_new(pq)
     msgs = [MessageExt("T", b"x", queue_offset=100 + k) for k in range(count)]
     pq.put(msgs)
     svc.submit(pq, msgs)
@@ -156,7 +156,7 @@ async def test_orderly_handler_is_not_cancelled_by_the_consume_timeout() -> None
         await svc.run(tg)
         pq = owned(c.ctx, ProcessQueue(MQ))
         c.pqs[MQ] = pq
-        assert await svc.lock_new(pq)
+        assert await svc.locks.lock_new(pq)
         msgs = [MessageExt("T", b"x", queue_offset=100)]
         pq.put(msgs)
         svc.submit(pq, msgs)

@@ -10,8 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rmq_async import ConsumeContext, ConsumeResult
-from rmq_async.consumer.outcome import acked_count, checked_context, checked_result
+from rmq_async import ConsumeContext, ConsumeResult, OrderlyContext, OrderlyResult
+from rmq_async.consumer.outcome import (
+    acked_count,
+    checked_context,
+    checked_orderly_result,
+    checked_result,
+    suspend_seconds,
+)
 from rmq_async.protocol.mq import MessageQueue
 
 MQ = MessageQueue("T", "b", 0)
@@ -60,3 +66,43 @@ def test_delay_level_checked(value: object, expected: int) -> None:
 )  # fmt: skip
 def test_result_checked(value: object, expected: ConsumeResult) -> None:
     assert checked_result(value, "g") is expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (None, OrderlyResult.SUCCESS),
+        (OrderlyResult.SUCCESS, OrderlyResult.SUCCESS),
+        (ConsumeResult.SUCCESS, OrderlyResult.SUCCESS),
+        (OrderlyResult.COMMIT, OrderlyResult.COMMIT),
+        (OrderlyResult.ROLLBACK, OrderlyResult.ROLLBACK),
+        (ConsumeResult.RECONSUME_LATER, OrderlyResult.SUSPEND_CURRENT_QUEUE_A_MOMENT),
+        ("SUCCESS", OrderlyResult.SUSPEND_CURRENT_QUEUE_A_MOMENT),
+        (0, OrderlyResult.SUSPEND_CURRENT_QUEUE_A_MOMENT),
+    ],
+)
+def test_an_orderly_result_is_checked(
+    raw: object, expected: OrderlyResult, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert checked_orderly_result(raw, "g") is expected
+    logged = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert bool(logged) == isinstance(raw, str | int)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, 1.0),
+        (0.5, 0.5),
+        (0, 0.01),
+        (-3, 0.01),
+        (60, 30.0),
+        (float("nan"), 1.0),
+        ("2", 1.0),
+        (True, 1.0),
+    ],
+)
+def test_the_suspend_time_is_checked_and_clamped_as_java(value: object, expected: float) -> None:
+    ctx = OrderlyContext(MessageQueue("T", "b", 0))
+    ctx.suspend_time = value  # type: ignore[assignment]
+    assert suspend_seconds(ctx, 1.0, "g") == expected

@@ -34,6 +34,8 @@ class Store(MemoryStore):
 
 
 class Owner:
+    """The consume side and the broker-lock side of a table's queues, recorded in one log."""
+
     def __init__(self, sync_drop: bool = False) -> None:
         self.sync_drop = sync_drop
         self.log: list[tuple[str, MessageQueue]] = []
@@ -41,6 +43,9 @@ class Owner:
     async def drop(self, pq: ProcessQueue, wait: float) -> bool:
         self.log.append(("drop", pq.mq))
         pq.drop()
+        return True
+
+    async def lock_new(self, pq: ProcessQueue) -> bool:
         return True
 
     async def unlock_dropped(self, pq: ProcessQueue, idle: bool) -> None:
@@ -54,7 +59,8 @@ def _table(
 ) -> tuple[QueueTable, Store, Owner]:
     store = Store()
     owner = Owner(sync_drop=orderly)
-    table = QueueTable(make_context(store=store, config=config, orderly=orderly), owner, on_start=on_start)
+    ctx = make_context(store=store, config=config, orderly=orderly)
+    table = QueueTable(ctx, owner, locks=owner, on_start=on_start)
     return table, store, owner
 
 
