@@ -47,7 +47,7 @@ import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
-from .config import OtelConfig
+from ...config import OtelConfig
 
 __all__ = ["ConsumeObserver", "Sampler", "SendObserver", "Telemetry", "telemetry", "use_providers"]
 
@@ -523,7 +523,7 @@ class ConsumeObserver:
         self.root_sample = Sampler(rate) if self.tracing and rate != 0 else None
         t.consumers.add(self)
 
-    #: ``after`` does nothing for a call ``before`` returned None for (:mod:`.consumer.observe`)
+    #: ``after`` does nothing for a call ``before`` returned None for (:mod:`rmq_async.consumer.observe`)
     after_optional = True
 
     @property
@@ -559,7 +559,7 @@ class ConsumeObserver:
     @property
     def watching_ids(self) -> dict[int, tuple[Any, float, int]]:
         """The watched messages by ``id``: the handler wrapper asks it before calling :meth:`before`
-        (:mod:`.consumer.observe`)."""
+        (:mod:`rmq_async.consumer.observe`)."""
         return self._watch
 
     # -- the pull side ---------------------------------------------------------------------------------
@@ -626,8 +626,8 @@ class ConsumeObserver:
     # -- the consume side ------------------------------------------------------------------------------
 
     def before(self, batch: list[Any]) -> object:
-        """Before a handler call (an observer, :mod:`.consumer.observe`) or a delivery's hand-out: None
-        unless a message of ``batch`` is watched (then: await times, the span)."""
+        """Before a handler call (an observer, :mod:`rmq_async.consumer.observe`) or a delivery's
+        hand-out: None unless a message of ``batch`` is watched (then: await times, the span)."""
         watch = self._watch
         if not watch:
             return None
