@@ -1,4 +1,4 @@
-"""The soak (#24): an hour of produce + churn + faults, nothing lost, memory and tasks flat.
+"""The soak: an hour of produce + churn + faults, nothing lost, memory and tasks flat.
 
 Strategy. The harness (this process, one asyncio loop) starts the cluster child
 (:mod:`rmq_async.bench.soak_cluster`: 2 brokers and a name server, brokers behind cut proxies) and
@@ -1044,7 +1044,9 @@ def report(out: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="soak", description="the soak of issue #24")
+    ap = argparse.ArgumentParser(
+        prog="soak", description="an hour of produce, churn and faults: nothing lost, memory and tasks flat"
+    )
     ap.add_argument("--duration", type=float, default=None, metavar="SECONDS", help="run time (3600)")
     ap.add_argument("--rate", type=float, default=None, help="msgs/s offered (2000)")
     ap.add_argument("--size", type=int, default=1024, help="body bytes (1024)")

@@ -320,8 +320,9 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
     done = anyio.Event()
     wake = anyio.Event()  # set with done, and when the last awaited retry came (rare: no cost per message)
 
-    # the per-message work below is kept small: `consume --count N` is meant to run near the no-op
-    # handler's rate of `rmq-async bench push` (#25)
+    # the per-message work below is kept small: `consume --count N` measures the client, not itself,
+    # so it is meant to run near the no-op handler's rate of `rmq-async bench push` (both are compared
+    # in benchmarks/RESULTS.md)
     fail_every = args.fail_every
     printing = args.print or args.print_body
     seen_add = seen.add

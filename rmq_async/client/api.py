@@ -274,7 +274,7 @@ class MQClientAPI:
         if status is PullStatus.FOUND and resp.body and decode:
             try:
                 msgs = decode_messages(resp.body, broker_name=broker_name)
-            except BrokenBodyError as exc:  # where the queue goes on past it, for the consumer (#19)
+            except BrokenBodyError as exc:  # where the queue goes on: the consumer can step past it
                 exc.next_begin_offset = rh.next_begin_offset
                 raise
         return PullResult(
@@ -344,7 +344,7 @@ class MQClientAPI:
         )
         msgs = decode_messages(resp.body)
         if not msgs:
-            if msgs.undecodable:  # it is there but cannot be decoded (#19): say why
+            if msgs.undecodable:  # it is there but cannot be decoded: say why, not "no message"
                 raise UndecodableMessageError(msgs.undecodable[0])
             raise ProtocolError(f"VIEW_MESSAGE_BY_ID answer from {addr} has no message")
         return msgs[0]

@@ -19,12 +19,12 @@ import anyio.abc
 
 from ..config import ClientConfig, ConsumerConfig, Timing
 from ..errors import ClientError
-from ..otel import ConsumeObserver, telemetry
+from ..observability.otel import ConsumeObserver, telemetry
+from ..observability.trace.dispatcher import TraceDispatcher, TraceSender
+from ..observability.trace.hooks import ConsumeTracer
 from ..protocol.bodies import SubscriptionData
 from ..protocol.filter import SQL92, SUB_ALL, TAG, Selector, parse_tag_expression
 from ..protocol.stored import MessageExt
-from ..trace.dispatcher import TraceDispatcher, TraceSender
-from ..trace.hooks import ConsumeTracer
 from .deadlines import DeadlineTracker
 from .observe import HandlerObserver, observed
 from .offset_store import OffsetStore

@@ -24,7 +24,10 @@ from ..client.instance import INNER_PRODUCER_GROUP, ClientInstance, pid_instance
 from ..config import ClientConfig, ProducerConfig
 from ..errors import AuthError, BrokerError, ClientError, MQClientError, RemotingError, TopicNotExist
 from ..lifecycle import Supervisor
-from ..otel import SendObserver, telemetry
+from ..observability.otel import SendObserver, telemetry
+from ..observability.trace.dispatcher import TraceDispatcher, TraceSender
+from ..observability.trace.encoder import GROUP_NAME_PREFIX
+from ..observability.trace.hooks import SendTracer
 from ..protocol import headers as H
 from ..protocol.bodies import TopicRouteData
 from ..protocol.codes import Perm, Prop, ResponseCode
@@ -33,9 +36,6 @@ from ..protocol.message import CompressionType, Message, compress_body, compress
 from ..protocol.mq import MessageQueue
 from ..protocol.msgid import new_uniq_id
 from ..protocol.properties import encode_properties
-from ..trace.dispatcher import TraceDispatcher, TraceSender
-from ..trace.encoder import GROUP_NAME_PREFIX
-from ..trace.hooks import SendTracer
 
 __all__ = [
     "MessageQueueSelector",

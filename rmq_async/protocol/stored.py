@@ -14,7 +14,7 @@ Host strings and the offset message id are computed on access. Malformed input r
 :class:`ProtocolError` naming the offset; lengths are checked before use, so nothing reads past a
 message or hangs.
 
-One bad message does not fail its batch (issue #19). Once a message's framing is checked (store
+One bad message does not fail its batch (it would stall its queue). Once a message's framing is checked (store
 size, magic, lengths that add up), what can still go wrong is its own: a compressed body that does not
 decompress (zlib, LZ4 frame or ZSTD frame, the three ``CompressionType`` values of the sys flag's bits
 8-10), an unknown compression type, a topic or properties string that is not UTF-8. Such a message

@@ -72,7 +72,8 @@ log = logging.getLogger("rmq_async.spark")
 
 #: rows per Arrow record batch handed to Spark (about: whole pulls are grouped); Spark's own default
 #: for Arrow batches (``spark.sql.execution.arrow.maxRecordsPerBatch``). Batches of 4,096 rows cost
-#: the workers 0.1 s more per 400,000 rows (RESULTS, #22 round 9).
+#: the workers 0.1 s more per 400,000 rows (benchmarks/RESULTS.md, "Spark source at Spark speed",
+#: round 9).
 ARROW_BATCH_ROWS = 10_000
 #: an Arrow batch is handed to Spark at ARROW_BATCH_ROWS rows or this many bytes of pull bodies
 ARROW_BATCH_BYTES = 64 << 20
@@ -645,7 +646,7 @@ class _Runner:
     Kept between partitions rather than started for each: a new thread each partition began with
     fresh per-thread heaps (Arrow's mimalloc, glibc's arenas), so every partition paid for new pages
     again (the reader outside Spark: peak RSS 283-310 MiB against 244 with kept threads and 227-235
-    in one thread; RESULTS #22 round 11)."""
+    in one thread; benchmarks/RESULTS.md, "Spark source at Spark speed", round 11)."""
 
     __slots__ = ("inbox",)
 
@@ -692,8 +693,8 @@ def one_ahead(items: Generator[Any, None, None]) -> Generator[Any, None, None]:
     Spark's thread hands each batch to the JVM with blocking writes (a 10,000-row batch of 1 KiB
     bodies: 10-20 ms of waiting for the JVM to read it); meanwhile the other thread pulls and builds
     the next, and the broker answers its pulls. In a single thread the broker sat idle during every
-    write, then the JVM during every pull (RESULTS, #22 round 11). At most two items are made and
-    not yet taken (one waiting, one being made).
+    write, then the JVM during every pull (benchmarks/RESULTS.md, "Spark source at Spark speed", round
+    11). At most two items are made and not yet taken (one waiting, one being made).
 
     An exception of ``items`` is raised here, after the items before it. Closing this generator
     (Spark's ``limit``, a failed task) stops the other thread once the item it is making is done,

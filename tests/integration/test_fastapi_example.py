@@ -11,8 +11,8 @@ import anyio
 import pytest
 from support.integration import produce
 
-from rmq_async import otel
 from rmq_async.embedded import EmbeddedCluster
+from rmq_async.observability import otel
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,9 +19,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from rmq_async import ConsumeContext, ConsumeResult, Message, MessageExt, Producer, Timing, otel
+from rmq_async import ConsumeContext, ConsumeResult, Message, MessageExt, Producer, Timing
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.internals import internals
+from rmq_async.observability import otel
 
 INSTRUMENTS = {
     "rocketmq_send_cost_time",

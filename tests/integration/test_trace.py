@@ -17,7 +17,7 @@ from rmq_async.client.instance import ClientInstance
 from rmq_async.config import ClientConfig, TraceConfig
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.internals import internals
-from rmq_async.trace import RMQ_SYS_TRACE_TOPIC, decode, query_messages_by_key, query_trace
+from rmq_async.observability.trace import RMQ_SYS_TRACE_TOPIC, decode, query_messages_by_key, query_trace
 
 
 def _traced(cluster: EmbeddedCluster, timing: Timing, **kw: object) -> ClientConfig:

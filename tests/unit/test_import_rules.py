@@ -72,5 +72,7 @@ def test_the_rules_keep_the_bottom_at_the_bottom() -> None:
     assert rules["protocol"] == {"errors"}  # sans-IO: no transport, client, consumer, config
     assert "consumer" not in rules["config"]  # config validated strategy names with the consumer
     assert "embedded" not in rules["rmq_async"]  # the root is the client API
-    for low in ("protocol", "config", "transport", "client"):
+    # observability too: the producer and the consumer import it (its trace dispatcher is handed a
+    # factory for the inner producer it sends with)
+    for low in ("protocol", "config", "transport", "client", "observability"):
         assert not rules[low] & {"consumer", "producer", "cli", "bench", "spark", "embedded"}, low

@@ -19,10 +19,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from support.otel_sdk import InMemorySDK
 
-from rmq_async import ConsumeResult, MessageExt, MessageQueue, otel
+from rmq_async import ConsumeResult, MessageExt, MessageQueue
 from rmq_async.config import OtelConfig
 from rmq_async.consumer.observe import observed
 from rmq_async.consumer.stats import ConsumerStats
+from rmq_async.observability import otel
 
 TP = "00-0af7651916cd43dd8448eb211c80319c-{:016x}-{}"
 

@@ -29,9 +29,9 @@ from typing import Any, Protocol
 
 import anyio
 
-from ..config import TraceConfig
-from ..protocol.message import Message
-from ..protocol.mq import MessageQueue
+from ...config import TraceConfig
+from ...protocol.message import Message
+from ...protocol.mq import MessageQueue
 from .encoder import RMQ_SYS_TRACE_TOPIC, TraceContext, encode, trace_producer_group
 
 __all__ = ["LazyRecord", "TraceDispatcher", "TraceSender", "next_trace_group"]

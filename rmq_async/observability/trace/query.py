@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import anyio
 
-from ..client.instance import ClientInstance
-from ..protocol.stored import MessageExt
+from ...client.instance import ClientInstance
+from ...protocol.stored import MessageExt
 from .encoder import RMQ_SYS_TRACE_TOPIC, TraceContext, decode
 
 __all__ = ["query_messages_by_key", "query_trace"]

@@ -19,9 +19,7 @@ from support.helpers_stored import encode_stored
 
 from rmq_async.config import ClientConfig, TraceConfig
 from rmq_async.consumer.types import ConsumeResult, OrderlyResult
-from rmq_async.protocol.message import Message
-from rmq_async.protocol.stored import MessageExt, decode_messages
-from rmq_async.trace import (
+from rmq_async.observability.trace import (
     ConsumeTracer,
     SendTracer,
     TraceBean,
@@ -30,9 +28,11 @@ from rmq_async.trace import (
     decode,
     encode,
 )
-from rmq_async.trace.dispatcher import next_trace_group
-from rmq_async.trace.encoder import ConsumeReturnType, MessageType
-from rmq_async.trace.hooks import without_namespace
+from rmq_async.observability.trace.dispatcher import next_trace_group
+from rmq_async.observability.trace.encoder import ConsumeReturnType, MessageType
+from rmq_async.observability.trace.hooks import without_namespace
+from rmq_async.protocol.message import Message
+from rmq_async.protocol.stored import MessageExt, decode_messages
 
 C, F = "\x01", "\x02"
 

@@ -2,7 +2,7 @@
 ``ConsumeMessageTraceHookImpl``), as plain synchronous calls that only build a context and queue it.
 
 ``SendTracer.before`` / ``after`` wrap one send attempt; ``ConsumeTracer`` observes handler calls
-(:mod:`..consumer.observe`): it queues a record of the call (its messages and times) and builds the
+(:mod:`rmq_async.consumer.observe`): it queues a record of the call (its messages and times) and builds the
 Java contexts from it only when the dispatcher sends it, so a record dropped by a full queue costs a
 counter increment.
 """
@@ -14,10 +14,10 @@ import time
 from enum import Enum
 from typing import Any
 
-from ..protocol.codes import Prop
-from ..protocol.message import Message
-from ..protocol.msgid import new_uniq_id
-from ..protocol.stored import MessageExt
+from ...protocol.codes import Prop
+from ...protocol.message import Message
+from ...protocol.msgid import new_uniq_id
+from ...protocol.stored import MessageExt
 from .dispatcher import TraceDispatcher
 from .encoder import ConsumeReturnType, MessageType, TraceBean, TraceContext
 
@@ -127,12 +127,12 @@ class _SubRecord:
 
 
 class ConsumeTracer:
-    """The push consumer's trace observer (:mod:`..consumer.observe`): a ``SubBefore`` before each
+    """The push consumer's trace observer (:mod:`rmq_async.consumer.observe`): a ``SubBefore`` before each
     handler call and a ``SubAfter`` after it. The calls only queue (or, the queue full, count) a
     record; what Java's hooks compute is computed when the dispatcher encodes it."""
 
     __slots__ = ("dispatcher", "group", "timeout_ms")
-    #: every call's SubAfter is written (:mod:`..consumer.observe`)
+    #: every call's SubAfter is written (:mod:`rmq_async.consumer.observe`)
     after_optional = False
 
     def __init__(self, dispatcher: TraceDispatcher, group: str, consume_timeout: float) -> None:
