@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import random
-import struct
 
 import anyio
 
@@ -47,7 +46,7 @@ from ..protocol.pop import (
     encode_assignments,
     pop_retry_topic,
 )
-from ..protocol.stored import encode_stored_into, stored_size
+from ..protocol.stored import StoredMessage, stored_queue_offsets
 from .context import BrokerContext, HandlerTable
 from .fields import opt_int, opt_str, req_int, req_str
 from .groups import build_subscription
@@ -56,14 +55,13 @@ from .jcompat import faq_suffix, props_decode
 from .pop_state import PopCheckpoint, PopState
 from .server import Connection, Reply
 from .state import RETRY_PREFIX, load_json, save_json
-from .store import StoredMessage, now_ms
+from .store import now_ms
 
 __all__ = ["PopCheckpoint", "PopState", "handlers", "pop_state"]
 
 log = logging.getLogger("rmq_async.embedded")
 
 POP_FROM_RETRY_PROBABILITY = 20  # BrokerConfig.popFromRetryProbability (percent)
-_QOFF = struct.Struct(">q")  # a stored message's queue offset, at byte 20
 
 
 #: under the data dir: the checkpoints not revived yet (the real broker keeps them in its revive topic)
@@ -89,19 +87,6 @@ def persist(ctx: BrokerContext) -> None:
 def pop_state(ctx: BrokerContext) -> PopState:
     """The POP state of the broker with this context (made by :func:`handlers`)."""
     return ctx.pop
-
-
-def _reencode(sm: StoredMessage, topic: str, props: str) -> bytes:
-    """The stored message ``sm`` with another topic and properties (what a pop of a retry message
-    returns: the original topic and a broker-made POP_CK)."""
-    topic_b, props_b = topic.encode(), props.encode()
-    total = stored_size(len(sm.born_host), len(sm.store_host), len(sm.body), len(topic_b), len(props_b))
-    out = bytearray(total)
-    encode_stored_into(
-        out, 0, total, sm.queue_id, sm.flag, sm.queue_offset, sm.phys_offset, sm.sys_flag, sm.born_ts,
-        sm.born_host, sm.store_ts, sm.store_host, sm.reconsume_times, 0, sm.body, topic_b, props_b,
-    )  # fmt: skip
-    return bytes(out)
 
 
 def _avg(n_items: int, cids: list[str], me: str) -> list[int]:
@@ -176,7 +161,7 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
         if not res.count:
             return 0, max(0, end - res.next_begin)
         retry = topic != origin
-        offsets = [_QOFF.unpack_from(p, 20)[0] for p in res.parts]
+        offsets = stored_queue_offsets(res.parts)
         ck = PopCheckpoint(group, topic, origin, q, offsets[0], pop_time, invisible, revive_qid, set(offsets))
         ps.add_ck(ck)
         if retry:
@@ -187,7 +172,7 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
                 props[POP_CK] = str(
                     ExtraInfo(offsets[0], pop_time, invisible, revive_qid, "1", broker, q, off)
                 )
-                parts.append(_reencode(sm, origin, ctx.encode_props(props)))
+                parts.append(sm.reencode(origin, ctx.encode_props(props)))
         else:
             parts.extend(res.parts)
         info.append((retry, q, offsets))
