@@ -2,9 +2,10 @@
 
 Strategy: the broker listens, opens its store (:func:`open_store`: the store host is the listening
 address) and only then builds one context, so the store in it is never missing. Each handler module
-(send, pull, delay, clients, admin) exposes ``handlers(ctx)`` returning its ``{request code: handler}``
-table, built once: a handler is a closure over the context (hot paths keep what they need in locals),
-never a lookup on the broker. The context is plain data (settings, configuration state, the store,
+(send, pull, delay, clients, admin, pop) exposes ``handlers(ctx)`` returning its ``{request code:
+handler}`` table, built once: a handler is a closure over the context (hot paths keep what they need
+in locals) or, in pop, a module-level function of it bound with ``functools.partial``; never a lookup
+on the broker. The context is plain data (settings, configuration state, the store,
 consumer and producer tables, queue locks, parked pulls) plus the few operations several handlers
 share, each following a Java broker method: the response builder, the flavour's property serializer,
 ``createTopicInSendMessageBackMethod``, group auto-creation and :meth:`BrokerContext.put`

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from ..protocol.codes import ResponseCode
 from ..protocol.command import RemotingCommand
+from ..protocol.stored import StoredMessage, stored_head
 from .context import BrokerContext, Handler
 from .fields import req_int, req_str
 from .jcompat import props_decode
 from .server import Connection, Reply
-from .store import _SIZE_MAGIC, BLANK_MAGIC, SEGMENT_SIZE, MessageStore, StoredMessage
+from .store import BLANK_MAGIC, SEGMENT_SIZE, MessageStore
 
 __all__ = ["KeyIndex", "query_message_handler"]
 
@@ -47,7 +48,7 @@ class KeyIndex:
         entries = self._entries
         while pos < end:
             seg, off = divmod(pos, SEGMENT_SIZE)
-            total, magic = _SIZE_MAGIC.unpack_from(store.views[seg], off)
+            total, magic = stored_head(store.views[seg], off)
             if magic == BLANK_MAGIC or total <= 0:
                 pos = (seg + 1) * SEGMENT_SIZE
                 continue

@@ -4,9 +4,10 @@ Strategy. The commit log is a list of fixed-size segments (``bytearray``, never 
 ``memoryview`` slices of them stay valid); a stored message never spans two segments: when it does
 not fit, the rest of the segment gets a BLANK marker, as the real CommitLog does at the end of a
 mapped file. A message is written once, in the ``MessageDecoder`` stored layout (magic V1), so a pull
-answer is a list of slices of the log handed to the transport, never a re-encode. Consume queues are
-three parallel ``array`` columns (commit-log offset, size, tag hash), so the pull path is a tight loop
-over integers.
+answer is a list of slices of the log handed to the transport, never a re-encode. The layout is
+``protocol/stored.py``'s: the store writes, reads and patches messages through its functions and
+knows only its own BLANK record. Consume queues are three parallel ``array`` columns (commit-log
+offset, size, tag hash), so the pull path is a tight loop over integers.
 
 Persistence (``data_dir`` given). The commit log is mirrored byte for byte into ``<dir>/commitlog``
 (a commit-log offset is a file offset). Every put is handed to the OS at once (``os.write``, no
@@ -23,13 +24,27 @@ import os
 import socket
 import struct
 import time
-import zlib
 from array import array
 from collections.abc import Callable
 from pathlib import Path
 
 from ..protocol.codes import MessageSysFlag
-from ..protocol.stored import MAGIC_CODE_V1, MAGIC_CODE_V2, encode_stored_into, stored_size
+from ..protocol.stored import (
+    MAGIC_CODE_V1,
+    MAGIC_CODE_V2,
+    MIN_STORED_SIZE,
+    StoredMessage,
+    body_crc,
+    encode_stored_into,
+    patch_stored,
+    stored_body_span,
+    stored_head,
+    stored_phys_offset,
+    stored_properties,
+    stored_size,
+    stored_store_timestamp,
+    stored_sys_flag,
+)
 
 __all__ = [
     "BLANK_MAGIC",
@@ -57,13 +72,7 @@ MAX_TRANSFER_BYTES = 256 * 1024  # maxTransferBytesOnMessageInMemory
 MAX_TRANSFER_COUNT = 32  # maxTransferCountOnMessageInMemory
 
 _I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-_SIZE_MAGIC = struct.Struct(">ii")
-# total, magic, bodyCRC, queueId, flag, queueOffset, physicalOffset, sysFlag, bornTimestamp
-_HEAD = struct.Struct(">iiiiiqqiq")
-_STORE_TS = struct.Struct(">q")
-_TAIL = struct.Struct(">iq")  # reconsumeTimes, preparedTransactionOffset
-_BORN_TS_POS = 48  # offset of STORETIMESTAMP is _HEAD.size + born host length
+_BLANK = struct.Struct(">ii")  # a segment's end: the rest of its size, BLANK_MAGIC
 
 
 def now_ms() -> int:
@@ -133,73 +142,6 @@ class ConsumeQueue:
         self.tags.append(tags_code)
 
 
-class StoredMessage:
-    """A stored message decoded (send-back, delay delivery, recovery); ``raw`` is its bytes."""
-
-    __slots__ = (
-        "body",
-        "born_host",
-        "born_ts",
-        "flag",
-        "phys_offset",
-        "props",
-        "queue_id",
-        "queue_offset",
-        "raw",
-        "reconsume_times",
-        "store_host",
-        "store_ts",
-        "sys_flag",
-        "topic",
-    )
-
-    def __init__(self, raw: bytes) -> None:
-        self.raw = raw
-        view = memoryview(raw)
-        (
-            _total,
-            magic,
-            _crc,
-            self.queue_id,
-            self.flag,
-            self.queue_offset,
-            self.phys_offset,
-            self.sys_flag,
-            self.born_ts,
-        ) = _HEAD.unpack_from(view, 0)
-        pos = _HEAD.size
-        blen = 20 if self.sys_flag & MessageSysFlag.BORNHOST_V6_FLAG else 8
-        self.born_host = bytes(view[pos : pos + blen])
-        pos += blen
-        (self.store_ts,) = _STORE_TS.unpack_from(view, pos)
-        pos += 8
-        slen = 20 if self.sys_flag & MessageSysFlag.STOREHOSTADDRESS_V6_FLAG else 8
-        self.store_host = bytes(view[pos : pos + slen])
-        pos += slen
-        self.reconsume_times, _prepared = _TAIL.unpack_from(view, pos)
-        pos += _TAIL.size
-        (body_len,) = _I32.unpack_from(view, pos)
-        pos += 4
-        self.body = bytes(view[pos : pos + body_len])
-        pos += body_len
-        if magic == MAGIC_V2:
-            (tlen,) = struct.unpack_from(">h", view, pos)
-            pos += 2
-        else:
-            tlen = view[pos]
-            pos += 1
-        self.topic = str(view[pos : pos + tlen], "utf-8")
-        pos += tlen
-        (plen,) = struct.unpack_from(">h", view, pos)
-        pos += 2
-        self.props = str(view[pos : pos + plen], "utf-8")
-
-    @property
-    def msg_id(self) -> str:
-        """The offset message id (store host + commit-log offset, upper hex)."""
-        return self.store_host.hex().upper() + f"{self.phys_offset:016X}"
-
-
 #: ``(topic, properties string, store timestamp) -> tag code``, used when rebuilding consume queues
 TagsCodeFn = Callable[[str, str, int], int]
 
@@ -248,18 +190,18 @@ class MessageStore:
             pos = 0
             rolled = False
             while pos + 8 <= len(chunk):
-                total, magic = _SIZE_MAGIC.unpack_from(chunk, pos)
+                total, magic = stored_head(chunk, pos)
                 if magic == BLANK_MAGIC and total == SEGMENT_SIZE - pos:
                     rolled = True
                     good_end = base + SEGMENT_SIZE
                     break
-                if magic not in (MAGIC_V1, MAGIC_V2) or total < 60 or pos + total > len(chunk):
+                if magic not in (MAGIC_V1, MAGIC_V2) or total < MIN_STORED_SIZE or pos + total > len(chunk):
                     break  # torn or garbage tail
                 try:
                     msg = StoredMessage(chunk[pos : pos + total])
                 except (struct.error, UnicodeDecodeError, IndexError):
                     break
-                if zlib.crc32(msg.body) & 0x7FFFFFFF != _I32.unpack_from(chunk, pos + 8)[0]:
+                if body_crc(msg.body) != msg.body_crc:
                     break
                 self._cq(msg.topic, msg.queue_id).append(
                     base + pos, total, tags_code(msg.topic, msg.props, msg.store_ts)
@@ -302,7 +244,7 @@ class MessageStore:
         if pos + total + _MIN_BLANK > SEGMENT_SIZE:
             seg = self.segments[seg_index]
             blank = SEGMENT_SIZE - pos
-            _SIZE_MAGIC.pack_into(seg, pos, blank, BLANK_MAGIC)
+            _BLANK.pack_into(seg, pos, blank, BLANK_MAGIC)
             self._mirror(memoryview(seg)[pos:])
             self.write_pos += blank
             return self._new_segment(), 0
@@ -411,34 +353,23 @@ class MessageStore:
         phys = cq.offsets[offset]
         seg_index, pos = divmod(phys, SEGMENT_SIZE)
         seg = self.segments[seg_index]
-        (sys_flag,) = _I32.unpack_from(seg, pos + 36)
-        if how in ("magic", "ids"):
-            if how == "magic":
-                _I32.pack_into(seg, pos + 4, 0)
-            else:  # MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET: bytes 4..36
-                seg[pos + 4 : pos + 36] = b"\xff" * 32
-            self._rewrite(cq, offset, seg, pos, phys)
-            return phys
-        if how == "framing":
-            (total,) = _I32.unpack_from(seg, pos)
-            _I32.pack_into(seg, pos, total + 1)
+        if how == "magic":
+            patch_stored(seg, pos, magic=0)
+        elif how == "ids":  # every byte of MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET 0xFF
+            patch_stored(seg, pos, magic=-1, crc=-1, queue_id=-1, flag=-1, queue_offset=-1, phys_offset=-1)
+        elif how == "framing":
+            patch_stored(seg, pos, total=stored_head(seg, pos)[0] + 1)
         else:
-            sys_flag |= MessageSysFlag.COMPRESSED_FLAG
-        if how == "type":
-            sys_flag |= MessageSysFlag.COMPRESSION_TYPE_COMPARATOR
-        elif how == "body":
-            sys_flag = (
-                sys_flag & ~MessageSysFlag.COMPRESSION_TYPE_COMPARATOR
-            ) | MessageSysFlag.COMPRESSION_ZLIB_TYPE
-            blen = 20 if sys_flag & MessageSysFlag.BORNHOST_V6_FLAG else 8
-            slen = 20 if sys_flag & MessageSysFlag.STOREHOSTADDRESS_V6_FLAG else 8
-            p = pos + _HEAD.size + blen + 8 + slen + _TAIL.size
-            (body_len,) = _I32.unpack_from(seg, p)
-            p += 4
-            junk = b"\xff\xfe\xfd\xfc"[:body_len]  # no zlib header starts with 0xff
-            seg[p : p + len(junk)] = junk
-            _I32.pack_into(seg, pos + 8, zlib.crc32(seg[p : p + body_len]) & 0x7FFFFFFF)
-        _I32.pack_into(seg, pos + 36, sys_flag)
+            sys_flag = stored_sys_flag(seg, pos) | MessageSysFlag.COMPRESSED_FLAG
+            if how == "type":
+                patch_stored(seg, pos, sys_flag=sys_flag | MessageSysFlag.COMPRESSION_TYPE_COMPARATOR)
+            else:
+                sys_flag &= ~MessageSysFlag.COMPRESSION_TYPE_COMPARATOR
+                p, body_len = stored_body_span(seg, pos)
+                junk = b"\xff\xfe\xfd\xfc"[:body_len]  # no zlib header starts with 0xff
+                seg[p : p + len(junk)] = junk
+                crc = body_crc(seg[p : p + body_len])
+                patch_stored(seg, pos, sys_flag=sys_flag | MessageSysFlag.COMPRESSION_ZLIB_TYPE, crc=crc)
         self._rewrite(cq, offset, seg, pos, phys)
         return phys
 
@@ -456,17 +387,22 @@ class MessageStore:
     def message_at(self, phys: int, *, any_magic: bool = False) -> memoryview | None:
         """The stored message starting at commit-log offset ``phys``, or None if none starts there;
         ``any_magic``: whatever its magic code (4.9.8's ``MessageDecoder.decode`` skips it)."""
-        if phys < 0 or phys + 60 > self.write_pos:
+        if phys < 0 or phys + MIN_STORED_SIZE > self.write_pos:
             return None
         seg, pos = divmod(phys, SEGMENT_SIZE)
         if pos + 8 > SEGMENT_SIZE:
             return None
-        total, magic = _SIZE_MAGIC.unpack_from(self.views[seg], pos)
-        if (not any_magic and magic not in (MAGIC_V1, MAGIC_V2)) or total < 60 or pos + total > SEGMENT_SIZE:
+        view = self.views[seg]
+        total, magic = stored_head(view, pos)
+        if (
+            (not any_magic and magic not in (MAGIC_V1, MAGIC_V2))
+            or total < MIN_STORED_SIZE
+            or pos + total > SEGMENT_SIZE
+        ):
             return None
-        if _I64.unpack_from(self.views[seg], pos + 28)[0] != phys:
+        if stored_phys_offset(view, pos) != phys:
             return None  # PHYSICALOFFSET must name itself
-        return self.views[seg][pos : pos + total]
+        return view[pos : pos + total]
 
     def lookup(self, phys: int, *, any_magic: bool = False) -> StoredMessage | None:
         view = self.message_at(phys, any_magic=any_magic)
@@ -474,10 +410,7 @@ class MessageStore:
 
     def store_ts_at(self, phys: int) -> int:
         seg, pos = divmod(phys, SEGMENT_SIZE)
-        view = self.views[seg]
-        (sys_flag,) = _I32.unpack_from(view, pos + 36)
-        blen = 20 if sys_flag & MessageSysFlag.BORNHOST_V6_FLAG else 8
-        return int(_STORE_TS.unpack_from(view, pos + _HEAD.size + blen)[0])
+        return stored_store_timestamp(self.views[seg], pos)
 
     def earliest_time(self, topic: str, queue_id: int) -> int:
         cq = self.cqs.get((topic, queue_id))
@@ -611,18 +544,7 @@ class MessageStore:
     def props_at(self, phys: int) -> str:
         """The properties string of the message at ``phys`` (``MessageDecoder.decodeProperties``)."""
         seg, pos = divmod(phys, SEGMENT_SIZE)
-        view = self.views[seg]
-        (magic,) = _I32.unpack_from(view, pos + 4)
-        (sys_flag,) = _I32.unpack_from(view, pos + 36)
-        p = pos + _HEAD.size + (20 if sys_flag & MessageSysFlag.BORNHOST_V6_FLAG else 8) + 8
-        p += (20 if sys_flag & MessageSysFlag.STOREHOSTADDRESS_V6_FLAG else 8) + _TAIL.size
-        p += 4 + _I32.unpack_from(view, p)[0]
-        if magic == MAGIC_V2:
-            p += 2 + struct.unpack_from(">h", view, p)[0]
-        else:
-            p += 1 + view[p]
-        (plen,) = struct.unpack_from(">h", view, p)
-        return str(view[p + 2 : p + 2 + plen], "utf-8")
+        return stored_properties(self.views[seg], pos)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
