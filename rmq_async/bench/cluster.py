@@ -15,10 +15,10 @@ import subprocess
 import sys
 import time
 from types import TracebackType
-from typing import Any
 
 import anyio
 
+from ..cli.progress import ProgressLine
 from ..client.instance import ClientInstance
 from ..config import ClientConfig, ProducerConfig
 from ..errors import BrokerError, ClientError
@@ -140,27 +140,6 @@ async def create_topic(namesrv: str, topic: str, queues: int, timeout: float = 5
                 await anyio.sleep(0.2)  # a remote cluster registers on its own timer: nothing to await
 
 
-class _Bar:
-    def __init__(self, total: int, label: str, enabled: bool) -> None:
-        self._bar: Any = None
-        if enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self._bar = Progress(
-                TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True
-            )
-            self._bar.start()
-            self._task = self._bar.add_task(label, total=total)
-
-    def advance(self, n: int) -> None:
-        if self._bar is not None:
-            self._bar.advance(self._task, n)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-
-
 async def preload(
     namesrv: str,
     topic: str,
@@ -174,7 +153,7 @@ async def preload(
     """Send ``n`` messages of ``size`` bytes to ``topic`` (``batch`` per request, ``inflight`` requests
     in flight); returns messages per second. A progress bar shows on a terminal (``progress=None``)."""
     body = b"x" * size
-    bar = _Bar(n, f"preload {topic}", sys.stderr.isatty() if progress is None else progress)
+    bar = ProgressLine(n, f"preload {topic}", enabled=sys.stderr.isatty() if progress is None else progress)
     cfg = ProducerConfig(group=f"bench_preload_{os.getpid()}")
     producer = Producer(config=cfg, client_config=ClientConfig(namesrv_addr=namesrv))
     chunks = iter([min(batch, n - i) for i in range(0, n, batch)])

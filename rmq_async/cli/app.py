@@ -28,6 +28,7 @@ from ..errors import ConfigError, RocketMQError, TopicNotExist
 from ..internals import internals
 from .args import Parser, UsageError, byte_size, count, epoch_ms, namesrv_addr, positive, seconds
 from .auth import add_credential_arguments, credentials_from_args
+from .progress import ProgressLine
 from .tls import add_tls_arguments, export_tls_env, tls_options
 
 __all__ = ["main"]
@@ -169,7 +170,7 @@ async def _produce(args: argparse.Namespace) -> int:
         return _fail(f"cannot reach the cluster: {exc}")
 
     sent = failed = 0
-    progress = _Progress(n, "produce", enabled=sys.stderr.isatty() and not args.quiet)
+    progress = ProgressLine(n, "produce", enabled=sys.stderr.isatty() and not args.quiet)
     t0 = time.perf_counter()
 
     async def one(i: int) -> None:
@@ -239,29 +240,6 @@ async def _produce(args: argparse.Namespace) -> int:
         flush=True,
     )
     return 0 if failed == 0 else 1
-
-
-class _Progress:
-    """A live progress line on stderr when it is a terminal (rich); nothing otherwise. ``total`` None:
-    no end known (a count and a rate)."""
-
-    def __init__(self, total: int | None, label: str, *, enabled: bool) -> None:
-        self.enabled = enabled
-        self._bar: Any = None
-        if enabled:
-            from rich.progress import Progress
-
-            self._bar = Progress(transient=True)
-            self._bar.start()
-            self._task = self._bar.add_task(label, total=total)
-
-    def advance(self, n: int) -> None:
-        if self._bar is not None:
-            self._bar.advance(self._task, n)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
 
 
 # -- consume --------------------------------------------------------------------------------------------
@@ -413,7 +391,7 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
         )
     except ConfigError as exc:  # the group, the timestamp ...
         raise UsageError(f"bad consumer settings: {exc}") from None
-    progress = _Progress(args.count or None, "consume", enabled=sys.stderr.isatty() and not args.quiet)
+    progress = ProgressLine(args.count or None, "consume", enabled=sys.stderr.isatty() and not args.quiet)
     show_progress = progress.enabled
     try:
         await consumer.start()

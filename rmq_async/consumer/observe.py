@@ -48,15 +48,6 @@ def observed(handler: _Handler, observers: Sequence[HandlerObserver]) -> _Handle
         (o,) = observers
         before, after = o.before, o.after
 
-        async def watched(token: object, batch: list[MessageExt], ctx: Any) -> Any:
-            try:
-                result = await handler(batch, ctx)
-            except BaseException as exc:
-                after(token, batch, None, exc)
-                raise
-            after(token, batch, result, None)
-            return result
-
         watching: dict[int, Any] | None = getattr(o, "watching_ids", None)
 
         def sampled(batch: list[MessageExt], ctx: Any) -> Awaitable[Any]:
@@ -72,22 +63,15 @@ def observed(handler: _Handler, observers: Sequence[HandlerObserver]) -> _Handle
             token = before(batch)
             if token is None:
                 return handler(batch, ctx)
-            return watched(token, batch, ctx)
+            return _watched(handler, after, token, batch, ctx)
 
         return sampled
     if len(observers) == 1:
         (o,) = observers
         before, after = o.before, o.after
 
-        async def one(batch: list[MessageExt], ctx: Any) -> Any:
-            token = before(batch)
-            try:
-                result = await handler(batch, ctx)
-            except BaseException as exc:
-                after(token, batch, None, exc)
-                raise
-            after(token, batch, result, None)
-            return result
+        def one(batch: list[MessageExt], ctx: Any) -> Awaitable[Any]:
+            return _watched(handler, after, before(batch), batch, ctx)
 
         return one
     obs = tuple(observers)
@@ -105,3 +89,16 @@ def observed(handler: _Handler, observers: Sequence[HandlerObserver]) -> _Handle
         return result
 
     return many
+
+
+async def _watched(
+    handler: Any, after: Callable[..., None], token: object, batch: list[MessageExt], ctx: Any
+) -> Any:
+    """``handler(batch, ctx)`` with ``after`` told its result or its exception (one observer)."""
+    try:
+        result = await handler(batch, ctx)
+    except BaseException as exc:
+        after(token, batch, None, exc)
+        raise
+    after(token, batch, result, None)
+    return result
