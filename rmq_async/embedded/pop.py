@@ -40,6 +40,7 @@ import anyio
 from ..protocol.bodies import TopicRouteData
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
+from ..protocol.commitlog import StoredMessage, stored_queue_offsets
 from ..protocol.mq import MessageQueue
 from ..protocol.pop import (
     FIRST_POP_TIME,
@@ -53,7 +54,6 @@ from ..protocol.pop import (
     encode_assignments,
     pop_retry_topic,
 )
-from ..protocol.stored import StoredMessage, stored_queue_offsets
 from .context import BrokerContext, HandlerTable
 from .fields import opt_int, opt_str, req_int, req_str
 from .groups import build_subscription

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ..protocol.codes import ResponseCode
 from ..protocol.command import RemotingCommand
-from ..protocol.stored import StoredMessage, stored_head
+from ..protocol.commitlog import StoredMessage, stored_head
 from .context import BrokerContext, Handler
 from .fields import req_int, req_str
 from .jcompat import props_decode

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..protocol.codes import MessageSysFlag
-from ..protocol.stored import (
+from ..protocol.commitlog import (
     MAGIC_CODE_V1,
     MAGIC_CODE_V2,
     MIN_STORED_SIZE,

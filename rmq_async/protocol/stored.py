@@ -26,9 +26,8 @@ it repeat pulls that one message alone and names it by :func:`salvage_ids`. The 
 the decompression (and the UTF-8 decodes, through the outer loop), so the decode of plain messages
 costs what it did.
 
-The broker's side lives here too, so the layout is written down once: :func:`encode_stored_into`
-(its commit-log append), the ``stored_*`` readers of one field of a message in place and
-:func:`patch_stored`, and :class:`StoredMessage`, a whole message decoded for a copy.
+The layout itself, and the broker's side of it (the encoder, the in-place readers,
+:class:`StoredMessage`), is :mod:`.commitlog`; its public names are re-exported here.
 
 Sans-IO: no asyncio, sockets or clocks here.
 """
@@ -39,7 +38,7 @@ import contextlib
 import struct
 import threading
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar, overload
 
@@ -48,6 +47,22 @@ import zstandard
 
 from ..errors import ProtocolError
 from .codes import MessageSysFlag, Prop
+from .commitlog import _FIXED4, _HEAD, _HOST4, _HOST6, _I32_AT, _I64, _LEAD4, _TAIL, _V6_FLAGS
+from .commitlog import MAGIC_CODE_V1 as MAGIC_CODE_V1
+from .commitlog import MAGIC_CODE_V2 as MAGIC_CODE_V2
+from .commitlog import MIN_STORED_SIZE as MIN_STORED_SIZE
+from .commitlog import StoredMessage as StoredMessage
+from .commitlog import body_crc as body_crc
+from .commitlog import encode_stored_into as encode_stored_into
+from .commitlog import patch_stored as patch_stored
+from .commitlog import stored_body_span as stored_body_span
+from .commitlog import stored_head as stored_head
+from .commitlog import stored_phys_offset as stored_phys_offset
+from .commitlog import stored_properties as stored_properties
+from .commitlog import stored_queue_offsets as stored_queue_offsets
+from .commitlog import stored_size as stored_size
+from .commitlog import stored_store_timestamp as stored_store_timestamp
+from .commitlog import stored_sys_flag as stored_sys_flag
 from .msgid import _ip_hex, _ip_text, _parse_host
 from .properties import (
     PROPERTIES_MAX,
@@ -85,270 +100,6 @@ __all__ = [
     "stored_sys_flag",
     "undecodable_at",
 ]
-
-MAGIC_CODE_V1 = -626843481  # 1-byte topic length
-MAGIC_CODE_V2 = -626843477  # 2-byte topic length (5.x, topics over 127 bytes)
-
-# Stored message, both hosts IPv4: TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG
-# BORNTIMESTAMP BORNHOST(ip, port) STORETIMESTAMP STOREHOST(ip, port) RECONSUMETIMES PREPAREDOFFSET BODYLEN
-_FIXED4 = struct.Struct(">iiiiiqqiqIiqIiiqi")
-#: what decoding needs at once from that part (TOTALSIZE MAGIC QUEUEOFFSET SYSFLAG BODYLEN): the rest
-#: stays as its 88 bytes and is unpacked on first use (the hot path of a consumer never reads it)
-_LEAD4 = struct.Struct(">ii12xq8xi44xi")
-_HEAD = struct.Struct(">iiiiiqqiq")  # up to BORNTIMESTAMP, when a host is IPv6
-_HOST4, _HOST6 = struct.Struct(">Ii"), struct.Struct(">16si")
-_I64 = struct.Struct(">q")
-_I32_AT = struct.Struct(">i")
-_TAIL = struct.Struct(">iqi")  # RECONSUMETIMES PREPAREDOFFSET BODYLEN
-_BORN_V6, _STORE_V6 = MessageSysFlag.BORNHOST_V6_FLAG, MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
-_V6_FLAGS = _BORN_V6 | _STORE_V6
-#: the smallest stored message: IPv4 hosts, empty body, topic and properties (1-byte topic length)
-MIN_STORED_SIZE = _FIXED4.size + 1 + 2
-# Where the fields before the born host lie, the same for both magic codes and every host kind
-# (``MessageDecoder``'s ``*_POSITION``); the born host starts at _HEAD.size (48).
-_AT_MAGIC, _AT_CRC, _AT_QID, _AT_FLAG, _AT_QOFF, _AT_PHYS, _AT_SYSFLAG = 4, 8, 12, 16, 20, 28, 36
-_SIZE_MAGIC = struct.Struct(">ii")  # TOTALSIZE MAGIC
-_MAGIC_SYSFLAG = struct.Struct(">i28xi")  # MAGIC .. SYSFLAG, read from byte 4
-
-# -- encoding (what a broker writes to its commit log and answers a pull with) ------------------------
-
-_W_PROPS_LEN = struct.Struct(">h")
-
-
-def body_crc(body: bytes | bytearray | memoryview) -> int:
-    """BODYCRC of a stored body: CRC-32 masked to 31 bits (``UtilAll.crc32``)."""
-    return zlib.crc32(body) & 0x7FFFFFFF
-
-
-def stored_size(
-    born_host_len: int, store_host_len: int, body_len: int, topic_len: int, props_len: int
-) -> int:
-    """TOTALSIZE of a stored message (MAGIC_CODE_V1: a topic of at most 127 bytes) with these parts;
-    a host is 8 bytes (IPv4 and port) or 20 (IPv6 and port)."""
-    return (
-        _HEAD.size
-        + born_host_len
-        + 8
-        + store_host_len
-        + _TAIL.size
-        + body_len
-        + 1
-        + topic_len
-        + 2
-        + props_len
-    )
-
-
-def encode_stored_into(
-    buf: bytearray | memoryview,
-    pos: int,
-    total: int,
-    queue_id: int,
-    flag: int,
-    queue_offset: int,
-    phys_offset: int,
-    sys_flag: int,
-    born_ts: int,
-    born_host: bytes,
-    store_ts: int,
-    store_host: bytes,
-    reconsume_times: int,
-    prepared_offset: int,
-    body: bytes,
-    topic_b: bytes,
-    props_b: bytes,
-) -> None:
-    """Write one stored message (``CommitLog`` layout, MAGIC_CODE_V1, the layout :func:`decode_messages`
-    reads) at ``buf[pos : pos + total]``; ``total`` is :func:`stored_size` of its parts, the hosts are
-    already packed (``ip, port``), the sys flag says which of them are IPv6. Positional only, for the
-    broker's append path."""
-    crc = zlib.crc32(body) & 0x7FFFFFFF  # body_crc, inlined: the append path
-    _HEAD.pack_into(
-        buf, pos, total, MAGIC_CODE_V1, crc, queue_id, flag, queue_offset, phys_offset, sys_flag, born_ts
-    )
-    p = pos + _HEAD.size
-    buf[p : p + len(born_host)] = born_host
-    p += len(born_host)
-    _I64.pack_into(buf, p, store_ts)
-    p += 8
-    buf[p : p + len(store_host)] = store_host
-    p += len(store_host)
-    _TAIL.pack_into(buf, p, reconsume_times, prepared_offset, len(body))
-    p += _TAIL.size
-    buf[p : p + len(body)] = body
-    p += len(body)
-    buf[p] = len(topic_b)
-    p += 1
-    buf[p : p + len(topic_b)] = topic_b
-    p += len(topic_b)
-    _W_PROPS_LEN.pack_into(buf, p, len(props_b))
-    p += 2
-    buf[p : p + len(props_b)] = props_b
-
-
-# -- one stored message in place (the broker's side: its commit log, a pop's copy) -------------------
-# The broker reads single fields of a message in its commit log (a queue offset, a store time, the
-# properties a filter needs) without decoding the rest, patches fixed fields in place (fault
-# injection), and decodes a whole message (:class:`StoredMessage`) only to copy it: send-back, delay
-# delivery, revive, recovery. ``pos`` is where the message starts in ``buf``; nothing is checked
-# beyond what ``struct`` and slicing check (``struct.error``, ``IndexError``, ``UnicodeDecodeError``
-# for a record that is not one): the store's own offsets point there.
-
-_Buf = bytes | bytearray | memoryview
-
-
-def stored_head(buf: _Buf, pos: int = 0) -> tuple[int, int]:
-    """TOTALSIZE and MAGIC of the record at ``pos`` (a commit log's BLANK record has these two too)."""
-    return _SIZE_MAGIC.unpack_from(buf, pos)
-
-
-def stored_queue_offsets(messages: Iterable[_Buf]) -> list[int]:
-    """QUEUEOFFSET of each stored message, one per buffer (a pull's or a pop's slices of the log)."""
-    unpack, at = _I64.unpack_from, _AT_QOFF
-    return [unpack(m, at)[0] for m in messages]
-
-
-def stored_phys_offset(buf: _Buf, pos: int = 0) -> int:
-    """PHYSICALOFFSET of the stored message at ``pos`` (its commit-log offset, as written)."""
-    value: int = _I64.unpack_from(buf, pos + _AT_PHYS)[0]
-    return value
-
-
-def stored_sys_flag(buf: _Buf, pos: int = 0) -> int:
-    """SYSFLAG of the stored message at ``pos``."""
-    value: int = _I32_AT.unpack_from(buf, pos + _AT_SYSFLAG)[0]
-    return value
-
-
-def stored_store_timestamp(buf: _Buf, pos: int = 0) -> int:
-    """STORETIMESTAMP of the stored message at ``pos``: after the born host, 8 or 20 bytes."""
-    (sys_flag,) = _I32_AT.unpack_from(buf, pos + _AT_SYSFLAG)
-    value: int = _I64.unpack_from(buf, pos + _HEAD.size + (20 if sys_flag & _BORN_V6 else 8))[0]
-    return value
-
-
-def stored_body_span(buf: _Buf, pos: int = 0) -> tuple[int, int]:
-    """Where the body of the stored message at ``pos`` starts in ``buf``, and BODYLEN."""
-    (sys_flag,) = _I32_AT.unpack_from(buf, pos + _AT_SYSFLAG)
-    p = pos + _HEAD.size + (20 if sys_flag & _BORN_V6 else 8) + 8 + (20 if sys_flag & _STORE_V6 else 8)
-    (body_len,) = _I32_AT.unpack_from(buf, p + _TAIL.size - 4)
-    return p + _TAIL.size, body_len
-
-
-def stored_properties(buf: _Buf, pos: int = 0) -> str:
-    """The properties string of the stored message at ``pos`` (``MessageDecoder.decodeProperties``),
-    found past the body and the topic (1-byte length for MAGIC_CODE_V1, 2 bytes for V2)."""
-    magic, sys_flag = _MAGIC_SYSFLAG.unpack_from(buf, pos + _AT_MAGIC)
-    p = pos + _HEAD.size + (20 if sys_flag & _BORN_V6 else 8) + 8 + (20 if sys_flag & _STORE_V6 else 8)
-    p += _TAIL.size
-    p += _I32_AT.unpack_from(buf, p - 4)[0]
-    p += 2 + ((buf[p] << 8) | buf[p + 1]) if magic == MAGIC_CODE_V2 else 1 + buf[p]
-    props_len = (buf[p] << 8) | buf[p + 1]
-    return str(buf[p + 2 : p + 2 + props_len], "utf-8")
-
-
-def patch_stored(
-    buf: bytearray | memoryview,
-    pos: int = 0,
-    *,
-    total: int | None = None,
-    magic: int | None = None,
-    crc: int | None = None,
-    queue_id: int | None = None,
-    flag: int | None = None,
-    queue_offset: int | None = None,
-    phys_offset: int | None = None,
-    sys_flag: int | None = None,
-) -> None:
-    """Overwrite the given fixed fields of the stored message at ``pos``, the rest left as it is (no
-    length changes: a sys flag's host bits must stay, and ``crc`` is the caller's to keep true)."""
-    for value, at, fmt in (
-        (total, 0, _I32_AT), (magic, _AT_MAGIC, _I32_AT), (crc, _AT_CRC, _I32_AT),
-        (queue_id, _AT_QID, _I32_AT), (flag, _AT_FLAG, _I32_AT), (queue_offset, _AT_QOFF, _I64),
-        (phys_offset, _AT_PHYS, _I64), (sys_flag, _AT_SYSFLAG, _I32_AT),
-    ):  # fmt: skip
-        if value is not None:
-            fmt.pack_into(buf, pos + at, value)
-
-
-class StoredMessage:
-    """One stored message decoded field by field, as a broker copies it (send-back, delay delivery,
-    revive, recovery): the hosts stay as stored (address + port bytes), the body as stored
-    (compressed or not), the properties as their string. ``raw`` is its bytes."""
-
-    __slots__ = (
-        "body",
-        "body_crc",
-        "born_host",
-        "born_ts",
-        "flag",
-        "phys_offset",
-        "prepared_offset",
-        "props",
-        "queue_id",
-        "queue_offset",
-        "raw",
-        "reconsume_times",
-        "store_host",
-        "store_ts",
-        "sys_flag",
-        "topic",
-    )
-
-    def __init__(self, raw: bytes) -> None:
-        self.raw = raw
-        (
-            _total,
-            magic,
-            self.body_crc,
-            self.queue_id,
-            self.flag,
-            self.queue_offset,
-            self.phys_offset,
-            sys_flag,
-            self.born_ts,
-        ) = _HEAD.unpack_from(raw, 0)
-        self.sys_flag = sys_flag
-        pos = _HEAD.size
-        end = pos + (20 if sys_flag & _BORN_V6 else 8)
-        self.born_host = raw[pos:end]
-        (self.store_ts,) = _I64.unpack_from(raw, end)
-        pos = end + 8
-        end = pos + (20 if sys_flag & _STORE_V6 else 8)
-        self.store_host = raw[pos:end]
-        self.reconsume_times, self.prepared_offset, body_len = _TAIL.unpack_from(raw, end)
-        pos = end + _TAIL.size
-        end = pos + body_len
-        self.body = raw[pos:end]
-        if magic == MAGIC_CODE_V2:
-            pos = end + 2
-            end = pos + ((raw[end] << 8) | raw[end + 1])
-        else:
-            pos = end + 1
-            end = pos + raw[end]
-        self.topic = raw[pos:end].decode()
-        pos = end + 2
-        self.props = raw[pos : pos + ((raw[end] << 8) | raw[end + 1])].decode()
-
-    @property
-    def msg_id(self) -> str:
-        """The offset message id (store host + commit-log offset, upper hex)."""
-        return self.store_host.hex().upper() + f"{self.phys_offset & 0xFFFFFFFFFFFFFFFF:016X}"
-
-    def reencode(self, topic: str, props: str) -> bytes:
-        """This message encoded again with another topic and properties string, every other field
-        kept (what a pop of a retry message answers: the original topic and a broker-made POP_CK)."""
-        topic_b, props_b = topic.encode(), props.encode()
-        total = stored_size(
-            len(self.born_host), len(self.store_host), len(self.body), len(topic_b), len(props_b)
-        )
-        out = bytearray(total)
-        encode_stored_into(
-            out, 0, total, self.queue_id, self.flag, self.queue_offset, self.phys_offset, self.sys_flag,
-            self.born_ts, self.born_host, self.store_ts, self.store_host, self.reconsume_times,
-            self.prepared_offset, self.body, topic_b, props_b,
-        )  # fmt: skip
-        return bytes(out)
 
 
 # Indexes in the fixed-part tuple a MessageExt keeps.
