@@ -32,7 +32,7 @@ from .context import ConsumerContext
 from .deadlines import loop_clock
 from .delivery import DeliveryStream
 from .handoff import Handoff
-from .outcome import acked_count, checked_context, checked_result
+from .outcome import checked_result, settle_plan
 from .process_queue import ProcessQueue
 from .sendback import reset_retry_topic
 from .types import EXPIRED_DELAY_LEVEL, ConsumeContext, ConsumeResult, Handler
@@ -406,8 +406,7 @@ class ConcurrentConsumeService:
     async def process_result(
         self, pq: ProcessQueue, batch: list[MessageExt], result: ConsumeResult, ctx: ConsumeContext
     ) -> None:
-        ack_index, delay_level = checked_context(ctx, self.c.group)
-        failed = batch[acked_count(result, ack_index, len(batch)) :]
+        _, failed, delay_level = settle_plan(result, ctx, batch, self.c.group)
         keep: list[MessageExt] = []
         if failed:
             if self.c.config.clustering:

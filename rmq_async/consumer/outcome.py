@@ -21,10 +21,20 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import NamedTuple
 
+from ..protocol.stored import MessageExt
 from .types import ConsumeContext, ConsumeResult, OrderlyContext, OrderlyResult
 
-__all__ = ["acked_count", "checked_context", "checked_orderly_result", "checked_result", "suspend_seconds"]
+__all__ = [
+    "Settlement",
+    "acked_count",
+    "checked_context",
+    "checked_orderly_result",
+    "checked_result",
+    "settle_plan",
+    "suspend_seconds",
+]
 
 _SUSPEND = OrderlyResult.SUSPEND_CURRENT_QUEUE_A_MOMENT
 
@@ -83,6 +93,25 @@ def acked_count(result: ConsumeResult, ack_index: int | None, n: int) -> int:
     if ack_index is None:
         return n
     return max(0, min(ack_index + 1, n))
+
+
+class Settlement(NamedTuple):
+    """What a concurrent, POP or consume-directly batch comes to: the messages consumed, those that
+    failed (to come again), and the delay level asked for them (0: the broker's choice)."""
+
+    acked: list[MessageExt]
+    failed: list[MessageExt]
+    delay_level: int
+
+
+def settle_plan(
+    result: ConsumeResult, ctx: ConsumeContext, batch: list[MessageExt], group: str
+) -> Settlement:
+    """The one settlement rule: ``result`` (as :func:`checked_result` made it) and what the handler left
+    in ``ctx`` (checked by :func:`checked_context`) applied to ``batch``."""
+    ack_index, delay_level = checked_context(ctx, group)
+    n = acked_count(result, ack_index, len(batch))
+    return Settlement(batch[:n], batch[n:], delay_level)
 
 
 def checked_orderly_result(result: object, group: str) -> OrderlyResult:

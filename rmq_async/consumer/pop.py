@@ -49,7 +49,7 @@ from ..protocol.pop import (
 )
 from ..protocol.stored import MessageExt, decode_messages
 from .context import ConsumerContext
-from .outcome import acked_count, checked_context, checked_result
+from .outcome import checked_result, settle_plan
 from .types import ConsumeContext, ConsumeResult, Handler
 from .usercode import user_failure
 
@@ -346,9 +346,7 @@ class PopService:
     ) -> None:
         c = self.c
         result, ctx = outcome
-        ack_index, delay_level = checked_context(ctx, c.group)
-        acked = acked_count(result, ack_index, len(batch))
-        ok, failed = batch[:acked], batch[acked:]
+        ok, failed, delay_level = settle_plan(result, ctx, batch, c.group)
         if ok:
             c.stats.consumed(mq.topic, len(ok), rt, ok=True)
         if failed:

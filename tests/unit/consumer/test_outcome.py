@@ -10,12 +10,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rmq_async import ConsumeContext, ConsumeResult, OrderlyContext, OrderlyResult
+from rmq_async import ConsumeContext, ConsumeResult, MessageExt, OrderlyContext, OrderlyResult
 from rmq_async.consumer.outcome import (
     acked_count,
     checked_context,
     checked_orderly_result,
     checked_result,
+    settle_plan,
     suspend_seconds,
 )
 from rmq_async.protocol.mq import MessageQueue
@@ -106,3 +107,31 @@ def test_the_suspend_time_is_checked_and_clamped_as_java(value: object, expected
     ctx = OrderlyContext(MessageQueue("T", "b", 0))
     ctx.suspend_time = value  # type: ignore[assignment]
     assert suspend_seconds(ctx, 1.0, "g") == expected
+
+
+@given(
+    n=st.integers(0, 40),
+    result=st.sampled_from([ConsumeResult.SUCCESS, ConsumeResult.RECONSUME_LATER]),
+    ack_index=st.one_of(st.none(), st.integers(-5, 50), st.just("1"), st.just(1.5)),
+    delay_level=st.one_of(st.integers(-1, 18), st.just("3")),
+)
+def test_the_settle_plan_splits_every_batch_into_acked_then_failed(
+    n: int, result: ConsumeResult, ack_index: object, delay_level: object
+) -> None:
+    batch = [MessageExt("T", b"x", queue_offset=k) for k in range(n)]
+    ctx = ConsumeContext(MQ)
+    ctx.ack_index = ack_index  # type: ignore[assignment]
+    ctx.delay_level = delay_level  # type: ignore[assignment]
+    plan = settle_plan(result, ctx, batch, "g")
+    assert plan.acked + plan.failed == batch  # every message once, the acked ones first
+    if (
+        result is ConsumeResult.RECONSUME_LATER
+        or not isinstance(ack_index, int | None)
+        or (isinstance(ack_index, int) and ack_index < -1)
+    ):
+        assert plan.acked == []
+    elif ack_index is None:
+        assert plan.failed == []
+    else:
+        assert len(plan.acked) == max(0, min(ack_index + 1, n))
+    assert plan.delay_level == (delay_level if isinstance(delay_level, int) else 0)
