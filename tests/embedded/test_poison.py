@@ -1,4 +1,4 @@
-"""The embedded broker and undecodable messages (#19): compressed bodies pass through untouched,
+"""The embedded broker and undecodable messages: compressed bodies pass through untouched,
 CONSUMER_SEND_MSG_BACK's straight-to-DLQ rule as 4.9.8 and 5.x apply it, and the store's fault
 injection that spoils one stored message."""
 

@@ -1,4 +1,4 @@
-"""The commit log of a store reopened twice keeps every message (found by the soak, #24).
+"""The commit log of a store reopened twice keeps every message (found by the soak).
 
 A reopened store recovered its file with ``pread`` and then appended with ``write`` at the file
 position, which was still 0: everything put after the first restart overwrote the head of the file,

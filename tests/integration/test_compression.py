@@ -1,6 +1,6 @@
-"""LZ4, ZSTD and zlib bodies end to end (#19): producers of each type interleaved on one queue of a
+"""LZ4, ZSTD and zlib bodies end to end: producers of each type interleaved on one queue of a
 5.x-flavoured embedded cluster, the broker storing the bytes as sent, and every consumer kind reading
-them back in order. (The Spark source is left to the Spark rewrite, issue #22.)"""
+them back in order. (The Spark source has its own test: tests/spark/test_compressed.py.)"""
 
 from __future__ import annotations
 

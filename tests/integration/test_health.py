@@ -1,5 +1,5 @@
 """``health()`` of both consumers tells what is wrong: a dead name server, a topic with no route, no
-queue owned; lag None when unknown (#25)."""
+queue owned; lag None when unknown."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A stored message no client can decode never stalls its queue (#19), on the embedded cluster with
+"""A stored message no client can decode never stalls its queue, on the embedded cluster with
 its fault injection (``EmbeddedCluster.corrupt_message`` over ``MessageStore.corrupt``, and
 ``broker.faults``): the rest is consumed, the bad one goes to ``%DLQ%group`` through the broker, the
 committed offset waits for it, nothing is lost."""

@@ -1,4 +1,4 @@
-"""``rmq-async admin set-consume-mode`` and ``rmq-async consume --pop`` (#23), as child processes."""
+"""``rmq-async admin set-consume-mode`` and ``rmq-async consume --pop``, as child processes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""POP consumption (#23): PushConsumer(client_rebalance=False) on the embedded 5.x cluster."""
+"""POP consumption: PushConsumer(client_rebalance=False) on the embedded 5.x cluster."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SQL92 property filters end to end on the embedded cluster (#20): push and lite pull consumers get
+"""SQL92 property filters end to end on the embedded cluster: push and lite pull consumers get
 exactly the messages whose properties match, checked against the filter evaluated client-side
 (``rmq_async.protocol.sql92``) on what was sent; a subscription changed tag -> SQL92 -> another SQL92
 without restart; brokers refusing at start (property filters off, an expression they cannot compile);

@@ -1,4 +1,4 @@
-"""TLS on the embedded cluster (issue #18): verified, refused, trust-all, mutual TLS, the three server
+"""TLS on the embedded cluster: verified, refused, trust-all, mutual TLS, the three server
 modes, the environment switch and the CLI; every async test runs on asyncio and on uvloop.
 
 Certificates are made per session with trustme (``support/tls.py``). Push consumers, lite pull

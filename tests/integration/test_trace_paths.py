@@ -1,4 +1,4 @@
-"""The message trace and OpenTelemetry on the consumption paths beside the push handler (#21), on the
+"""The message trace and OpenTelemetry on the consumption paths beside the push handler, on the
 embedded cluster with ``traceTopicEnable``; the records are read back by msg id through QUERY_MESSAGE,
 as ``mqadmin queryMsgTraceById`` does:
 

@@ -5,7 +5,7 @@ Usage: ``python child_consumer.py NAMESRV GROUP TOPIC INSTANCE [concurrent|order
 line printed is a message the handler saw; a message acknowledged was printed first.
 
 * concurrent (the default): ``SEEN <msg_id>``, printed when the handler is called; ``pop`` the same,
-  with ``client_rebalance=False`` (POP consumption on a 5.x broker, #23).
+  with ``client_rebalance=False`` (POP consumption on a 5.x broker).
 * orderly (``orderly=True``, handler returns ``OrderlyResult.SUCCESS``): ``OSEEN <msg_id> <queue id>
   <keys> <call no> <call start> <call end>`` printed after the handler's work, with no await between
   the print and the return, so a printed batch is one that completed (a batch cancelled at its lease

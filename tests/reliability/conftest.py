@@ -69,7 +69,7 @@ def timing() -> Timing:
 def transport(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> dict[str, Any]:
-    """``EmbeddedCluster`` arguments for a scenario run plain and again over TLS (#18): a TLS-only
+    """``EmbeddedCluster`` arguments for a scenario run plain and again over TLS: a TLS-only
     (``enforcing``) cluster, every client switched on by ``RMQ_TLS`` / ``RMQ_TLS_CA_FILE``."""
     if request.param == "plain":
         return {}

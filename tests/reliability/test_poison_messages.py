@@ -1,4 +1,4 @@
-"""Messages no client can decode (#19): spoiled in the store (a body that does not decompress, an
+"""Messages no client can decode: spoiled in the store (a body that does not decompress, an
 unknown compression type, broken framing), with the DLQ send-back refused for a while and the
 consumer restarted in the middle.
 

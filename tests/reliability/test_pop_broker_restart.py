@@ -1,4 +1,4 @@
-"""A 5.x broker restarted on its data dir still revives what was popped and not acked (soak, #24).
+"""A 5.x broker restarted on its data dir still revives what was popped and not acked (found by the soak).
 
 Strategy: one POP member whose handler hangs on the first delivery of every message (popped, never
 acked) and acks redeliveries. Once it holds all of them, the broker is restarted on the same data dir

@@ -1,4 +1,4 @@
-"""Orderly consumer processes killed with SIGKILL and restarted, repeatedly, three members (issue #9).
+"""Orderly consumer processes killed with SIGKILL and restarted, repeatedly, three members.
 
 Strategy: three ``child_consumer.py ... orderly`` processes (started by exec, ``Timing.fast()``: broker
 lock expiry 3 s) consume one topic of 6 queues; messages are sent with a queue selector by key

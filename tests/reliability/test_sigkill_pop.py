@@ -1,4 +1,4 @@
-"""POP consumer processes killed with SIGKILL and restarted, repeatedly, four members (issue #23).
+"""POP consumer processes killed with SIGKILL and restarted, repeatedly, four members.
 
 Strategy: four ``child_consumer.py ... pop`` processes (``client_rebalance=False``, ``Timing.fast()``:
 invisible time 3 s) consume one 4-queue topic that the group pops (SET_MESSAGE_REQUEST_MODE, POP,

@@ -1,4 +1,4 @@
-"""A 3-minute profile of the soak (#24): churn and faults, nothing lost, no task or process-queue growth.
+"""A 3-minute profile of the soak: churn and faults, nothing lost, no task or process-queue growth.
 
 Strategy: the soak engine of ``rmq-async bench soak`` (:mod:`rmq_async.bench.soak`) as it is, shorter:
 2 embedded brokers + name server in a child process (brokers behind cut proxies), a producer at 500

@@ -1,4 +1,4 @@
-"""The Spark source reads LZ4, ZSTD and zlib bodies interleaved on one queue, in order (issue #19),
+"""The Spark source reads LZ4, ZSTD and zlib bodies interleaved on one queue, in order,
 through a real Spark session: a 5.x-flavoured embedded cluster in a child process, producers of each
 compression type taking turns on queue 0."""
 

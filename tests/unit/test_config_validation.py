@@ -237,7 +237,7 @@ def test_lite_pull_consumer_shares_a_validated_consumer_config() -> None:
         consume_timestamp_ms=1_700_000_000_000,
         allocate_strategy="AVG_BY_CIRCLE",
         pull_batch_size=2000,  # no upper bound, as Java's DefaultLitePullConsumer
-        pull_threshold_size_for_queue=5,  # MiB, as the push consumer's (#25)
+        pull_threshold_size_for_queue=5,  # MiB, as the push consumer's
     )
     cfg = internals(c).ctx.config
     assert type(cfg) is ConsumerConfig and cfg.model_fields_set >= {"group", "consume_from_where"}

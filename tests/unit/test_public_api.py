@@ -1,4 +1,4 @@
-"""One public import level (#25): what the README and the examples use comes from ``rmq_async``; the
+"""One public import level: what the README and the examples use comes from ``rmq_async``; the
 sans-IO names from ``rmq_async.protocol``; consumer internals are not on the public objects."""
 
 from __future__ import annotations

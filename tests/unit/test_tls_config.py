@@ -1,5 +1,5 @@
 """TLSConfig (client) and ServerTLS (embedded) models, the environment switch, the SSLContext they
-build, the handshake-error mapping and the CLI options (issue #18, TLS half)."""
+build, the handshake-error mapping and the CLI options."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A user's script under mypy --strict, without the pydantic plugin: what it sees of the public API (#25).
+"""A user's script under mypy --strict, without the pydantic plugin: what it sees of the public API.
 
 The package is found through MYPYPATH, one of the README's two set-ups: as a source tree, so its own
 modules are checked too, under the user's plain ``--strict`` (no pydantic plugin, no overrides for

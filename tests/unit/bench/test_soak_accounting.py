@@ -1,4 +1,4 @@
-"""The soak's order accounting (#24) does not depend on the order in which member files are read."""
+"""The soak's order accounting does not depend on the order in which member files are read."""
 
 from __future__ import annotations
 

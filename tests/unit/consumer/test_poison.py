@@ -1,4 +1,4 @@
-"""Undecodable messages without a broker (#19): the lite pull buffer's stop at one, the stand-in a
+"""Undecodable messages without a broker: the lite pull buffer's stop at one, the stand-in a
 push consumer holds in its process queue, and the record a broken body names."""
 
 from __future__ import annotations

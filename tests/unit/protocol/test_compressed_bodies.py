@@ -1,4 +1,4 @@
-"""Compressed bodies (#19): LZ4 and ZSTD next to zlib, against bodies the Java libraries wrote, and
+"""Compressed bodies: LZ4 and ZSTD next to zlib, against bodies the Java libraries wrote, and
 per-message isolation of what cannot be decoded.
 
 ``tests/fixtures/compression/java-bodies.json`` holds bodies written by lz4-java's

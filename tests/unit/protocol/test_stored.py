@@ -495,7 +495,7 @@ def test_bad_lengths_inside_the_message() -> None:
 
 
 def test_invalid_utf8() -> None:
-    """Text that is not UTF-8 in a soundly framed message is that message's problem alone (#19): it
+    """Text that is not UTF-8 in a soundly framed message is that message's problem alone: it
     is recorded, the messages around it are decoded."""
     good = _one(topic="TopicX", properties="a\x01bc")
     bad_topic = good.replace(b"TopicX", b"Topic\xff")
@@ -551,7 +551,7 @@ def test_topic_cache_is_bounded() -> None:
     assert len(stored_mod._TOPICS) <= stored_mod._TOPICS_MAX
 
 
-# -- broken framing: what the body still says (#19) --------------------------------------------
+# -- broken framing: what the body still says --------------------------------------------
 
 
 def _bad_magic(**kw: object) -> bytearray:

@@ -1,4 +1,4 @@
-"""OpenTelemetry recording budgets (#21): the sampler picks at most its rate a second, spread over the
+"""OpenTelemetry recording budgets: the sampler picks at most its rate a second, spread over the
 calls (not the first ones of each window, nor one position of a periodic pattern), every call without a
 budget; the consume observer picks at the pull, looks handler calls up, and keeps every message with a
 sampled traceparent for a span (SDK in-memory reader and exporter; a fake clock)."""
