@@ -15,7 +15,7 @@ Flow control (:class:`FlowControl`, shared with the pop loops of :mod:`.pop`) do
 50 ms PULL_TIME_DELAY_MILLS_WHEN_CACHE_FLOW_CONTROL: over a threshold (the process queue's count and
 size, a topic's limits split over its queues, the span of concurrent consumption) it answers
 :attr:`Step.WAIT` and the loop awaits the queue's room, resuming the moment consumption frees some.
-The sink's own holds (an orderly lock lease instead of Java's 1 s PULL_TIME_DELAY_MILLS_WHEN_SUSPEND,
+The sink's own holds (an orderly lock lease, which Java polls every PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION;
 a paused lite queue, the lite consumer's total buffer) are :attr:`Step.GATE`, awaited by the loop.
 Failures back off ``Timing.pull_error_delay`` (PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION, 3 s); an ACL
 refusal doubles it up to :data:`AUTH_MAX_BACKOFF`; a refused subscription pulls again after at most
