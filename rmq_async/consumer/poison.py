@@ -15,7 +15,7 @@ a broadcasting member fails to consume). A lite pull
 consumer either fails (``poll`` raises :class:`~rmq_async.protocol.stored.UndecodableMessageError`
 naming the offset, the queue is not pulled past it until a seek) or skips with a logged record.
 
-Broken framing (the pull loop's :data:`~.pulling.BROKEN_BODY_LIMIT`) is the one case the broker may
+Broken framing (the pull planner's :data:`~.pull_plan.BROKEN_BODY_LIMIT`) is the one case the broker may
 not be able to move: a message named only by :func:`~rmq_async.protocol.stored.salvage_ids` (its
 fixed fields) goes the same way, but when the broker keeps refusing its send-back
 (:data:`BROKEN_REFUSALS`: a 5.x broker cannot read a bad magic code back) it is skipped

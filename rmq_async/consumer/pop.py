@@ -50,6 +50,7 @@ from ..protocol.pop import (
 from ..protocol.stored import MessageExt, decode_messages
 from .context import ConsumerContext
 from .outcome import checked_result, settle_plan
+from .pull_plan import FlowControl, Step
 from .types import ConsumeContext, ConsumeResult, Handler
 from .usercode import user_failure
 
@@ -228,17 +229,19 @@ class PopService:
 
     async def _pop_loop(self, pq: _PopQueue) -> None:
         c = self.c
+        flow = FlowControl(c.timing.pull_error_delay)  # the pull loop's: room, back-off
         with pq.scope:
-            while not c.stopping:
-                while pq.inflight >= POP_THRESHOLD:
+            while (room := flow.room(c.stopping, pq.inflight >= POP_THRESHOLD)) is not Step.STOP:
+                if room is Step.WAIT:
                     await pq.room.wait()
+                    continue
                 try:
                     msgs, pop_time, invisible = await self._pop(pq.mq)
                 except RocketMQError as exc:
                     if c.stopping:
                         return
                     log.warning("pop of %s for group %s failed: %s", pq.mq, c.group, exc)
-                    await anyio.sleep(c.timing.pull_error_delay)
+                    await anyio.sleep(flow.failed().seconds)
                     continue
                 if not msgs:
                     continue

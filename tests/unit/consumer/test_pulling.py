@@ -17,7 +17,7 @@ from rmq_async.client.instance import ClientInstance
 from rmq_async.config import ConsumerConfig, Timing
 from rmq_async.consumer.context import ConsumerContext
 from rmq_async.consumer.process_queue import ProcessQueue
-from rmq_async.consumer.pulling import PullLoop, PullSettings, filter_tags
+from rmq_async.consumer.pulling import PullLoop, PullSettings
 from rmq_async.consumer.queues import QueueTable
 from rmq_async.protocol import headers as H
 from rmq_async.protocol.mq import MessageQueue
@@ -169,11 +169,3 @@ async def test_an_illegal_offset(lite: bool) -> None:
         assert api.requests[-1][1].queue_offset == 40 and pq.next_offset == 40 and not pq.dropped
     else:  # push: the queue is dropped with the corrected offset stored; a rebalance starts it again
         assert len(api.requests) == 1 and store.updates == [40] and pq.dropped and MQ not in table.pqs
-
-
-def test_filter_tags() -> None:
-    sub = make_context().subscriptions.put("T", "A || C")
-    msgs = _msgs(0, ["A", "B", "C"])
-    assert [m.tags for m in filter_tags(sub, msgs)] == ["A", "C"]
-    every = make_context().subscriptions.put("T", "*")
-    assert filter_tags(every, msgs) is msgs
