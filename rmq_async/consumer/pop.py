@@ -49,8 +49,8 @@ from ..protocol.pop import (
 )
 from ..protocol.stored import MessageExt, decode_messages
 from .context import ConsumerContext
+from .flow import FlowControl, Step
 from .outcome import checked_result, settle_plan
-from .pull_plan import FlowControl, Step
 from .types import ConsumeContext, ConsumeResult, Handler
 from .usercode import user_failure
 

@@ -11,11 +11,9 @@ again, so a pull allocates nothing here; :class:`Drop`, :class:`Handle`, :class:
 Nothing here reads a clock (the loop passes the time), awaits or touches a socket; the process queue
 and the address table are read, never written.
 
-Flow control (:class:`FlowControl`, shared with the pop loops of :mod:`.pop`) does not sleep Java's
-50 ms PULL_TIME_DELAY_MILLS_WHEN_CACHE_FLOW_CONTROL: over a threshold (the process queue's count and
-size, a topic's limits split over its queues, the span of concurrent consumption) it answers
-:attr:`Step.WAIT` and the loop awaits the queue's room, resuming the moment consumption frees some.
-The sink's own holds (an orderly lock lease, which Java polls every PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION;
+Flow control and the back-offs are :mod:`.flow` (shared with the pop loops of :mod:`.pop`): over a
+threshold the planner answers :attr:`~.flow.Step.WAIT` and the loop awaits the queue's room. The
+sink's own holds (an orderly lock lease, which Java polls every PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION;
 a paused lite queue, the lite consumer's total buffer) are :attr:`Step.GATE`, awaited by the loop.
 Failures back off ``Timing.pull_error_delay`` (PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION, 3 s); an ACL
 refusal doubles it up to :data:`AUTH_MAX_BACKOFF`; a refused subscription pulls again after at most
@@ -40,6 +38,7 @@ from ..protocol.bodies import SubscriptionData
 from ..protocol.codes import PullSysFlag, ResponseCode
 from ..protocol.mq import MessageQueue
 from ..protocol.stored import BrokenBodyError, MessageExt, PulledMessages, Undecodable, salvage_ids
+from .flow import _GO, _STOP, AUTH_MAX_BACKOFF, Backoff, FlowControl, Held, Step, Why
 
 __all__ = [
     "AUTH_MAX_BACKOFF",
@@ -63,8 +62,6 @@ __all__ = [
 
 log = logging.getLogger("rmq_async.consumer")
 
-#: seconds: the longest wait between two pulls of a queue refused by ACL
-AUTH_MAX_BACKOFF = 30.0
 #: a body refused as a whole this many times at one offset: the pull is narrowed to its failing
 #: message, which is then handled as an undecodable one
 BROKEN_BODY_LIMIT = 3
@@ -72,9 +69,6 @@ BROKEN_BODY_LIMIT = 3
 #: broker cannot move it) at this many failures at its offset (the back-off, doubling from twice the
 #: pull error delay, reaches its cap of 10 pull error delays on the way: 72 s on the Java timing)
 BROKEN_BODY_SKIP_AT = 6
-#: seconds: the longest wait before pulling again once a heartbeat went out for a refused subscription
-RESUBSCRIBED_DELAY = 0.05
-
 #: pull refusals that mean "the broker has not seen our latest heartbeat yet": the group's
 #: subscription (24, 25) or, for a SQL92 one, its filter data (27, 28: ``ConsumerFilterManager``)
 _SUBSCRIPTION_BEHIND = frozenset(
@@ -85,39 +79,6 @@ _SUBSCRIPTION_BEHIND = frozenset(
         ResponseCode.FILTER_DATA_NOT_LATEST,
     }
 )
-
-
-class Step(Enum):
-    """A decision without data."""
-
-    #: the queue is dropped (or the consumer stops): the loop ends
-    STOP = "stop"
-    #: over a flow-control threshold: await the queue's room
-    WAIT = "wait"
-    #: room: pull (pop) now
-    GO = "go"
-    #: await the sink's gate (:meth:`PullPlanner.gated` takes its answer)
-    GATE = "gate"
-    #: no address for the queue's broker: refresh the topic's route, then ask again
-    ROUTE = "route"
-    #: the subscription was refused: send a heartbeat, then :meth:`PullPlanner.heartbeat`
-    HEARTBEAT = "heartbeat"
-    #: the answer was refused as a whole: count it, close the connection, then
-    #: :meth:`PullPlanner.on_broken`
-    BROKEN = "broken"
-    #: pull again at once (narrowed past a broken body)
-    AGAIN = "again"
-
-
-class Why(Enum):
-    """What a :class:`Backoff` waits for."""
-
-    NO_SUBSCRIPTION = "no subscription"
-    NO_ROUTE = "no route"
-    DENIED = "denied"
-    RESUBSCRIBED = "resubscribed"
-    FAILED = "failed"
-    BROKEN_BODY = "broken body"
 
 
 class Phase(Enum):
@@ -144,22 +105,11 @@ class Narrowing(Enum):
 
 # the members the hot path reads, looked up once: reading one off its Enum class costs about 0.1 us
 # on CPython 3.11, more than the rest of a planner's answer
-_STOP: Final = Step.STOP
-_WAIT: Final = Step.WAIT
-_GO: Final = Step.GO
 _FLOW: Final = Phase.FLOW
 _ROUTED: Final = Phase.ROUTED
 _FULL: Final = Narrowing.FULL
 _FOUND: Final = PullStatus.FOUND
 _OFFSET_ILLEGAL: Final = PullStatus.OFFSET_ILLEGAL
-
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """Wait ``seconds`` before the next pull (pop)."""
-
-    seconds: float
-    reason: Why
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,15 +188,6 @@ class Committed(Protocol):
     def value(self) -> int: ...
 
 
-class Held(Protocol):
-    """What flow control reads of a queue."""
-
-    @property
-    def dropped(self) -> bool: ...
-
-    def over_threshold(self) -> str | None: ...
-
-
 class Cache(Held, Protocol):
     """What the planner reads of a process queue."""
 
@@ -300,37 +241,6 @@ def filter_tags(sub: SubscriptionData, msgs: Sequence[MessageExt]) -> list[Messa
         return msgs if isinstance(msgs, list) else list(msgs)
     tags = set(sub.tags_set)
     return [m for m in msgs if m.tags in tags]
-
-
-class FlowControl:
-    """Whether a queue may be pulled (popped) now, and how long it waits after a failure."""
-
-    __slots__ = ("error_delay",)
-
-    def __init__(self, error_delay: float) -> None:
-        self.error_delay = error_delay  # Timing.pull_error_delay
-
-    @staticmethod
-    def room(stopped: bool, full: bool) -> Literal[Step.STOP, Step.WAIT, Step.GO]:
-        """STOP once the queue is dropped (the consumer stops), WAIT while it is over a threshold."""
-        if stopped:
-            return _STOP
-        return _WAIT if full else _GO
-
-    def failed(self, why: Why = Why.FAILED) -> Backoff:
-        return Backoff(self.error_delay, why)
-
-    def denied(self, times: int) -> Backoff:
-        """The ``times``-th ACL refusal in a row: doubling, up to :data:`AUTH_MAX_BACKOFF`."""
-        return Backoff(min(AUTH_MAX_BACKOFF, self.error_delay * 2 ** min(times, 8)), Why.DENIED)
-
-    def broken(self, times: int) -> Backoff:
-        """The ``times``-th refused body at one offset: doubling, up to ten error delays."""
-        d = self.error_delay
-        return Backoff(min(AUTH_MAX_BACKOFF, 10 * d, d * 2 ** min(times, 8)), Why.BROKEN_BODY)
-
-    def resubscribed(self) -> Backoff:
-        return Backoff(min(RESUBSCRIBED_DELAY, self.error_delay), Why.RESUBSCRIBED)
 
 
 class PullPlanner:
