@@ -27,7 +27,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import NamedTuple, TypeGuard
+from typing import NamedTuple
 
 from .codes import RequestCode, ResponseCode, SerializeType
 from .command import BINARY_OPAQUE_AT, RemotingCommand, RequestSettings, binary_entry, frame_prefix
@@ -90,35 +90,31 @@ def pull_request(settings: RequestSettings, header: PullMessageRequestHeader) ->
     return settings.request(RequestCode.PULL_MESSAGE, header.to_ext_fields())
 
 
-def _digits(text: str | None, most: int) -> TypeGuard[str]:
-    return text is not None and 0 < len(text) <= most and text.isascii() and text.isdigit()
-
-
 def read_pull_answer(
     code: int, ext_fields: Mapping[str, str], remark: str | None
 ) -> PullAnswer | PullRefused:
     """What the answer with ``code``, header ``ext_fields`` and ``remark`` says about a pull.
 
     A header without the four offsets, or one of its fields not a Java ``long`` / ``int``, raises
-    :class:`~rmq_async.errors.ProtocolError` (``PullMessageResponseHeader.from_ext_fields``). Plain
-    decimal fields, what brokers send, are read without the generic header codec (4 us a pull)."""
+    :class:`~rmq_async.errors.ProtocolError`, as ``PullMessageResponseHeader.from_ext_fields`` reads
+    it. What brokers send, plain decimal digits, is read here without the generic codec (in a quarter
+    of its time: one answer is read per pull); anything else goes to the codec, which decides."""
     status = PULL_STATUS.get(code)
     if status is None:
         return PullRefused(code, remark)
-    ext = ext_fields
-    next_begin, lo, hi = ext.get("nextBeginOffset"), ext.get("minOffset"), ext.get("maxOffset")
-    broker = ext.get("suggestWhichBrokerId")
-    topic_flag, group_flag = ext.get("topicSysFlag"), ext.get("groupSysFlag")  # 5.x, 32 bits
+    get = ext_fields.get
+    next_begin, lo, hi = get("nextBeginOffset"), get("minOffset"), get("maxOffset")
+    broker, topic_flag, group_flag = get("suggestWhichBrokerId"), get("topicSysFlag"), get("groupSysFlag")
     if (
-        _digits(next_begin, 18)
-        and _digits(lo, 18)
-        and _digits(hi, 18)
-        and _digits(broker, 18)
-        and (topic_flag is None or _digits(topic_flag, 9))
-        and (group_flag is None or _digits(group_flag, 9))
-    ):  # up to 18 and 9 digits: within a long and an int, as the generic codec would check
-        return PullAnswer(status, int(next_begin), int(lo), int(hi), int(broker))
-    h = PullMessageResponseHeader.from_ext_fields(ext)  # decides, and raises for a bad header
+        next_begin and lo and hi and broker  # present and not empty
+        and len(next_begin) < 19 and len(lo) < 19 and len(hi) < 19 and len(broker) < 19  # a long
+        and (topic_flag is None or 0 < len(topic_flag) < 10)  # 5.x, an int
+        and (group_flag is None or 0 < len(group_flag) < 10)
+    ):  # fmt: skip
+        digits = next_begin + lo + hi + broker + (topic_flag or "") + (group_flag or "")
+        if digits.isascii() and digits.isdigit():
+            return PullAnswer(status, int(next_begin), int(lo), int(hi), int(broker))
+    h = PullMessageResponseHeader.from_ext_fields(ext_fields)  # decides, and raises for a bad header
     return PullAnswer(status, h.next_begin_offset, h.min_offset, h.max_offset, h.suggest_which_broker_id)
 
 
