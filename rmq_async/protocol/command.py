@@ -217,7 +217,7 @@ class RemotingCommand:
         else:
             parts.append(_I32.pack(0))
         ext = bytearray()
-        for k, v in self.ext_fields.items():  # binary_entry, inlined: a call per entry costs 10-20 %
+        for k, v in self.ext_fields.items():  # binary_entry inlined (a call per entry: a fifth slower)
             kb = k.encode("utf-8")
             vb = v.encode("utf-8")
             ext += _I16.pack(len(kb))

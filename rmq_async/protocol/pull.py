@@ -9,8 +9,8 @@ NO_NEW_MSG, PULL_RETRY_IMMEDIATELY NO_MATCHED_MSG, PULL_OFFSET_MOVED OFFSET_ILLE
 offsets of the ``PullMessageResponseHeader``; any other code is a :class:`PullRefused`, which each
 shell raises as its broker error (``client.auth.broker_error``).
 
-The pipe writes thousands of pulls a second, each one of a few queues' requests with a new offset,
-count and opaque: :class:`PullTemplate` cuts the header the shared encoder wrote for a queue's first
+The pipe writes thousands of pulls a second, each its queue's request with a new offset, count and
+opaque: :class:`PullTemplate` cuts the header the shared encoder wrote for a queue's first
 request where those three go, and a frame is then a join, byte for byte ``RemotingCommand.encode``:
 
 * JSON: the cuts are found by their keys (``"queueOffset":"``, ``"maxMsgNums":"``, ``"opaque":``).
@@ -49,6 +49,8 @@ _OFFSET_KEY, _COUNT_KEY = QUEUE_OFFSET.encode(), MAX_MSG_NUMS.encode()
 
 
 class PullStatus(Enum):
+    """What a pull found (Java's ``PullStatus``)."""
+
     FOUND = "FOUND"
     NO_NEW_MSG = "NO_NEW_MSG"
     NO_MATCHED_MSG = "NO_MATCHED_MSG"
