@@ -27,7 +27,6 @@ from .errors import TopicNotExist as TopicNotExist
 
 if TYPE_CHECKING:
     from .client.api import PullResult as PullResult
-    from .client.api import PullStatus as PullStatus
     from .client.api import SendResult as SendResult
     from .client.api import SendStatus as SendStatus
     from .client.reach import Reach as Reach
@@ -63,6 +62,7 @@ if TYPE_CHECKING:
     from .protocol.filter import Selector as Selector
     from .protocol.message import Message as Message
     from .protocol.mq import MessageQueue as MessageQueue
+    from .protocol.pull import PullStatus as PullStatus
     from .protocol.stored import MessageExt as MessageExt
     from .protocol.stored import Undecodable as Undecodable
     from .protocol.stored import UndecodableMessageError as UndecodableMessageError
@@ -157,7 +157,7 @@ _LAZY = {
     "Producer": ".producer.producer",
     "ProducerConfig": ".config",
     "PullResult": ".client.api",
-    "PullStatus": ".client.api",
+    "PullStatus": ".protocol.pull",
     "PushConsumer": ".consumer.push",
     "QueueHealth": ".consumer.health",
     "Reach": ".client.reach",

@@ -25,7 +25,7 @@ from ..protocol.bodies import (
     UnlockBatchRequestBody,
 )
 from ..protocol.codes import RequestCode, ResponseCode, SerializeType
-from ..protocol.command import RemotingCommand
+from ..protocol.command import RemotingCommand, RequestSettings
 from ..protocol.fastjson import java_map_order
 from ..protocol.mq import MessageQueue
 from ..protocol.pop import (
@@ -39,26 +39,12 @@ from ..protocol.pop import (
     encode_query_assignment,
     encode_set_mode,
 )
+from ..protocol.pull import PullRefused, PullStatus, pull_request, read_pull_answer
 from ..protocol.stored import BrokenBodyError, MessageExt, UndecodableMessageError, decode_messages
 from ..transport.pool import ConnectionPool
 from .auth import broker_error
 
 __all__ = ["MQClientAPI", "PullResult", "PullStatus", "SendResult", "SendStatus"]
-
-
-class PullStatus(Enum):
-    FOUND = "FOUND"
-    NO_NEW_MSG = "NO_NEW_MSG"
-    NO_MATCHED_MSG = "NO_MATCHED_MSG"
-    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
-
-
-_PULL_STATUS = {
-    ResponseCode.SUCCESS: PullStatus.FOUND,
-    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
-    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
-    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
-}
 
 
 @dataclass(slots=True)
@@ -105,12 +91,9 @@ class SendResult:
     trace_on: bool = True
 
 
-#: the largest request code the ROCKETMQ binary header holds (a signed 16-bit field)
-_BINARY_MAX_CODE = 0x7FFF
-
-
 class MQClientAPI:
-    """Typed RPCs over a :class:`ConnectionPool`. Stateless apart from the header defaults."""
+    """Typed RPCs over a :class:`ConnectionPool`. Stateless apart from the header defaults
+    (``settings``, which the Spark reader's pulls use too)."""
 
     def __init__(
         self,
@@ -122,30 +105,14 @@ class MQClientAPI:
         stream: bool = False,
     ) -> None:
         self.pool = pool
-        self._language = language
-        self._version = version
-        self._stype = serialize_type
-        self._stream = stream
+        self.settings = RequestSettings(serialize_type, language, version, stream)
 
     # -- plumbing --------------------------------------------------------------------------------
 
     def _cmd(
         self, code: int, ext: dict[str, str] | None, body: bytes = b"", *, oneway: bool = False
     ) -> RemotingCommand:
-        if self._stream:
-            ext = dict(ext or {})
-            ext["ReqT"] = "0"  # RequestType.STREAM, as DefaultLitePullConsumer / DefaultMQPullConsumer send
-        return RemotingCommand.request(
-            code,
-            ext,
-            body,
-            oneway=oneway,
-            # the binary header holds a 16-bit code: a 5.x code from 200000 on (POP) goes out as JSON,
-            # which every broker reads per request (Java truncates it to a code no broker knows)
-            serialize_type=self._stype if code <= _BINARY_MAX_CODE else SerializeType.JSON,
-            language=self._language,
-            version=self._version,
-        )
+        return self.settings.request(code, ext, body, oneway=oneway)
 
     async def _call(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         return await self.pool.request(addr, cmd, timeout)
@@ -264,25 +231,24 @@ class MQClientAPI:
     ) -> PullResult:
         """``decode=False`` leaves the stored messages undecoded in ``body`` (the Spark source builds
         Arrow columns from it)."""
-        cmd = self._cmd(RequestCode.PULL_MESSAGE, header.to_ext_fields())
+        cmd = pull_request(self.settings, header)
         resp = await self._call(addr, cmd, timeout)
-        status = _PULL_STATUS.get(resp.code)  # type: ignore[call-overload]
-        if status is None:
-            raise self._fail(resp, cmd, addr)
-        rh = H.PullMessageResponseHeader.from_ext_fields(resp.ext_fields)
+        got = read_pull_answer(resp.code, resp.ext_fields, resp.remark)
+        if isinstance(got, PullRefused):
+            raise broker_error(got.code, got.remark, cmd.code, cmd.ext_fields, addr)
         msgs: list[MessageExt] = []
-        if status is PullStatus.FOUND and resp.body and decode:
+        if got.status is PullStatus.FOUND and resp.body and decode:
             try:
                 msgs = decode_messages(resp.body, broker_name=broker_name)
             except BrokenBodyError as exc:  # where the queue goes on: the consumer can step past it
-                exc.next_begin_offset = rh.next_begin_offset
+                exc.next_begin_offset = got.next_begin_offset
                 raise
         return PullResult(
-            status=status,
-            next_begin_offset=rh.next_begin_offset,
-            min_offset=rh.min_offset,
-            max_offset=rh.max_offset,
-            suggest_which_broker_id=rh.suggest_which_broker_id,
+            status=got.status,
+            next_begin_offset=got.next_begin_offset,
+            min_offset=got.min_offset,
+            max_offset=got.max_offset,
+            suggest_which_broker_id=got.suggest_which_broker_id,
             messages=msgs,
             remark=resp.remark,
             body=b"" if decode else resp.body,

@@ -30,13 +30,14 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Final, Literal, Protocol
 
-from ..client.api import PullResult, PullStatus
+from ..client.api import PullResult
 from ..client.instance import MASTER_ID
 from ..errors import AuthError, BrokerError, ProtocolError, RocketMQError
 from ..protocol import headers as H
 from ..protocol.bodies import SubscriptionData
 from ..protocol.codes import PullSysFlag, ResponseCode
 from ..protocol.mq import MessageQueue
+from ..protocol.pull import PullStatus
 from ..protocol.stored import BrokenBodyError, MessageExt, PulledMessages, Undecodable, salvage_ids
 from .flow import _GO, _STOP, AUTH_MAX_BACKOFF, Backoff, FlowControl, Held, Step, Why
 

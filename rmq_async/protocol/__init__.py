@@ -1,6 +1,7 @@
 """The sans-IO protocol: frames, request and response codes, typed headers, fastjson bodies, the
 properties codec, outgoing messages, stored-message decoding, message ids, tag and SQL92 filters, ACL
-signing. No asyncio, sockets or clocks (docs/architecture.md). Tools built on it import from here::
+signing, a client's request settings, the pull request and answer (``pull``). No asyncio, sockets or
+clocks (docs/architecture.md). Tools built on it import from here::
 
     from rmq_async.protocol import FrameDecoder, RemotingCommand, RequestCode, decode_messages
 """
@@ -54,6 +55,7 @@ from .command import FLAG_ONEWAY as FLAG_ONEWAY
 from .command import FLAG_RESPONSE as FLAG_RESPONSE
 from .command import FrameDecoder as FrameDecoder
 from .command import RemotingCommand as RemotingCommand
+from .command import RequestSettings as RequestSettings
 from .command import decode_frame as decode_frame
 from .command import frame_prefix as frame_prefix
 from .command import parse_command as parse_command
@@ -122,6 +124,13 @@ from .properties import encode_properties as encode_properties
 from .properties import lookup_property as lookup_property
 from .properties import parse_properties as parse_properties
 from .properties import properties_well_formed as properties_well_formed
+from .pull import PULL_STATUS as PULL_STATUS
+from .pull import PullAnswer as PullAnswer
+from .pull import PullRefused as PullRefused
+from .pull import PullStatus as PullStatus
+from .pull import PullTemplate as PullTemplate
+from .pull import pull_request as pull_request
+from .pull import read_pull_answer as read_pull_answer
 from .sql92 import Expression as Expression
 from .sql92 import FilterSyntaxError as FilterSyntaxError
 from .sql92 import Flavour as Flavour
@@ -161,6 +170,7 @@ __all__ = [
     "NAME_VALUE_SEPARATOR",
     "PROPERTIES_MAX",
     "PROPERTY_SEPARATOR",
+    "PULL_STATUS",
     "REQUEST_HEADERS",
     "RESPONSE_HEADERS",
     "SECURITY_TOKEN",
@@ -214,9 +224,13 @@ __all__ = [
     "ProcessQueueInfo",
     "ProducerData",
     "Prop",
+    "PullAnswer",
     "PullMessageRequestHeader",
     "PullMessageResponseHeader",
+    "PullRefused",
+    "PullStatus",
     "PullSysFlag",
+    "PullTemplate",
     "PulledMessages",
     "QueryConsumerOffsetRequestHeader",
     "QueryConsumerOffsetResponseHeader",
@@ -226,6 +240,7 @@ __all__ = [
     "RegisterBrokerResponseHeader",
     "RemotingCommand",
     "RequestCode",
+    "RequestSettings",
     "RequestSigner",
     "ResetOffsetBody",
     "ResetOffsetRequestHeader",
@@ -273,6 +288,8 @@ __all__ = [
     "parse_properties",
     "parse_tag_expression",
     "properties_well_formed",
+    "pull_request",
+    "read_pull_answer",
     "salvage_ids",
     "sign_fields",
     "signature",

@@ -38,22 +38,22 @@ from typing import Any, TypeVar
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from ..client.api import PullStatus
 from ..client.instance import ClientInstance, pid_instance_name
 from ..config import ClientConfig, Timing
 from ..errors import BrokerError, RocketMQError
 from ..protocol import headers as H
 from ..protocol.bodies import ConsumerData, SubscriptionData
-from ..protocol.codes import Perm, PullSysFlag, RequestCode, ResponseCode
+from ..protocol.codes import Perm, PullSysFlag, ResponseCode
 from ..protocol.command import RemotingCommand
 from ..protocol.filter import parse_tag_expression
 from ..protocol.mq import MessageQueue
+from ..protocol.pull import PullStatus, PullTemplate, pull_request
 from ..protocol.stored import MessageExt
 from ..transport.tls import client_ssl_context
 from .columns import Chunk, arrow_schema, build_batch, to_arrow
 from .offsets import Range, resolve_start
 from .options import QueueKey, SourceOptions
-from .pipe import BrokerSocket, PullTemplate, pull_range
+from .pipe import BrokerSocket, pull_range
 
 __all__ = [
     "ARROW_BATCH_ROWS",
@@ -181,8 +181,8 @@ class Session:
         )
 
     def _template(self, r: Range) -> PullTemplate:
-        """What :meth:`MQClientAPI.pull` would send for this queue (its language, version, header
-        type and stream mark), as a template."""
+        """What :meth:`MQClientAPI.pull` would send for this queue (the client's request settings:
+        language, version, header type and stream mark), as a template."""
         o = self.opts
         header = H.PullMessageRequestHeader(
             consumer_group=o.group, topic=o.topic, queue_id=r.queue_id, queue_offset=0, max_msg_nums=1,
@@ -190,7 +190,7 @@ class Session:
             commit_offset=0, suspend_timeout_millis=0, sub_version=0, subscription=self.sub_string,
             expression_type=self.expression_type, bname=r.broker_name,
         )  # fmt: skip
-        return PullTemplate(self.client.api._cmd(RequestCode.PULL_MESSAGE, header.to_ext_fields()))
+        return PullTemplate(pull_request(self.client.api.settings, header))
 
     async def __aenter__(self) -> Session:
         await self.client.__aenter__()

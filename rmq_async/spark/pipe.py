@@ -10,10 +10,15 @@ between threads per pull (an asyncio pipeline cost 40-50 µs per 32-message pull
 thread contending for the GIL in every Python worker); finished batches go to Spark's thread, one
 hand-over per batch (``bridge.one_ahead``).
 
-A pull is the request ``MQClientAPI.pull`` would send, written from a per-queue template
-(:class:`PullTemplate`: the JSON header with the offset, count and opaque filled in, byte for byte
-``RemotingCommand.encode``), signed by the client instance's ACL signer when there is one, over TLS
-when configured. Frames are read with the shared :class:`~rmq_async.protocol.command.FrameDecoder`.
+A pull is the request ``MQClientAPI.pull`` sends: the sans-IO core of both is
+:mod:`rmq_async.protocol.pull`. Unsigned pulls are written from the queue's
+:class:`~rmq_async.protocol.pull.PullTemplate` (the header with the offset, count and opaque filled in,
+byte for byte ``RemotingCommand.encode``, JSON or binary); with ACL credentials each request is signed
+by the client instance's signer (the transport's :data:`~rmq_async.transport.Signer`) and encoded the
+generic way. TLS when configured. Frames are read with the shared
+:class:`~rmq_async.protocol.command.FrameDecoder`; answers are classified by
+:func:`~rmq_async.protocol.pull.read_pull_answer`, a code that is no pull status raised as the async
+client raises it (``client.auth.broker_error``).
 Pulls are reads: when a connection fails (a broker closed an idle cached connection, a restart), the
 outstanding pulls are sent again on a new one, a bounded number of times.
 """
@@ -30,118 +35,22 @@ from typing import Any
 
 from pydantic_core import from_json
 
-from ..client.api import PullStatus
 from ..client.auth import broker_error
 from ..errors import ConnectError, ConnectionClosed, ProtocolError, RequestTimeout, RocketMQError
-from ..protocol.codes import ResponseCode, SerializeType
-from ..protocol.command import (
-    FLAG_RESPONSE,
-    FrameDecoder,
-    RawFrame,
-    RemotingCommand,
-    frame_prefix,
-    parse_command,
-)
+from ..protocol.codes import SerializeType
+from ..protocol.command import FLAG_RESPONSE, FrameDecoder, RawFrame, RemotingCommand, parse_command
+from ..protocol.pull import PullAnswer, PullRefused, PullStatus, PullTemplate, read_pull_answer
+from ..transport.connection import Signer
 from ..transport.tls import handshake_error
 from .columns import Chunk
 from .offsets import Range, resolve_start
 
-__all__ = ["Answer", "BrokerSocket", "PullTemplate", "pull_range", "pull_status"]
+__all__ = ["Answer", "BrokerSocket", "pull_range", "pull_status"]
 
 _QUEUE_OFFSET = struct.Struct(">q")  # QUEUEOFFSET, 20 bytes into a stored message
 _OPAQUE_MASK = 0x7FFFFFFF
-_PULL_STATUS: dict[int, PullStatus] = {
-    ResponseCode.SUCCESS: PullStatus.FOUND,
-    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
-    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
-    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
-}
-# unlikely values whose text marks where the varying fields go in a request's JSON header
-_MARK_OFFSET, _MARK_COUNT, _MARK_OPAQUE = 7_919_191_919_191_919_191, 1_931_931_931, 2_011_011_011
 #: new connections a partition may open after its connection failed, before it gives up
 RECONNECTS = 3
-
-Signer = Callable[[RemotingCommand], None]
-
-
-class PullTemplate:
-    """The PULL_MESSAGE request of one queue as :meth:`MQClientAPI.pull` writes it, with its JSON
-    header cut where the queue offset, the message count and the opaque go: a pull's frame is then
-    one join (byte for byte what ``RemotingCommand.encode`` writes; checked when the template is
-    made). ``parts`` is None where a template cannot be used (the binary header)."""
-
-    __slots__ = ("base", "order", "parts")
-
-    def __init__(self, base: RemotingCommand) -> None:
-        self.base = base
-        self.parts: tuple[bytes, ...] | None = None
-        self.order: tuple[int, ...] = ()
-        if base.serialize_type != SerializeType.JSON or base.body or base.remark is not None:
-            return
-        probe = self.command(_MARK_OFFSET, _MARK_COUNT)
-        probe.opaque = _MARK_OPAQUE
-        header = probe.encode_header()
-        marks = [(b'"%d"' % _MARK_OFFSET, 0), (b'"%d"' % _MARK_COUNT, 1), (b":%d," % _MARK_OPAQUE, 2)]
-        where = []
-        for mark, what in marks:
-            at = header.find(mark)
-            if at < 0 or header.find(mark, at + 1) >= 0:
-                return
-            where.append((at, len(mark), what))
-        where.sort()
-        parts, pos = [], 0
-        for at, size, _ in where:  # keep the quotes (values) or the colon and comma (opaque)
-            parts.append(header[pos : at + 1])
-            pos = at + size - 1
-        parts.append(header[pos:])
-        self.parts = tuple(parts)
-        self.order = tuple(what for _, _, what in where)
-        check = _PullCommand(self, probe.ext_fields)
-        check.opaque = probe.opaque
-        if check.encode() != probe.encode():  # pragma: no cover
-            self.parts = None
-
-    def command(self, offset: int, count: int) -> RemotingCommand:
-        ext = dict(self.base.ext_fields)
-        ext["queueOffset"] = str(offset)
-        ext["maxMsgNums"] = str(count)
-        if self.parts is None:
-            b = self.base
-            return RemotingCommand.request(
-                b.code, ext, serialize_type=b.serialize_type, language=b.language, version=b.version
-            )
-        return _PullCommand(self, ext)
-
-    def frame(self, offset: int, count: int, opaque: int) -> bytes:
-        """The whole frame of the pull at ``offset`` for ``count`` messages (``parts`` must be set):
-        byte for byte ``command(offset, count)`` with ``opaque``, encoded."""
-        parts = self.parts
-        assert parts is not None
-        values = (b"%d" % offset, b"%d" % count, b"%d" % opaque)
-        o = self.order
-        header = b"".join((parts[0], values[o[0]], parts[1], values[o[1]], parts[2], values[o[2]], parts[3]))
-        return frame_prefix(len(header), 0, SerializeType.JSON) + header
-
-
-class _PullCommand(RemotingCommand):
-    """A pull request encoded from its queue's :class:`PullTemplate` (the generic encoding when
-    something changed it since, e.g. an ACL signature added to its fields)."""
-
-    __slots__ = ("_template",)
-
-    def __init__(self, template: PullTemplate, ext: dict[str, str]) -> None:
-        b = template.base
-        super().__init__(
-            b.code, ext_fields=ext, language=b.language, version=b.version, serialize_type=b.serialize_type
-        )
-        self._template = template
-
-    def encode(self) -> bytes:
-        parts = self._template.parts
-        ext = self.ext_fields
-        if parts is None or self.flag or len(ext) != len(self._template.base.ext_fields):
-            return super().encode()
-        return self._template.frame(int(ext["queueOffset"]), int(ext["maxMsgNums"]), self.opaque)
 
 
 #: one answer as the pull loop reads it: code, opaque, header fields, remark, body
@@ -176,21 +85,19 @@ def _answer(frame: RawFrame) -> Answer | None:
     return cmd.code, cmd.opaque, cmd.ext_fields, cmd.remark, cmd.body
 
 
-def pull_status(
-    answer: Answer, template: PullTemplate, offset: int, count: int, addr: str
-) -> tuple[PullStatus, int, int, int]:
-    """The status, next begin, min and max offsets of the answer to ``template``'s pull at ``offset``
-    for ``count`` messages: a :class:`~rmq_async.errors.BrokerError` (or ACL refusal) for a code a
-    pull does not answer with, a :class:`ProtocolError` for a header without those fields."""
+def pull_status(answer: Answer, template: PullTemplate, offset: int, count: int, addr: str) -> PullAnswer:
+    """What the answer to ``template``'s pull at ``offset`` for ``count`` messages says: a
+    :class:`~rmq_async.errors.BrokerError` (or ACL refusal) for a code a pull does not answer with, a
+    :class:`ProtocolError` naming ``addr`` for a header without the offsets."""
     code, _, ext, remark, _ = answer
-    status = _PULL_STATUS.get(code)
-    if status is None:
-        ask = template.command(offset, count)
-        raise broker_error(code, remark, ask.code, ask.ext_fields, addr)
     try:
-        return status, int(ext["nextBeginOffset"]), int(ext["minOffset"]), int(ext["maxOffset"])
-    except (KeyError, ValueError, TypeError) as exc:
-        raise ProtocolError(f"pull answer from {addr} with a bad header: {exc!r} in {ext!r}") from None
+        got = read_pull_answer(code, ext, remark)
+    except ProtocolError as exc:
+        raise ProtocolError(f"pull answer from {addr} with a bad header: {exc} in {ext!r}") from None
+    if isinstance(got, PullRefused):
+        ask = template.command(offset, count)
+        raise broker_error(got.code, got.remark, ask.code, ask.ext_fields, addr)
+    return got
 
 
 class BrokerSocket:
@@ -344,7 +251,7 @@ def pull_range(
 
     def send() -> None:
         asks = [(slot, slot.cursor, min(batch, slot.hi - slot.cursor)) for slot in queued]
-        if template.parts is not None and conn.signer is None:
+        if conn.signer is None:
             frames = []
             for ask in asks:
                 opaque = conn.next_opaque()
@@ -365,7 +272,9 @@ def pull_range(
 
     def settle(slot: _Slot, answer: Answer, offset: int, count: int) -> None:
         """Apply one answer to its slot: a body kept, the cursor moved, a follow-up pull queued."""
-        status, next_begin, min_offset, max_offset = pull_status(answer, template, offset, count, conn.addr)
+        status, next_begin, min_offset, max_offset, _ = pull_status(
+            answer, template, offset, count, conn.addr
+        )
         remark, body = answer[3], answer[4]
         cursor, hi = slot.cursor, slot.hi
         if status is PullStatus.FOUND:

@@ -18,9 +18,10 @@ import pytest
 from rmq_async.errors import ConnectionClosed, RequestTimeout
 from rmq_async.protocol.codes import RequestCode, ResponseCode
 from rmq_async.protocol.command import FLAG_RESPONSE, FrameDecoder, RemotingCommand
+from rmq_async.protocol.pull import PullTemplate
 from rmq_async.spark.columns import Chunk
 from rmq_async.spark.offsets import Range
-from rmq_async.spark.pipe import BrokerSocket, PullTemplate, pull_range
+from rmq_async.spark.pipe import BrokerSocket, pull_range
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -35,12 +36,13 @@ def body_at(offset: int) -> bytes:
 def answer(req: RemotingCommand, *, short: int | None = None, end: int = 10**9) -> RemotingCommand:
     off = int(req.ext_fields["queueOffset"])
     n = min(int(req.ext_fields["maxMsgNums"]), short or 10**9, end - off)
+    # every field of a broker's PullMessageResponseHeader
+    ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(off + max(n, 0)), "minOffset": "0"}
+    ext["maxOffset"] = str(end)
     if n <= 0:
-        ext = {"nextBeginOffset": str(off), "minOffset": "0", "maxOffset": str(end)}
         return RemotingCommand(
             ResponseCode.PULL_NOT_FOUND, ext_fields=ext, flag=FLAG_RESPONSE, opaque=req.opaque
         )
-    ext = {"nextBeginOffset": str(off + n), "minOffset": "0", "maxOffset": str(end)}
     return RemotingCommand(
         ResponseCode.SUCCESS, ext_fields=ext, body=body_at(off), flag=FLAG_RESPONSE, opaque=req.opaque
     )

@@ -5,6 +5,7 @@ compressed bodies, and the per-process client that every partition of a worker s
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from support.spark_read import pull_chunks
 
 from rmq_async import Message, Producer, Timing
 from rmq_async.embedded import EmbeddedCluster
+from rmq_async.protocol.codes import SerializeType
 from rmq_async.spark import bridge
 from rmq_async.spark.bridge import Session, read_range
 from rmq_async.spark.columns import build_batch
@@ -71,6 +73,25 @@ async def test_tag_filter_and_compressed_bodies() -> None:
                 assert row["keys"] not in rows
                 rows[row["keys"]] = row["body"]
         assert rows == want
+
+
+async def test_a_client_writing_binary_headers_pulls_with_binary_frames() -> None:
+    """The pulls follow the client's header serialization (``RequestSettings``, as every request of
+    the async client): with the ROCKETMQ binary header the frames come from the binary template, the
+    broker answers in kind, and the rows are the same."""
+    async with EmbeddedCluster(queues=1, timing=Timing.fast()) as cluster:
+        await cluster.create_topic("PipeBinary", 1)
+        await produce(cluster.namesrv_addr, "PipeBinary", 300)
+        r = Range(cluster.brokers[0].name, 0, 0, 300)
+        opts = parse_options({"namesrv": cluster.namesrv_addr, "topic": "PipeBinary"}, streaming=False)
+        async with Session(opts) as s:
+            api = s.client.api
+            api.settings = dataclasses.replace(api.settings, serialize_type=SerializeType.ROCKETMQ)
+            assert s.template(r).base.serialize_type == SerializeType.ROCKETMQ
+            assert s.template(r).frame(0, 32, 1)[4] == SerializeType.ROCKETMQ  # the header type byte
+            chunks = await pull_chunks(s, opts, r)
+        got = build_batch(chunks, opts.topic, r.broker_name, tags=frozenset())
+        assert got.column("queue_offset").to_pylist() == list(range(300))
 
 
 def test_partitions_of_a_worker_share_one_client() -> None:
