@@ -235,7 +235,7 @@ class ConcurrentConsumeService:
         writes it back to ``w`` only when it leaves by an exception (the deadline)."""
         assert self.handler is not None and w.pq is not None and w.msgs is not None
         c = self.c
-        handler = c.observed(self.handler)  # itself unless traced or observed (OpenTelemetry)
+        handler = c.observation.observed(self.handler)  # itself unless traced or observed (OpenTelemetry)
         pq, msgs, i, ok = w.pq, w.msgs, w.i, w.ok
         mq = pq.mq
         n = c.config.consume_batch_max_size

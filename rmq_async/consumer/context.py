@@ -4,9 +4,10 @@ pull loop, the rebalancer and the admin answers. None of them sees the facade.
 
 It holds the consumer's identity (group, retry topic, namespace), its settings, the per-run resources
 (the client instance as a narrow :class:`~.remote.Remote`, the offset store, the inner producer as a
-:class:`~.remote.Sender`, the trace-producer factory, the task group), the subscriptions, statistics,
-hooks, the consume-deadline tracker (the one owner of the consume timeout) and the run state. It
-imports neither the client instance nor the producer: the facade hands it what the run uses.
+:class:`~.remote.Sender`, the task group), the subscriptions, statistics, hooks, the
+consume-deadline tracker (the one owner of the consume timeout) and the run state; the message trace
+and OpenTelemetry are its :class:`~.observation.Observation`, apart. It imports neither the client
+instance nor the producer: the facade hands it what the run uses.
 """
 
 from __future__ import annotations
@@ -19,14 +20,12 @@ import anyio.abc
 
 from ..config import ClientConfig, ConsumerConfig, Timing
 from ..errors import ClientError
-from ..observability.otel import ConsumeObserver, telemetry
-from ..observability.trace.dispatcher import TraceDispatcher, TraceSender
-from ..observability.trace.hooks import ConsumeTracer
+from ..observability.trace.dispatcher import TraceSender
 from ..protocol.bodies import SubscriptionData
 from ..protocol.filter import SQL92, SUB_ALL, TAG, Selector, parse_tag_expression
 from ..protocol.stored import MessageExt
 from .deadlines import DeadlineTracker
-from .observe import HandlerObserver, observed
+from .observation import Observation
 from .offset_store import OffsetStore
 from .remote import Remote, Sender
 from .sendback import send_back
@@ -171,21 +170,9 @@ class ConsumerContext:
         self.stats = stats or ConsumerStats()
         self.before_hooks: list[Hook] = []
         self.after_hooks: list[Hook] = []
-        #: what watches handler calls (:mod:`.observe`): the services call :meth:`observed`'s wrapper
-        #: of their handler; empty (the default), they call the handler itself
-        self.observers: list[HandlerObserver] = []
-        self._observed: dict[tuple[object, float | None], Any] = {}
-        #: message trace (``ClientConfig.trace``): a SubBefore/SubAfter per handler call; its dispatcher
-        #: starts in the run's task group with the first handler call
-        self.tracer: ConsumeTracer | None = None
-        #: OpenTelemetry metrics and spans: set by :meth:`attach` when the application has set a
-        #: provider (fed by the pull loop and as an observer); None: nothing recorded, no cost
-        self.observer: ConsumeObserver | None = None
-        self._trace_tg: anyio.abc.TaskGroup | None = None
-        if client_config.trace.enabled:
-            dispatcher = TraceDispatcher(group, "CONSUME", client_config.trace)
-            self.tracer = ConsumeTracer(dispatcher, group, self.timing.consume_timeout)
-            self.observers.append(self.tracer)
+        #: the message trace and OpenTelemetry (:mod:`.observation`): what watches handler calls and
+        #: pulls; the services call ``observation.observed(handler)``
+        self.observation = Observation(group, client_config, self.timing.consume_timeout)
         #: per-message consume deadlines; its ``timeout`` is THE consume timeout
         self.deadlines = DeadlineTracker(self.timing.consume_timeout)
         #: a graceful stop has begun: start nothing new
@@ -194,7 +181,6 @@ class ConsumerContext:
         self._client: Remote | None = None
         self._offset_store: OffsetStore | None = None
         self._inner_producer: Sender | None = None
-        self._trace_senders: Callable[[str], TraceSender] | None = None
         self._tg: anyio.abc.TaskGroup | None = None
 
     # -- runs -----------------------------------------------------------------------------------------
@@ -204,7 +190,7 @@ class ConsumerContext:
         self.deadlines = DeadlineTracker(self.deadlines.timeout)
         self.stopping = False
         self.running = False
-        self._client = self._offset_store = self._inner_producer = self._trace_senders = None
+        self._client = self._offset_store = self._inner_producer = None
         self._tg = None
 
     def attach(
@@ -220,20 +206,7 @@ class ConsumerContext:
         self._client = client
         self._offset_store = offset_store
         self._inner_producer = inner_producer
-        self._trace_senders = trace_senders
-        if self.observer is None:
-            tel = telemetry()
-            if tel is not None:
-                self.observer = ConsumeObserver(
-                    tel,
-                    self.group,
-                    client.client_id,
-                    self,
-                    self.client_config.otel,
-                    max_age=self.timing.consume_timeout,
-                )
-                self.observers.append(self.observer)
-                self._observed.clear()
+        self.observation.start_run(self.start_soon, trace_senders, client.client_id, self)
 
     def set_task_group(self, tg: anyio.abc.TaskGroup | None) -> None:
         self._tg = tg
@@ -275,68 +248,6 @@ class ConsumerContext:
             return False
         tg.start_soon(fn, *args)
         return True
-
-    # -- message trace ------------------------------------------------------------------------------
-
-    def observed(self, handler: Any, trace_timeout: float | None = None) -> Any:
-        """``handler`` as the services call it: itself without observers, else wrapped by them
-        (:func:`.observe.observed`, made once per handler). A service asks once per batch it takes.
-        ``trace_timeout``: the seconds after which the trace labels a call TIME_OUT, when it is not
-        the consume timeout (POP: the invisible time, as Java's POP service)."""
-        if not self.observers:
-            return handler
-        self._start_trace()
-        key = (handler, trace_timeout)
-        wrapped = self._observed.get(key)
-        if wrapped is None:
-            observers = self.observers
-            tracer = self.tracer
-            if trace_timeout is not None and tracer is not None:
-                other = ConsumeTracer(tracer.dispatcher, self.group, trace_timeout)
-                observers = [other if o is tracer else o for o in observers]
-            wrapped = self._observed[key] = observed(handler, observers)
-        return wrapped
-
-    def _start_trace(self) -> None:
-        tracer = self.tracer
-        if tracer is not None and self._trace_tg is not self._tg and self._tg is not None:
-            self._trace_tg = self._tg  # the trace dispatcher runs in this run's task group
-            self._tg.start_soon(tracer.dispatcher.run, self._trace_sender)
-
-    def observe_before(self, batch: list[MessageExt]) -> tuple[tuple[HandlerObserver, object], ...] | None:
-        """A delivery handed out (``deliveries()``): what watches handler calls sees it as a call's
-        start; None without observers. Hand the result to :meth:`observe_after` when it is settled."""
-        if not self.observers:
-            return None
-        self._start_trace()
-        return tuple((o, o.before(batch)) for o in self.observers)
-
-    def observe_after(
-        self,
-        tokens: tuple[tuple[HandlerObserver, object], ...],
-        batch: list[MessageExt],
-        result: object,
-        error: BaseException | None = None,
-    ) -> None:
-        for o, token in tokens:
-            o.after(token, batch, result, error)
-
-    def observe_poll(self, batch: list[MessageExt]) -> None:
-        """A lite-pull ``poll`` returns ``batch`` (not empty): as Java's ``DefaultLitePullConsumerImpl``,
-        the trace writes a SubBefore and at once a SubAfter (CONSUME_SUCCESS); OpenTelemetry counts it,
-        records the await times of its watched messages and a ``receive`` span."""
-        tracer = self.tracer
-        if tracer is not None:
-            self._start_trace()
-            tracer.after(tracer.before(batch), batch, ConsumeResult.SUCCESS, None)
-        if self.observer is not None:
-            self.observer.polled(batch)
-
-    def _trace_sender(self, group: str) -> TraceSender:
-        """The inner trace producer of ``group``, made by the run's factory (see :meth:`attach`)."""
-        if self._trace_senders is None:
-            raise ClientError("consumer is not started")
-        return self._trace_senders(group)
 
     # -- shared operations --------------------------------------------------------------------------
 

@@ -115,8 +115,9 @@ class DeliveryStream:
             d.message.set_property(Prop.CONSUME_START_TIMESTAMP, str(int(time.time() * 1000)))
             d._key = self.c.deadlines.add(lambda d=d: self._expire(d))  # type: ignore[misc]
             self.unsettled.add(d)
-            if self.c.observers:  # traced as a handler call of one message, from hand-out to settling
-                d._obs = self.c.observe_before([d.message])
+            # traced as a handler call of one message, from hand-out to settling
+            if self.c.observation.observers:
+                d._obs = self.c.observation.before([d.message])
             return d
 
     def _expire(self, d: Delivery) -> None:
@@ -140,7 +141,7 @@ class DeliveryStream:
             self.c.deadlines.discard(d._key)
         self.c.stats.consumed(d._pq.mq.topic, 1, 0.0, ok=result is ConsumeResult.SUCCESS)
         if d._obs is not None:
-            self.c.observe_after(d._obs, [d.message], result)
+            self.c.observation.after(d._obs, [d.message], result)
             d._obs = None
         if d._pq.dropped:
             return

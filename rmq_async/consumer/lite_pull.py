@@ -140,7 +140,7 @@ class LitePullConsumer:
             client_config=self.client_config,
             subscriptions=Subscriptions(None),
         )
-        self._observers = ctx.observers  # (the context's list: trace, OpenTelemetry once started)
+        self._observers = ctx.observation.observers  # (the context's list: trace, OpenTelemetry once started)
         self._buffer = PollBuffer(
             max_queue_count=pull_threshold_for_queue,
             max_queue_bytes=options.pull_threshold_size_for_queue << 20,  # MiB, as the push consumer
@@ -514,7 +514,7 @@ class LitePullConsumer:
             for m in out:
                 m.topic = unwrap_namespace(self.namespace, m.topic)
         if self._observers and out:  # trace (as Java's poll: SubBefore, SubAfter) and OpenTelemetry
-            self._ctx.observe_poll(out)
+            self._ctx.observation.polled(out)
         return out
 
     def _refusal(self) -> AuthError | None:

@@ -307,7 +307,7 @@ class OrderlyConsumeService:
     ) -> OrderlyResult:
         if self.handler is None:
             return await self._deliver(pq, st, batch[0])
-        raw = await self.c.observed(self.handler)(batch, ctx)  # itself unless traced or observed
+        raw = await self.c.observation.observed(self.handler)(batch, ctx)  # itself unless traced or observed
         return checked_orderly_result(raw, self.c.group)
 
     async def _deliver(self, pq: ProcessQueue, st: OrderlyState, m: MessageExt) -> OrderlyResult:

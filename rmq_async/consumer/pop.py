@@ -286,8 +286,9 @@ class PopService:
         if msgs:
             rt = time.monotonic() - t0
             c.stats.pulled(mq.topic, len(msgs), rt)
-            if c.observer is not None:  # OpenTelemetry: pull latency, delivery latency, what to watch
-                c.observer.received(mq.topic, msgs, rt)
+            # OpenTelemetry: pull latency, delivery latency, what to watch
+            if (observer := c.observation.observer) is not None:
+                observer.received(mq.topic, msgs, rt)
         return msgs, h.pop_time, h.invisible_time
 
     # -- consuming -------------------------------------------------------------------------------
@@ -325,7 +326,7 @@ class PopService:
                 if c.before_hooks:
                     await c.hooks_before(batch, ctx)
                 # the trace labels a call TIME_OUT past the invisible time, as Java's POP service
-                handler = c.observed(self.handler, c.timing.pop_invisible_time)
+                handler = c.observation.observed(self.handler, c.timing.pop_invisible_time)
                 result = checked_result(await handler(list(batch), ctx), c.group)
             if scope.cancelled_caught:
                 log.warning(

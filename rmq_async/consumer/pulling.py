@@ -193,7 +193,7 @@ class PullLoop:
         mq = pq.mq
         client = c.client
         stats = c.stats
-        observer = c.observer  # OpenTelemetry (None unless a provider is set): one test per pull
+        observer = c.observation.observer  # OpenTelemetry (None unless a provider is set): one test per pull
         sink = self.sink
         submit = sink.submit
         cache = self.settings.cache

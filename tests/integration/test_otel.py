@@ -94,7 +94,7 @@ async def test_every_instrument_reports_and_spans_cross_the_broker(
         async with c:
             with anyio.fail_after(20):
                 await all_done.wait()
-            assert internals(c).ctx.observer is not None
+            assert internals(c).ctx.observation.observer is not None
             points = _points(reader)  # read while the consumer runs (cached messages, lag)
     assert set(points) >= INSTRUMENTS, INSTRUMENTS - set(points)
     send_backs = points["rocketmq_consumer_send_backs"]
@@ -131,7 +131,7 @@ async def test_nothing_without_a_provider(timing: Timing) -> None:
         c = consumer(cluster, "otel_cg2", "OtelN", handler, timing)
         async with c:
             assert (
-                internals(c).ctx.observer is None
+                internals(c).ctx.observation.observer is None
                 and not internals(c).ctx.before_hooks
                 and not internals(c).ctx.after_hooks
             )

@@ -70,7 +70,7 @@ async def test_full_queue_drops_and_counts_without_slowing_consumption(timing: T
                 t0 = time.perf_counter()
                 await seen.wait_unique(n)
                 took = time.perf_counter() - t0
-                return n / took, internals(c).ctx.tracer
+                return n / took, internals(c).ctx.observation.tracer
 
         # a queue of 4 contexts and a flush interval far away: nearly everything is dropped
         cfg = _traced(cluster, timing).model_copy(
