@@ -11,8 +11,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import anyio
-
 from ..errors import ProtocolError
 from ..protocol.bodies import (
     ConsumeMessageDirectlyResult,
@@ -27,15 +25,23 @@ from ..protocol.command import RemotingCommand
 from ..protocol.mq import MessageQueue
 from ..protocol.stored import decode_messages
 from .context import ConsumerContext
-from .outcome import checked_result
+from .invoke import Call, Invoker
 from .queues import QueueTable
 from .sendback import reset_retry_topic
-from .types import ConsumeContext, ConsumeResult, Handler, OrderlyContext, OrderlyHandler
-from .usercode import user_failure
+from .types import ConsumeContext, ConsumeResult, Handler, OrderlyContext, OrderlyHandler, OrderlyResult
 
 __all__ = ["ConsumerAdmin"]
 
 log = logging.getLogger("rmq_async.consumer")
+
+#: a consume-directly answer's result by the handler's (Java's CMResult names)
+_DIRECT_OUTCOME = {
+    "SUCCESS": "CR_SUCCESS",
+    "COMMIT": "CR_COMMIT",
+    "ROLLBACK": "CR_ROLLBACK",
+    "RECONSUME_LATER": "CR_LATER",
+    "SUSPEND_CURRENT_QUEUE_A_MOMENT": "CR_LATER",
+}
 
 
 @dataclass
@@ -152,32 +158,26 @@ class ConsumerAdmin:
         t0 = time.perf_counter()
         auto_commit = True
         remark: str | None = None
-        outcome = "CR_LATER"
-        try:
-            # bounded by the consume timeout (Java's consumeMessageDirectly is not: a hung handler
-            # would hold this answer, and the broker's caller, for ever)
-            with anyio.move_on_after(c.timing.consume_timeout) as scope:
-                if self.orderly_handler is not None:  # [orderly] ConsumeMessageOrderlyService
-                    octx = OrderlyContext(mq)
-                    res = await self.orderly_handler([m], octx)
-                    auto_commit = octx.auto_commit  # as Java: the context's, after the handler
-                    name = getattr(res, "name", "SUCCESS" if res is None else "")
-                    outcome = {"SUCCESS": "CR_SUCCESS", "COMMIT": "CR_COMMIT", "ROLLBACK": "CR_ROLLBACK"}.get(
-                        name, "CR_LATER"
-                    )
-                else:
-                    assert self.handler is not None
-                    got = checked_result(await self.handler([m], ConsumeContext(mq)), c.group)
-                    outcome = "CR_SUCCESS" if got is ConsumeResult.SUCCESS else "CR_LATER"
-            if scope.cancelled_caught:
-                outcome, remark = (
-                    "CR_LATER",
-                    f"the handler ran past the consume timeout ({c.timing.consume_timeout}s)",
-                )
-        except BaseException as exc:
-            if user_failure(exc) is None:
-                raise  # our cancellation (the client is closing)
-            outcome, remark = "CR_THROW_EXCEPTION", repr(exc)
+        # bounded by the consume timeout (Java's consumeMessageDirectly is not: a hung handler would
+        # hold this answer, and the broker's caller, for ever); not traced, as Java
+        timeout = c.timing.consume_timeout
+        call: Call[ConsumeResult] | Call[OrderlyResult]
+        if self.orderly_handler is not None:  # [orderly] ConsumeMessageOrderlyService
+            octx = OrderlyContext(mq)
+            call = await Invoker(c, self.orderly_handler).call_orderly_timed(
+                [m], octx, timeout=timeout, observe=False
+            )
+            auto_commit = octx.auto_commit  # as Java: the context's, after the handler
+        else:
+            call = await Invoker(c, self.handler).call(
+                [m], ConsumeContext(mq), timeout=timeout, observe=False
+            )
+        if call.error is not None:
+            outcome, remark = "CR_THROW_EXCEPTION", call.error
+        elif call.timed_out:
+            outcome, remark = "CR_LATER", f"the handler ran past the consume timeout ({timeout}s)"
+        else:
+            outcome = _DIRECT_OUTCOME.get(call.result.name, "CR_LATER")
         result = ConsumeMessageDirectlyResult(
             order=orderly,
             auto_commit=bool(auto_commit),

@@ -32,11 +32,11 @@ from .context import ConsumerContext
 from .deadlines import loop_clock
 from .delivery import DeliveryStream
 from .handoff import Handoff
-from .outcome import checked_result, settle_plan
+from .invoke import Invoker
+from .outcome import settle_plan
 from .process_queue import ProcessQueue
 from .sendback import reset_retry_topic
 from .types import EXPIRED_DELAY_LEVEL, ConsumeContext, ConsumeResult, Handler
-from .usercode import user_failure
 
 __all__ = ["ConcurrentConsumeService"]
 
@@ -75,6 +75,7 @@ class ConcurrentConsumeService:
     def __init__(self, ctx: ConsumerContext, handler: Handler | None) -> None:
         self.c = ctx
         self.handler = handler
+        self.invoker = Invoker(ctx, handler)  # runs the handler: hooks, observers, failures, results
         self.deliveries: DeliveryStream | None = None  # made by open_deliveries()
         self._inbox: Handoff[tuple[ProcessQueue, list[MessageExt]]] = Handoff()
         self.active = 0  # pulled batches a worker has started and not finished
@@ -235,14 +236,15 @@ class ConcurrentConsumeService:
         writes it back to ``w`` only when it leaves by an exception (the deadline)."""
         assert self.handler is not None and w.pq is not None and w.msgs is not None
         c = self.c
-        handler = c.observation.observed(self.handler)  # itself unless traced or observed (OpenTelemetry)
+        inv = self.invoker
+        handler = inv.handler()  # itself unless traced or observed (OpenTelemetry)
         pq, msgs, i, ok = w.pq, w.msgs, w.i, w.ok
         mq = pq.mq
         n = c.config.consume_batch_max_size
         end = len(msgs)
         loop_time = self._loop_time
-        hooks = bool(c.before_hooks or c.after_hooks)
-        plain = not c.after_hooks
+        hooks = inv.has_hooks
+        plain = not inv.has_after_hooks
         success = ConsumeResult.SUCCESS
         scope = w.scope
         self.scopes.add(scope)  # set_timeout moves its deadline while a handler runs
@@ -283,20 +285,10 @@ class ConcurrentConsumeService:
                     fired_after = dl - 0.001
                 try:
                     if hooks:
-                        await c.hooks_before(batch, ctx)
+                        await inv.before(batch, ctx)
                     result = await handler(batch, ctx)
                 except BaseException as exc:
-                    failure = user_failure(exc)
-                    if failure is None:
-                        raise  # our deadline, or the consumer's shutdown
-                    log.error(
-                        "handler of group %s raised %s on %s (msg ids %s): reconsume later",
-                        c.group,
-                        failure,
-                        mq,
-                        [m.msg_id for m in msgs[i : i + n]],
-                        exc_info=exc,
-                    )
+                    inv.failed(exc, mq, msgs[i : i + n])  # re-raises our deadline, or shutdown
                     result = ConsumeResult.RECONSUME_LATER
                 now = loop_time()
                 if now >= fired_after or tver != self._tver:
@@ -305,7 +297,7 @@ class ConcurrentConsumeService:
                         # nothing may be awaited inside a cancelled scope: settle it outside. The
                         # successes before it are closed first: the batch is settled, never acked.
                         ok += msgs[ok_from:i]
-                        w.done = (msgs[i : i + n], self._checked(result), ctx, now - start)
+                        w.done = (msgs[i : i + n], self.invoker.checked(result), ctx, now - start)
                         batch = None
                         i = ok_from = i + n
                         await anyio.sleep_forever()  # raises the scope's cancellation at once
@@ -332,7 +324,7 @@ class ConcurrentConsumeService:
                 # send-backs and hooks must not be cut by the deadline (set_timeout skips inf)
                 dl = scope.deadline = math.inf
                 move_after = fired_after = -inf
-                await self._finish(pq, done, self._checked(result), ctx, now - start)
+                await self._finish(pq, done, self.invoker.checked(result), ctx, now - start)
                 ctx = ConsumeContext(mq)  # the settled one went to the result and the hooks
                 now = loop_time()
                 ok_until = now + 0.001
@@ -351,9 +343,6 @@ class ConcurrentConsumeService:
             w.dl, w.tver = dl, tver
         ok += msgs[ok_from:i]
         w.i = i
-
-    def _checked(self, result: object) -> ConsumeResult:
-        return checked_result(result, self.c.group)
 
     async def _settle_timed_out(self, w: _Slot) -> None:
         """After the worker's deadline fired: settle the batch that ran past the consume timeout (or
@@ -397,7 +386,7 @@ class ConcurrentConsumeService:
         c = self.c
         c.stats.consumed(pq.mq.topic, len(batch), rt, ok=result is ConsumeResult.SUCCESS)
         if c.after_hooks:
-            await c.hooks_after(list(batch), ctx, result)  # their own list, as the handler's
+            await self.invoker.after(batch, ctx, result)  # their own list, as the handler's
         if pq.dropped and not timed_out:
             # the queue moved to another member while we consumed: it will redeliver; don't ack
             return

@@ -30,8 +30,7 @@ from .offset_store import OffsetStore
 from .remote import Remote, Sender
 from .sendback import send_back
 from .stats import ConsumerStats
-from .types import ConsumeContext, ConsumeResult, Hook, OrderlyContext, OrderlyResult
-from .usercode import call_maybe_async, call_user
+from .types import Hook
 
 __all__ = ["ConsumerContext", "Subscriptions"]
 
@@ -253,16 +252,3 @@ class ConsumerContext:
 
     async def send_back(self, m: MessageExt, delay_level: int) -> bool:
         return await send_back(self, m, delay_level)
-
-    async def hooks_before(self, batch: list[MessageExt], ctx: ConsumeContext | OrderlyContext) -> None:
-        for h in self.before_hooks:
-            await call_maybe_async(h, batch, ctx)
-
-    async def hooks_after(
-        self,
-        batch: list[MessageExt],
-        ctx: ConsumeContext | OrderlyContext,
-        result: ConsumeResult | OrderlyResult,
-    ) -> None:
-        for h in self.after_hooks:
-            await call_user("after-consume hook", h, batch, ctx, result)

@@ -34,12 +34,12 @@ from ..protocol.stored import MessageExt
 from .context import ConsumerContext
 from .deadlines import loop_clock
 from .delivery import DeliveryStream
+from .invoke import Invoker
 from .orderly_locks import OrderlyLocks, orderly_state
-from .outcome import checked_orderly_result, suspend_seconds
+from .outcome import suspend_seconds
 from .process_queue import OrderlyState, Pending, ProcessQueue
 from .sendback import reset_retry_topic, send_to_dlq
 from .types import ConsumeContext, ConsumeResult, OrderlyContext, OrderlyHandler, OrderlyResult
-from .usercode import user_failure
 
 __all__ = ["OrderlyConsumeService"]
 
@@ -58,6 +58,7 @@ class OrderlyConsumeService:
     def __init__(self, ctx: ConsumerContext, handler: OrderlyHandler | None, locks: OrderlyLocks) -> None:
         self.c = ctx
         self.handler = handler
+        self.invoker = Invoker(ctx, handler)  # runs the handler: hooks, observers, failures, results
         self.deliveries: DeliveryStream | None = None  # made by open_deliveries()
         self.clustering = ctx.config.clustering
         self.gates_pulls = self.clustering  # pulls wait for a valid lock lease
@@ -235,27 +236,12 @@ class OrderlyConsumeService:
             with anyio.CancelScope(deadline=self.locks.deadline(pq)) as scope:
                 st.scope = scope
                 self._consuming.add(st)
-                try:
-                    # the hooks and the handler get their own list: what they do to it must not
-                    # change which messages are put back or committed
-                    given = list(batch)
-                    if c.before_hooks:
-                        await c.hooks_before(given, ctx)
-                    result = await self._call(pq, st, given, ctx)
-                except BaseException as exc:
-                    failure = user_failure(exc)
-                    if failure is None:
-                        raise  # the consume deadline, the lease's end, or shutdown
-                    log.error(
-                        "orderly handler of group %s raised %s on %s (offsets %d..%d): suspending the queue",
-                        c.group,
-                        failure,
-                        pq.mq,
-                        batch[0].queue_offset,
-                        batch[-1].queue_offset,
-                        exc_info=exc,
-                    )
-                    result = _SUSPEND
+                # the hooks and the handler get their own list: what they do to it must not change
+                # which messages are put back or committed. A failure suspends the queue; the lease's
+                # end, the deadline or shutdown propagate (then result stays None)
+                given = list(batch)
+                deliver = None if self.handler is not None else (lambda: self._deliver(pq, st, given[0]))
+                result = await self.invoker.call_orderly(given, ctx, deliver)
         except BaseException:
             pq.put_back(batch)  # shutdown: nothing committed
             raise
@@ -296,19 +282,11 @@ class OrderlyConsumeService:
             ok = result in (OrderlyResult.SUCCESS, OrderlyResult.COMMIT)
             c.stats.consumed(pq.mq.topic, len(batch), took, ok=ok)
         if c.after_hooks:
-            await c.hooks_after(list(batch), ctx, result)  # their own list, as the handler's
+            await self.invoker.after(batch, ctx, result)  # their own list, as the handler's
         if pq.dropped:
             pq.put_back(batch)
             return None
         return await self._settle(pq, batch, result, ctx)
-
-    async def _call(
-        self, pq: ProcessQueue, st: OrderlyState, batch: list[MessageExt], ctx: OrderlyContext
-    ) -> OrderlyResult:
-        if self.handler is None:
-            return await self._deliver(pq, st, batch[0])
-        raw = await self.c.observation.observed(self.handler)(batch, ctx)  # itself unless traced or observed
-        return checked_orderly_result(raw, self.c.group)
 
     async def _deliver(self, pq: ProcessQueue, st: OrderlyState, m: MessageExt) -> OrderlyResult:
         stream = self.deliveries

@@ -50,9 +50,9 @@ from ..protocol.pop import (
 from ..protocol.stored import MessageExt, decode_messages
 from .context import ConsumerContext
 from .flow import FlowControl, Step
-from .outcome import checked_result, settle_plan
+from .invoke import Invoker
+from .outcome import settle_plan
 from .types import ConsumeContext, ConsumeResult, Handler
-from .usercode import user_failure
 
 __all__ = ["PopService", "PopStats"]
 
@@ -117,6 +117,7 @@ class PopService:
             raise ConfigError("client_rebalance=False (POP) needs a handler")
         self.c = ctx
         self.handler = handler
+        self.invoker = Invoker(ctx, handler)  # runs the handler: hooks, deadline, observers, results
         self.timeout = timeout  # the consume timeout (seconds), read per batch
         self.queues: dict[MessageQueue, _PopQueue] = {}
         self.stats = PopStats()
@@ -317,29 +318,12 @@ class PopService:
     async def _run_handler(
         self, mq: MessageQueue, batch: list[MessageExt]
     ) -> tuple[tuple[ConsumeResult, ConsumeContext], float]:
-        c = self.c
         ctx = ConsumeContext(mq)
-        start = time.monotonic()
-        result: ConsumeResult = ConsumeResult.RECONSUME_LATER
-        try:
-            with anyio.move_on_after(self.timeout()) as scope:
-                if c.before_hooks:
-                    await c.hooks_before(batch, ctx)
-                # the trace labels a call TIME_OUT past the invisible time, as Java's POP service
-                handler = c.observation.observed(self.handler, c.timing.pop_invisible_time)
-                result = checked_result(await handler(list(batch), ctx), c.group)
-            if scope.cancelled_caught:
-                log.warning(
-                    "handler of group %s timed out on %d messages: reconsume later", c.group, len(batch)
-                )
-        except BaseException as exc:
-            failure = user_failure(exc)
-            if failure is None:
-                raise
-            log.error("handler of group %s raised %s: reconsume later", c.group, failure)
-        if c.after_hooks:
-            await c.hooks_after(batch, ctx, result)
-        return (result, ctx), time.monotonic() - start
+        # the trace labels a call TIME_OUT past the invisible time, as Java's POP service
+        call = await self.invoker.call(
+            batch, ctx, timeout=self.timeout(), trace_timeout=self.c.timing.pop_invisible_time
+        )
+        return (call.result, ctx), call.took
 
     async def _settle(
         self,
