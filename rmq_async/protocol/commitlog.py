@@ -14,7 +14,9 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Iterable
+from typing import Any
 
+from ..errors import ProtocolError
 from .codes import MessageSysFlag
 
 __all__ = [
@@ -58,6 +60,33 @@ MIN_STORED_SIZE = _FIXED4.size + 1 + 2
 _AT_MAGIC, _AT_CRC, _AT_QID, _AT_FLAG, _AT_QOFF, _AT_PHYS, _AT_SYSFLAG = 4, 8, 12, 16, 20, 28, 36
 _SIZE_MAGIC = struct.Struct(">ii")  # TOTALSIZE MAGIC
 _MAGIC_SYSFLAG = struct.Struct(">i28xi")  # MAGIC .. SYSFLAG, read from byte 4
+
+# Indexes in the fixed-part tuple (``_FIXED4.unpack``, :func:`unpack_v6`), what a MessageExt keeps.
+_SIZE, _MAGIC, _CRC, _QID, _FLAG, _QOFF, _PHYS, _SYSFLAG, _BORN_TS = range(9)
+_BORN_IP, _BORN_PORT, _STORE_TS, _STORE_IP, _STORE_PORT, _RECONSUME, _PREPARED, _BODY_LEN = range(9, 17)
+
+
+def unpack_v6(buf: bytes, pos: int, end: int) -> tuple[tuple[Any, ...], int]:
+    """The fixed part when a host is IPv6 (16-byte address): same tuple layout as ``_FIXED4``."""
+    head = _HEAD.unpack_from(buf, pos)
+    sys_flag = head[_SYSFLAG]
+    born = _HOST6 if sys_flag & MessageSysFlag.BORNHOST_V6_FLAG else _HOST4
+    store = _HOST6 if sys_flag & MessageSysFlag.STOREHOSTADDRESS_V6_FLAG else _HOST4
+    fixed = _HEAD.size + born.size + _I64.size + store.size + _TAIL.size
+    if end - pos < fixed + 3:
+        raise ProtocolError(
+            f"stored message at offset {pos}: store size {end - pos} is below the {fixed + 3} bytes "
+            "of its fixed part"
+        )
+    p = pos + _HEAD.size
+    born_ip, born_port = born.unpack_from(buf, p)
+    p += born.size
+    (store_ts,) = _I64.unpack_from(buf, p)
+    p += _I64.size
+    store_ip, store_port = store.unpack_from(buf, p)
+    tail = _TAIL.unpack_from(buf, p + store.size)
+    return (*head, born_ip, born_port, store_ts, store_ip, store_port, *tail), fixed
+
 
 # -- encoding (what a broker writes to its commit log and answers a pull with) ------------------------
 

@@ -5,13 +5,8 @@ Strategy. A :class:`Message` keeps its properties as the dict that goes on the w
 byte for byte. What Java's ``Validators`` refuse is refused when the message is built (topic charset
 and length, empty body, flag range, a separator in a property); ``properties`` stays a plain dict, so
 encoding checks the separators again. A batch body (``MessageDecoder.encodeMessages``) is one
-``struct.pack`` per message plus its body and property bytes, joined once. Bodies are compressed as
-the 5.x Java producer's ``compressType`` says: zlib at its level (5 gives its Deflater's bytes), LZ4
-in the frame format as lz4-java's ``LZ4FrameOutputStream`` writes it (4 MiB independent blocks, no
-checksums, no content size; the level is not used, as in Java), or ZSTD standard frames at the level,
-as zstd-jni's ``ZstdOutputStream`` writes them (no content size). Both give the Java bytes exactly
-(tests/fixtures/compression). :func:`compression_flag` gives the
-sys-flag bits the Java producer sets for each.
+``struct.pack`` per message plus its body and property bytes, joined once. Bodies are compressed
+as the Java producer compresses them (:mod:`.compression`, whose names are re-exported here).
 
 Sans-IO: no asyncio, sockets or clocks here (unique ids come from :mod:`.msgid`).
 """
@@ -20,15 +15,14 @@ from __future__ import annotations
 
 import re
 import struct
-import zlib
 from collections.abc import Sequence
-from typing import Literal
-
-import lz4.frame  # type: ignore[import-untyped]
-import zstandard
 
 from ..errors import InvalidMessageError
-from .codes import MessageSysFlag, Prop
+from .codes import Prop
+from .compression import COMPRESSION_TYPES as COMPRESSION_TYPES
+from .compression import CompressionType as CompressionType
+from .compression import compress_body as compress_body
+from .compression import compression_flag as compression_flag
 from .msgid import new_uniq_id
 from .properties import PROPERTIES_MAX, check_property, encode_properties
 
@@ -42,16 +36,6 @@ __all__ = [
     "compression_flag",
     "encode_batch_body",
 ]
-
-#: ``CompressionType`` names (``DefaultMQProducer.compressType``, 5.x; zlib is the default)
-CompressionType = Literal["ZLIB", "LZ4", "ZSTD"]
-COMPRESSION_TYPES: tuple[CompressionType, ...] = ("ZLIB", "LZ4", "ZSTD")
-# CompressionType.getCompressionFlag: the type in sys-flag bits 8-10
-_TYPE_FLAGS: dict[str, int] = {
-    "LZ4": MessageSysFlag.COMPRESSION_LZ4_TYPE,
-    "ZSTD": MessageSysFlag.COMPRESSION_ZSTD_TYPE,
-    "ZLIB": MessageSysFlag.COMPRESSION_ZLIB_TYPE,
-}
 
 #: ``DefaultMQProducer.compressMsgBodyOverHowmuch``: bodies of at least this size are compressed.
 COMPRESS_THRESHOLD = 4 * 1024
@@ -209,35 +193,6 @@ class Message:
             f"Message(topic={self.topic!r}, body={len(self.body)}B, flag={self.flag}, "
             f"properties={self.properties!r})"
         )
-
-
-def compress_body(body: bytes, level: int = 5, compress_type: CompressionType = "ZLIB") -> bytes:
-    """``body`` compressed as the Java producer's compressor of ``compress_type`` writes it: a zlib
-    stream (``ZlibCompressor``, level 5 by default), an LZ4 frame (``Lz4Compressor``) or a ZSTD
-    frame (``ZstdCompressor``). The producer compresses bodies of at least
-    :data:`COMPRESS_THRESHOLD` bytes and sets :func:`compression_flag` (COMPRESSED|ZLIB: 769)."""
-    if compress_type == "ZLIB":
-        return zlib.compress(body, level)
-    if compress_type == "LZ4":
-        # a frame compressor, not lz4.frame.compress: that one shrinks the block size to the input's
-        c = lz4.frame.LZ4FrameCompressor(
-            block_size=lz4.frame.BLOCKSIZE_MAX4MB, block_linked=False, content_checksum=False
-        )
-        return bytes(c.begin() + c.compress(body) + c.flush())
-    if compress_type == "ZSTD":
-        # ZstdOutputStream's write, flush (ends a block), close (an empty last block ends the frame)
-        cobj = zstandard.ZstdCompressor(level=level, write_content_size=False).compressobj()
-        return cobj.compress(body) + cobj.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK) + cobj.flush()
-    raise ValueError(f"unsupported compression type {compress_type!r} (ZLIB, LZ4 or ZSTD)")
-
-
-def compression_flag(compress_type: CompressionType) -> int:
-    """The sys-flag bits of a body compressed with ``compress_type``: COMPRESSED plus the type in
-    bits 8-10, as ``DefaultMQProducerImpl.sendKernelImpl`` sets them."""
-    try:
-        return MessageSysFlag.COMPRESSED_FLAG | _TYPE_FLAGS[compress_type]
-    except KeyError:
-        raise ValueError(f"unsupported compression type {compress_type!r} (ZLIB, LZ4 or ZSTD)") from None
 
 
 def encode_batch_body(messages: Sequence[Message], *, trailing_separator: bool = False) -> bytes:

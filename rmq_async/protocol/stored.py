@@ -27,27 +27,43 @@ the decompression (and the UTF-8 decodes, through the outer loop), so the decode
 costs what it did.
 
 The layout itself, and the broker's side of it (the encoder, the in-place readers,
-:class:`StoredMessage`), is :mod:`.commitlog`; its public names are re-exported here.
+:class:`StoredMessage`), is :mod:`.commitlog`; the records of messages that cannot be decoded are
+:mod:`.undecodable`, body decompression :mod:`.compression`; their public names are re-exported
+here.
 
 Sans-IO: no asyncio, sockets or clocks here.
 """
 
 from __future__ import annotations
 
-import contextlib
-import struct
-import threading
-import zlib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar, overload
-
-import lz4.frame  # type: ignore[import-untyped]
-import zstandard
+from collections.abc import Mapping
+from typing import Any, Generic, TypeVar, overload
 
 from ..errors import ProtocolError
 from .codes import MessageSysFlag, Prop
-from .commitlog import _FIXED4, _HEAD, _HOST4, _HOST6, _I32_AT, _I64, _LEAD4, _TAIL, _V6_FLAGS
+from .commitlog import (
+    _BODY_LEN,
+    _BORN_IP,
+    _BORN_PORT,
+    _BORN_TS,
+    _CRC,
+    _FIXED4,
+    _FLAG,
+    _LEAD4,
+    _MAGIC,
+    _PHYS,
+    _PREPARED,
+    _QID,
+    _QOFF,
+    _RECONSUME,
+    _SIZE,
+    _STORE_IP,
+    _STORE_PORT,
+    _STORE_TS,
+    _SYSFLAG,
+    _V6_FLAGS,
+    unpack_v6,
+)
 from .commitlog import MAGIC_CODE_V1 as MAGIC_CODE_V1
 from .commitlog import MAGIC_CODE_V2 as MAGIC_CODE_V2
 from .commitlog import MIN_STORED_SIZE as MIN_STORED_SIZE
@@ -63,6 +79,7 @@ from .commitlog import stored_queue_offsets as stored_queue_offsets
 from .commitlog import stored_size as stored_size
 from .commitlog import stored_store_timestamp as stored_store_timestamp
 from .commitlog import stored_sys_flag as stored_sys_flag
+from .compression import decompress_body as decompress_body
 from .msgid import _ip_hex, _ip_text, _parse_host
 from .properties import (
     PROPERTIES_MAX,
@@ -71,6 +88,14 @@ from .properties import (
     parse_properties,
     properties_well_formed,
 )
+from .undecodable import UNDECODABLE_POLICIES as UNDECODABLE_POLICIES
+from .undecodable import BrokenBodyError as BrokenBodyError
+from .undecodable import Undecodable as Undecodable
+from .undecodable import UndecodableMessageError as UndecodableMessageError
+from .undecodable import UndecodablePolicy as UndecodablePolicy
+from .undecodable import _bad, _record
+from .undecodable import salvage_ids as salvage_ids
+from .undecodable import undecodable_at as undecodable_at
 
 __all__ = [
     "MAGIC_CODE_V1",
@@ -101,10 +126,6 @@ __all__ = [
     "undecodable_at",
 ]
 
-
-# Indexes in the fixed-part tuple a MessageExt keeps.
-_SIZE, _MAGIC, _CRC, _QID, _FLAG, _QOFF, _PHYS, _SYSFLAG, _BORN_TS = range(9)
-_BORN_IP, _BORN_PORT, _STORE_TS, _STORE_IP, _STORE_PORT, _RECONSUME, _PREPARED, _BODY_LEN = range(9, 17)
 
 _INT_FIELDS = {
     "store_size": _SIZE, "body_crc": _CRC, "queue_id": _QID, "flag": _FLAG, "queue_offset": _QOFF,
@@ -301,259 +322,6 @@ class MessageExt:
 # -- decoding a pull body ---------------------------------------------------------------------
 
 
-def _bad(pos: int, what: str, buf: bytes | None = None) -> ProtocolError:
-    message = f"stored message at offset {pos}: {what}"
-    if buf is None:
-        return ProtocolError(message)
-    return BrokenBodyError(message, _salvage(buf, pos, what), body=buf)
-
-
-class BrokenBodyError(ProtocolError):
-    """A pull body whose framing is broken (a store size, magic code or length that does not add
-    up): nothing from the failing message on can be trusted, so the whole body is refused. ``record``
-    names the failing message when its fixed part still reads as one (magic code valid), else None:
-    what a consumer needs to move it to the DLQ after the same failure repeats. ``index`` is the
-    number of messages framed soundly before it (a pull of that many gets just those), ``body`` the
-    refused bytes (for :func:`salvage_ids`), ``next_begin_offset`` the pull's answer (-1 unknown)."""
-
-    def __init__(
-        self, message: str, record: Undecodable | None, *, index: int = 0, body: bytes = b""
-    ) -> None:
-        super().__init__(message)
-        self.record = record
-        self.index = index
-        self.body = body
-        self.next_begin_offset = -1
-
-
-def _salvage(buf: bytes, pos: int, reason: str) -> Undecodable | None:
-    """The record of a message with broken framing, from whatever of it reads."""
-    if len(buf) - pos < _FIXED4.size:
-        return None
-    f = _FIXED4.unpack_from(buf, pos)
-    if f[_MAGIC] not in (MAGIC_CODE_V1, MAGIC_CODE_V2) or f[_SYSFLAG] & _V6_FLAGS:
-        return None
-    try:
-        return undecodable_at(buf, pos, reason)
-    except (IndexError, struct.error, ProtocolError):
-        return _record(f, None, None, reason, "")  # the topic and properties do not read
-
-
-def _unpack_v6(buf: bytes, pos: int, end: int) -> tuple[tuple[Any, ...], int]:
-    """The fixed part when a host is IPv6 (16-byte address): same tuple layout as ``_FIXED4``."""
-    head = _HEAD.unpack_from(buf, pos)
-    sys_flag = head[_SYSFLAG]
-    born = _HOST6 if sys_flag & MessageSysFlag.BORNHOST_V6_FLAG else _HOST4
-    store = _HOST6 if sys_flag & MessageSysFlag.STOREHOSTADDRESS_V6_FLAG else _HOST4
-    fixed = _HEAD.size + born.size + _I64.size + store.size + _TAIL.size
-    if end - pos < fixed + 3:
-        raise _bad(pos, f"store size {end - pos} is below the {fixed + 3} bytes of its fixed part")
-    p = pos + _HEAD.size
-    born_ip, born_port = born.unpack_from(buf, p)
-    p += born.size
-    (store_ts,) = _I64.unpack_from(buf, p)
-    p += _I64.size
-    store_ip, store_port = store.unpack_from(buf, p)
-    tail = _TAIL.unpack_from(buf, p + store.size)
-    return (*head, born_ip, born_port, store_ts, store_ip, store_port, *tail), fixed
-
-
-# -- compressed bodies -------------------------------------------------------------------------
-
-_ZSTD = threading.local()  # one ZstdDecompressor per thread (its context is not thread-safe; a new
-# one costs ~8 us, more than decompressing a 4 KiB body)
-
-
-def _unlz4(body: bytes) -> bytes:
-    """LZ4 frame format (lz4-java ``LZ4FrameInputStream``, which ``Lz4Compressor`` reads): one frame or
-    more back to back; anything after the last frame that is not a frame is an error."""
-    data: bytes
-    used: int
-    data, used = lz4.frame.decompress(body, return_bytes_read=True)
-    if used == len(body):
-        return data  # one frame: the producer's case
-    out = [data]
-    view = memoryview(body)[used:]
-    while view:
-        data, used = lz4.frame.decompress(view, return_bytes_read=True)
-        out.append(data)
-        view = view[used:]
-    return b"".join(out)
-
-
-def _unzstd(body: bytes) -> bytes:
-    """ZSTD standard frames (zstd-jni ``ZstdInputStream``, which ``ZstdCompressor`` reads), with or
-    without the content size (a streaming compressor leaves it out), one or more back to back."""
-    dctx = getattr(_ZSTD, "dctx", None)
-    if dctx is None:
-        dctx = _ZSTD.dctx = zstandard.ZstdDecompressor()
-    out: list[bytes] = []
-    data = body
-    while True:
-        obj = dctx.decompressobj()
-        out.append(obj.decompress(data))
-        if not obj.eof:
-            raise ValueError("the frame is truncated")
-        data = obj.unused_data
-        if not data:
-            break
-    return out[0] if len(out) == 1 else b"".join(out)
-
-
-# CompressionType.findByValue: 0 (older clients, before the type bits) and 3 are zlib, 1 LZ4, 2 ZSTD
-_DECOMPRESSORS: dict[int, tuple[str, Callable[[bytes], bytes]]] = {
-    0: ("zlib", zlib.decompress),
-    1: ("LZ4", _unlz4),
-    2: ("ZSTD", _unzstd),
-    3: ("zlib", zlib.decompress),
-}
-
-
-def decompress_body(body: bytes, sys_flag: int) -> bytes:
-    """The body of a stored message whose sys flag has COMPRESSED set, decompressed by the type in
-    its bits 8-10 (``MessageSysFlag.getCompressionType``). Raises :class:`ProtocolError` saying why
-    for an unknown type or bytes that do not decompress."""
-    kind = (sys_flag & MessageSysFlag.COMPRESSION_TYPE_COMPARATOR) >> 8
-    entry = _DECOMPRESSORS.get(kind)
-    if entry is None:
-        raise ProtocolError(f"unknown compression type {kind} (sys flag {sys_flag:#x})")
-    name, fn = entry
-    try:
-        return fn(body)
-    except (zlib.error, RuntimeError, ValueError, zstandard.ZstdError, MemoryError) as exc:
-        # lz4 raises RuntimeError, zstandard ZstdError (or our ValueError for a cut frame)
-        raise ProtocolError(f"{name} body does not decompress: {exc}") from None
-
-
-# -- messages that cannot be decoded ----------------------------------------------------------
-
-#: what a lite pull consumer (and the Spark source) does with an undecodable message
-UndecodablePolicy = Literal["fail", "skip"]
-UNDECODABLE_POLICIES: tuple[UndecodablePolicy, ...] = ("fail", "skip")
-
-
-@dataclass(frozen=True, slots=True)
-class Undecodable:
-    """A stored message that could not be decoded: its framing was sound but not its content (a body
-    that does not decompress, an unknown compression type, text that is not UTF-8), or its framing
-    was broken and a consumer named it from what still read (:func:`salvage_ids`). ``topic`` and
-    ``msg_id`` (the UNIQ_KEY) are None when unreadable; ``offset_msg_id`` (store host + commit-log
-    offset) names it when the store host reads ("" when not), and ``commit_log_offset`` is what
-    CONSUMER_SEND_MSG_BACK needs to move it (-1 when no trusted one is known)."""
-
-    topic: str | None
-    queue_id: int
-    queue_offset: int
-    commit_log_offset: int
-    store_size: int
-    sys_flag: int
-    reconsume_times: int
-    offset_msg_id: str
-    msg_id: str | None
-    reason: str
-    broker_name: str = ""
-
-    def describe(self) -> str:
-        """One line for a log or an error: topic, queue, offset, ids, reason."""
-        where = f"{self.topic or '<unreadable topic>'}@{self.broker_name or '?'}:{self.queue_id}"
-        ids = f"msg id {self.msg_id}, " if self.msg_id else ""
-        if self.offset_msg_id:
-            ids += f"offset msg id {self.offset_msg_id}, "
-        clo = self.commit_log_offset
-        ids += f"commit-log offset {clo}" if clo >= 0 else "commit-log offset unknown"
-        return f"undecodable message at {where} offset {self.queue_offset} ({ids}): {self.reason}"
-
-
-class UndecodableMessageError(ProtocolError):
-    """A message could not be decoded and the policy is ``"fail"`` (lite pull, the Spark source):
-    the error names its queue and offset; ``record`` holds the details."""
-
-    def __init__(self, record: Undecodable) -> None:
-        super().__init__(record.describe())
-        self.record = record
-
-
-def undecodable_at(body: bytes, pos: int, reason: str, *, broker_name: str = "") -> Undecodable:
-    """The record of the stored message at byte ``pos`` of a pull body whose framing was checked
-    (for a decoder of its own, such as the Spark source's): the fixed part is read again, the topic
-    and UNIQ_KEY where they are valid UTF-8."""
-    (sys_flag,) = _I32_AT.unpack_from(body, pos + 36)
-    if sys_flag & _V6_FLAGS:
-        f, fixed = _unpack_v6(body, pos, len(body))
-    else:
-        f, fixed = _FIXED4.unpack_from(body, pos), 88
-    q = pos + fixed + f[_BODY_LEN]
-    if f[_MAGIC] == MAGIC_CODE_V1:
-        p = q + 1 + body[q]
-        topic_bytes = body[q + 1 : p]
-    else:
-        p = q + 2 + ((body[q] << 8) | body[q + 1])
-        topic_bytes = body[q + 2 : p]
-    props_len = (body[p] << 8) | body[p + 1]
-    return _record(f, topic_bytes, body[p + 2 : p + 2 + props_len], reason, broker_name)
-
-
-#: TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET: the first 36 bytes of a stored
-#: message, at the same positions whatever its magic code and host kinds (``MessageDecoder``)
-_IDS = struct.Struct(">iiiiiqq")
-
-
-def salvage_ids(
-    body: bytes | bytearray | memoryview, queue_id: int, queue_offset: int, reason: str = ""
-) -> Undecodable | None:
-    """The record of the one stored message a pull body starts with, from its fixed fields alone,
-    when the decoder refused its framing (a bad magic code, sizes that do not add up): trusted only
-    if its QUEUEID and QUEUEOFFSET are the queue and offset the pull asked for, so its PHYSICALOFFSET
-    (what CONSUMER_SEND_MSG_BACK needs) is most likely sound too. None when the body is shorter than
-    those fields or they name another message (or a negative commit-log offset). Never raises."""
-    if len(body) < _IDS.size:
-        return None
-    total, _magic, _crc, qid, _flag, qoff, phys = _IDS.unpack_from(body, 0)
-    if qid != queue_id or qoff != queue_offset or phys < 0:
-        return None
-    return Undecodable(
-        topic=None,
-        queue_id=qid,
-        queue_offset=qoff,
-        commit_log_offset=phys,
-        store_size=total,
-        sys_flag=0,  # past the fields checked: not trusted
-        reconsume_times=0,
-        offset_msg_id="",
-        msg_id=None,
-        reason=reason or "its framing does not read",
-    )
-
-
-def _record(
-    f: tuple[Any, ...], topic_bytes: bytes | None, props: bytes | None, reason: str, broker: str
-) -> Undecodable:
-    topic: str | None = None
-    if topic_bytes is not None:
-        with contextlib.suppress(UnicodeDecodeError):
-            topic = topic_bytes.decode()
-    msg_id: str | None = None
-    if props is not None:
-        with contextlib.suppress(UnicodeDecodeError):
-            msg_id = lookup_property(props.decode(), Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-    offset_msg_id = (
-        f"{_ip_hex(f[_STORE_IP])}{f[_STORE_PORT] & 0xFFFFFFFF:08X}{f[_PHYS] & 0xFFFFFFFFFFFFFFFF:016X}"
-    )
-    return Undecodable(
-        topic=topic,
-        queue_id=f[_QID],
-        queue_offset=f[_QOFF],
-        commit_log_offset=f[_PHYS],
-        store_size=f[_SIZE],
-        sys_flag=f[_SYSFLAG],
-        reconsume_times=f[_RECONSUME],
-        offset_msg_id=offset_msg_id,
-        msg_id=msg_id or None,
-        reason=reason,
-        broker_name=broker,
-    )
-
-
 class PulledMessages(list[MessageExt]):
     """What :func:`decode_messages` returns: a list of messages that also knows what the decoder saw
     on its way, so the process queue need not touch every message again: ``nbytes``, the sum of the
@@ -629,7 +397,7 @@ def decode_messages(
                 fixed = 88
                 f: tuple[Any, ...] | None = None
                 if sys_flag & _V6_FLAGS:
-                    f, fixed = _unpack_v6(buf, pos, end)
+                    f, fixed = unpack_v6(buf, pos, end)
                     body_len = f[_BODY_LEN]
                 q = pos + fixed + body_len
                 if body_len < 0 or q + 3 > end:
