@@ -12,42 +12,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..client.instance import ClientInstance
-from ..config import ClientConfig
-from ..errors import BrokerError, RocketMQError
+from ..admin import set_consume_mode
+from ..errors import RocketMQError
 
-__all__ = ["add_arguments", "run", "set_consume_mode"]
-
-
-async def set_consume_mode(
-    topic: str,
-    group: str,
-    mode: str,
-    pop_share_queue_num: int = 0,
-    *,
-    namesrv_addr: str | None = None,
-    client_config: ClientConfig | None = None,
-) -> dict[str, tuple[int, str | None]]:
-    """SET_MESSAGE_REQUEST_MODE to every broker master of ``topic``: {broker address: (code, remark)}."""
-    if mode not in ("POP", "PULL"):
-        raise ValueError(f"mode must be POP or PULL, not {mode!r}")
-    cfg = client_config or ClientConfig(namesrv_addr=namesrv_addr)
-    out: dict[str, tuple[int, str | None]] = {}
-    async with ClientInstance(cfg, instance_name="rmq-async-admin") as client:
-        route = await client.update_route(topic)
-        for bd in sorted(route.broker_datas, key=lambda b: b.broker_name):
-            addr = bd.broker_addrs.get(0)
-            if addr is None:
-                continue
-            try:
-                await client.api.set_message_request_mode(
-                    addr, topic, group, mode, pop_share_queue_num, cfg.timing.request_timeout
-                )
-            except BrokerError as exc:
-                out[addr] = (exc.code, exc.remark)
-            else:
-                out[addr] = (0, None)
-    return out
+__all__ = ["add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
