@@ -22,25 +22,15 @@ from ..protocol.fastjson import java_double
 from .context import BrokerContext, HandlerTable
 from .fields import opt_bool, opt_str, req_str
 from .groups import ConsumerGroup, Subscription
-from .jcompat import java_hash_order, java_hashmap_capacity, java_hashmap_order, json_body, mq_hash, mq_json
+from .jcompat import java_hashmap_order, json_body, mq_hashmap_order, mq_json, object_key_map_json
 from .server import Connection
 
 __all__ = ["handlers"]
 
-MQKey = tuple[str, int]  # topic, queue id
 
-
-def _mq_map(ctx: BrokerContext, entries: list[tuple[MQKey, Any]]) -> str:
-    """A ``HashMap<MessageQueue, V>`` as fastjson writes it, in the map's iteration order."""
-    name = ctx.settings.name
-    ordered = java_hash_order(
-        ((mq_hash(t, name, q), (t, q, v)) for (t, q), v in entries), java_hashmap_capacity(len(entries))
-    )
-    parts = [
-        json.dumps(mq_json(t, name, q), ensure_ascii=False, separators=(",", ":")) + ":" + v
-        for t, q, v in ordered
-    ]
-    return "{" + ",".join(parts) + "}"
+def _offset_table(entries: list[tuple[dict[str, Any], dict[str, Any]]]) -> bytes:
+    """``{"offsetTable":{{mq}:{...},...}}`` as fastjson writes a ``HashMap<MessageQueue, V>``."""
+    return ('{"offsetTable":' + object_key_map_json(mq_hashmap_order(entries)) + "}").encode()
 
 
 def _subscription_json(s: Subscription) -> dict[str, Any]:
@@ -103,7 +93,7 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
         tc = state.topics.get(topic)
         if tc is None:
             return ctx.respond(cmd, ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
-        entries: list[tuple[MQKey, Any]] = []
+        entries: list[tuple[dict[str, Any], dict[str, Any]]] = []
         for q in range(tc.write):
             high = max(store.max_offset(topic, q), 0)
             last = store.store_time(topic, q, high - 1) if high > 0 else 0
@@ -112,15 +102,16 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
                 "maxOffset": high,
                 "minOffset": store.min_offset(topic, q),
             }
-            entries.append(((topic, q), json.dumps(value, separators=(",", ":"))))
-        return ctx.respond(cmd, 0, None, None, ('{"offsetTable":' + _mq_map(ctx, entries) + "}").encode())
+            entries.append((mq_json(topic, ctx.settings.name, q), value))
+        return ctx.respond(cmd, 0, None, None, _offset_table(entries))
 
     def consume_stats(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         group = req_str(cmd, "consumerGroup")
         asked = opt_str(cmd, "topic")
-        topics = [asked] if asked else sorted({t for t, g in state.offsets if g == group})
+        # whichTopicByConsumer: a HashSet, iterated in its order (the table's insertion order)
+        topics = [asked] if asked else java_hashmap_order({t for t, g in state.offsets if g == group})
         online = ctx.consumers.get(group)
-        entries: list[tuple[MQKey, Any]] = []
+        entries: list[tuple[dict[str, Any], dict[str, Any]]] = []
         for topic in topics:
             tc = state.topics.get(topic)
             if tc is None or (online is not None and online.subs and topic not in online.subs):
@@ -130,9 +121,9 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
                 consumer = max(state.query_offset(group, topic, q), 0)
                 last = store.store_time(topic, q, consumer - 1) if consumer > 0 else 0
                 value = {"brokerOffset": high, "consumerOffset": consumer, "lastTimestamp": max(last, 0)}
-                entries.append(((topic, q), json.dumps(value, separators=(",", ":"))))
-        body = '{"consumeTps":' + java_double(0.0) + ',"offsetTable":' + _mq_map(ctx, entries) + "}"
-        return ctx.respond(cmd, 0, None, None, body.encode())
+                entries.append((mq_json(topic, ctx.settings.name, q), value))
+        body = b'{"consumeTps":' + java_double(0.0).encode() + b"," + _offset_table(entries)[1:]
+        return ctx.respond(cmd, 0, None, None, body)
 
     def delete_topic(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         topic = req_str(cmd, "topic")

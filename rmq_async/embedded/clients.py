@@ -16,11 +16,12 @@ from typing import Any
 from ..errors import RequestTimeout, RocketMQError
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
+from .admin import NOT_SET
 from .context import BrokerContext, HandlerTable
 from .fields import opt_int, opt_str, req_int, req_str
 from .filters import compile_error, is_tag_type
 from .groups import ClientChannel, Subscription, mq_keys, mq_list_json
-from .jcompat import json_body, mq_json, object_key_map_json
+from .jcompat import json_body, mq_hashmap_order, mq_json, object_key_map_json
 from .server import Connection, HeaderError
 from .state import RETRY_PREFIX
 
@@ -199,7 +200,7 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
             table.append(
                 (mq_json(topic, ctx.settings.name, q), target if force or target < current else current)
             )
-        body = ('{"offsetTable":' + object_key_map_json(table) + "}").encode()
+        body = ('{"offsetTable":' + object_key_map_json(mq_hashmap_order(table)) + "}").encode()
         g = ctx.consumers.get(group)
         if g is None or not g.channels:
             return ctx.respond(
@@ -214,7 +215,7 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
                     cmd, ResponseCode.SYSTEM_ERROR, "the client does not support this feature."
                 )
         tell_members(g.channels.values(), topic, group, timestamp, body)
-        return ctx.respond(cmd, 0, None, None, body)
+        return ctx.respond(cmd, 0, NOT_SET, None, body)
 
     def tell_members(
         channels: Iterable[ClientChannel], topic: str, group: str, timestamp: int, body: bytes
