@@ -189,11 +189,11 @@ async def test_the_broker_answers_mqadmin_as_the_captured_one() -> None:
                     continue  # a commit-log offset of the capture's broker: the generic replay maps those
                 if req.peer == "namesrv":
                     c = ns
+                elif req.conn in conns:
+                    c = conns[req.conn]
                 else:
-                    c = conns.get(req.conn)
-                    if c is None:
-                        c = conns[req.conn] = RawClient(broker.addr)
-                        await c.__aenter__()
+                    c = conns[req.conn] = RawClient(broker.addr)
+                    await c.__aenter__()
                 got = await call(c, _to_cmd(req))
                 assert got is not None, req
                 if req.code in _VARIABLE:
