@@ -21,7 +21,7 @@ import anyio
 from ..client.admin_api import MQAdminAPI
 from ..client.instance import ClientInstance
 from ..config import ClientConfig
-from ..errors import BrokerError, ClientError, ConfigError, RocketMQError, TopicNotExist
+from ..errors import BrokerError, ClientError, ConfigError, MQClientError, RocketMQError, TopicNotExist
 from ..protocol.bodies import (
     ConsumeMessageDirectlyResult,
     ConsumerRunningInfo,
@@ -296,7 +296,7 @@ class Admin:
                 last = exc
         if last is not None:
             raise last
-        raise TopicNotExist(17, f"no broker serves {RETRY_PREFIX + wire}")
+        raise MQClientError(f"no broker serves {RETRY_PREFIX + wire}")
 
     # -- offsets ----------------------------------------------------------------------------------
 

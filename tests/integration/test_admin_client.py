@@ -273,3 +273,24 @@ async def test_a_handler_that_fails_is_reported_by_consume_directly(
         (client,) = (await admin.connections(group)).clients
         result = await admin.consume_directly(group, client.client_id, sent[0].offset_msg_id)
         assert result.consume_result == "CR_LATER"
+
+
+async def test_explicit_offsets_move_a_running_group_on_a_5x_broker(
+    names: tuple[str, str], timing: Timing
+) -> None:
+    """5.x: a sync 15, then the queue-level 222 (``resetOffsetByQueueId``), which moves the members."""
+    topic, group = names
+    async with EmbeddedCluster(timing=timing, flavour=5, queues=2) as cluster:
+        await cluster.create_topic(topic, 2)
+        await produce(cluster.namesrv_addr, topic, 6)
+        col = Collector()
+        broker = cluster.brokers[0]
+        async with _admin(cluster, timing) as admin, consumer(cluster, group, topic, col, timing):
+            await col.wait_unique(6)
+            await _committed(admin, group, topic, 6)
+            mq = MessageQueue(topic, broker.name, 0)
+            assert await admin.reset_offset(group, topic, offsets={mq: 0}) == {mq: 0}
+            on_q0 = sorted(k for k in col.seen if any(m.keys == k and m.queue_id == 0 for m in col.msgs))
+            await col.wait_until(lambda: all(col.seen[k] == 2 for k in on_q0))
+            assert on_q0
+            assert all(col.seen[k] == 1 for k in col.seen if k not in on_q0)  # queue 1 stayed where it was
