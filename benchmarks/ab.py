@@ -81,7 +81,7 @@ def run(tree: str, scenario: str, args: argparse.Namespace, namesrv: str, topic:
     env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve())}
     group = f"ab_pop_{os.getpid()}_{time.monotonic_ns() % 10**9}"
     if scenario == "pop":  # a fresh group, popped: switched to POP before its consumer starts
-        from rmq_async.cli.admin import set_consume_mode
+        from rmq_async.admin import set_consume_mode
 
         asyncio.run(set_consume_mode(topic, group, "POP", namesrv_addr=namesrv))
     cmd = [sys.executable, "-c", _CHILD, scenario, args.loop, namesrv, topic, str(args.messages), group]

@@ -34,7 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rmq_async.cli.admin import set_consume_mode  # noqa: E402
+from rmq_async.admin import set_consume_mode  # noqa: E402
 from rmq_async.config import ClientConfig, ProducerConfig, Timing  # noqa: E402
 from rmq_async.consumer.push import PushConsumer  # noqa: E402
 from rmq_async.embedded.cluster import EmbeddedCluster  # noqa: E402

@@ -329,7 +329,7 @@ class Soak:
             await proc.wait()
 
     async def setup_topics(self) -> None:
-        from ..cli.admin import set_consume_mode
+        from ..admin import set_consume_mode
 
         for kind in KINDS:
             await create_topic(

@@ -22,7 +22,10 @@ from .query import query_message_handler
 from .server import Connection, Reply
 from .state import TopicConfig
 
-__all__ = ["handlers"]
+__all__ = ["NOT_SET", "handlers"]
+
+#: the remark of a Java response whose handler set only the code (``createResponseCommand(null)``)
+NOT_SET = "not set any response code"
 
 _TOPIC_OK = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
@@ -133,7 +136,7 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
             ctx.register_soon()
             del exc
         if not cmd.is_oneway:
-            conn.send(ctx.respond(cmd, 0))
+            conn.send(ctx.respond(cmd, 0, NOT_SET))
 
     return {
         RequestCode.QUERY_CONSUMER_OFFSET: query_offset,

@@ -28,7 +28,7 @@ from ..config import Timing, parse_delay_levels
 from ..errors import ClientError
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
-from . import admin, clients, delay, pop, pull, send
+from . import admin, admin_ops, clients, delay, pop, pull, send
 from .acl import AclChecker, AclConfig, Handle, guard
 from .context import BrokerContext, BrokerSettings, HandlerTable, Wakeup, open_store
 from .groups import ConsumerManager, LockManager, ProducerManager
@@ -52,6 +52,7 @@ _TABLES: tuple[Callable[[BrokerContext], HandlerTable], ...] = (
     delay.handlers,
     clients.handlers,
     admin.handlers,
+    admin_ops.handlers,
     pop.handlers,
 )
 

@@ -10,16 +10,18 @@ need the member's answer, so they are answered from a task in the broker's task 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from ..errors import RequestTimeout, RocketMQError
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
+from .admin import NOT_SET
 from .context import BrokerContext, HandlerTable
-from .fields import opt_str, req_int, req_str
+from .fields import opt_int, opt_str, req_int, req_str
 from .filters import compile_error, is_tag_type
 from .groups import ClientChannel, Subscription, mq_keys, mq_list_json
-from .jcompat import json_body, mq_json, object_key_map_json
+from .jcompat import json_body, mq_hashmap_order, mq_json, object_key_map_json
 from .server import Connection, HeaderError
 from .state import RETRY_PREFIX
 
@@ -176,6 +178,9 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
         timestamp = req_int(cmd, "timestamp")
         force = (opt_str(cmd, "isForce") or "false").lower() == "true"
         tc = ctx.state.topics.get(topic)
+        queue_id = opt_int(cmd, "queueId")
+        if ctx.settings.flavour == 5 and queue_id is not None and queue_id >= 0:
+            return reset_queue(cmd, topic, group, queue_id, timestamp)
         if tc is None:
             return ctx.respond(
                 cmd,
@@ -195,7 +200,7 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
             table.append(
                 (mq_json(topic, ctx.settings.name, q), target if force or target < current else current)
             )
-        body = ('{"offsetTable":' + object_key_map_json(table) + "}").encode()
+        body = ('{"offsetTable":' + object_key_map_json(mq_hashmap_order(table)) + "}").encode()
         g = ctx.consumers.get(group)
         if g is None or not g.channels:
             return ctx.respond(
@@ -209,6 +214,14 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
                 return ctx.respond(
                     cmd, ResponseCode.SYSTEM_ERROR, "the client does not support this feature."
                 )
+        tell_members(g.channels.values(), topic, group, timestamp, body)
+        return ctx.respond(cmd, 0, NOT_SET, None, body)
+
+    def tell_members(
+        channels: Iterable[ClientChannel], topic: str, group: str, timestamp: int, body: bytes
+    ) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET (220), oneway, to each member."""
+        for ch in channels:
             ch.conn.oneway(
                 RemotingCommand.request(
                     RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
@@ -218,6 +231,40 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
                     version=ctx.settings.version,
                 )
             )
+
+    def reset_queue(
+        cmd: RemotingCommand, topic: str, group: str, queue_id: int, timestamp: int
+    ) -> RemotingCommand:
+        """5.x ``resetOffsetInner`` for one queue (``queueId`` >= 0): ``offset`` (in the queue's range)
+        or the offset at ``timestamp`` becomes the group's committed offset. The 5.x broker then
+        answers the members' pulls from it; this one tells the online members with a 220 of that
+        queue, which moves them the same way."""
+        if topic not in ctx.state.topics:
+            return ctx.respond(cmd, ResponseCode.TOPIC_NOT_EXIST, f"Topic {topic} does not exist")
+        if group not in ctx.state.groups:
+            return ctx.respond(
+                cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"Group {group} does not exist"
+            )
+        offset = opt_int(cmd, "offset")
+        low, high = ctx.store.min_offset(topic, queue_id), ctx.store.max_offset(topic, queue_id)
+        if offset is not None and offset != -1:
+            if offset < low or offset > high + 1:
+                return ctx.respond(
+                    cmd,
+                    ResponseCode.SYSTEM_ERROR,
+                    f"Target offset {offset} not in consume queue range [{low}-{high}]",
+                )
+        else:
+            offset = high if timestamp < 0 else ctx.store.offset_by_time(topic, queue_id, timestamp)
+        ctx.state.commit_offset(group, topic, queue_id, offset)
+        body = (
+            '{"offsetTable":'
+            + object_key_map_json([(mq_json(topic, ctx.settings.name, queue_id), offset)])
+            + "}"
+        ).encode()
+        g = ctx.consumers.get(group)
+        if g is not None:
+            tell_members(g.channels.values(), topic, group, timestamp, body)
         return ctx.respond(cmd, 0, None, None, body)
 
     def consumer_status(conn: Connection, cmd: RemotingCommand) -> None:

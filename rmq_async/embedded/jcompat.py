@@ -30,6 +30,7 @@ __all__ = [
     "java_sized_capacity",
     "json_body",
     "mq_hash",
+    "mq_hashmap_order",
     "mq_json",
     "object_key_map_json",
     "perm_to_string",
@@ -189,6 +190,14 @@ def json_body(obj: Any) -> bytes:
 def mq_json(topic: str, broker_name: str, queue_id: int) -> dict[str, Any]:
     """A MessageQueue bean as fastjson writes it."""
     return {"brokerName": broker_name, "queueId": queue_id, "topic": topic}
+
+
+def mq_hashmap_order(entries: Iterable[tuple[dict[str, Any], T]]) -> list[tuple[dict[str, Any], T]]:
+    """Entries keyed by MessageQueue beans (:func:`mq_json`) in the iteration order of a ``HashMap``
+    that holds them (``ResetOffsetBody``, ``TopicStatsTable``, ``ConsumeStats``)."""
+    items = list(entries)
+    hashed = ((mq_hash(k["topic"], k["brokerName"], k["queueId"]), (k, v)) for k, v in items)
+    return java_hash_order(hashed, java_hashmap_capacity(len(items)))
 
 
 def object_key_map_json(entries: Iterable[tuple[dict[str, Any], Any]]) -> str:

@@ -24,8 +24,8 @@ import anyio
 from ..config import Timing
 from ..protocol.codes import MQ_VERSION_V4_9_8, MQ_VERSION_V5_3_3, RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
-from .fields import opt_bool, opt_int, req_int, req_str
-from .jcompat import faq_suffix
+from .fields import opt_bool, opt_int, opt_str, req_int, req_str
+from .jcompat import faq_suffix, java_hashmap_order
 from .server import Connection, Server
 from .tls import ServerTLS
 
@@ -59,27 +59,30 @@ class _Live:
     conn: Connection | None
 
 
+def _broker_json(bd: _BrokerData, *, standard: bool, flavour: int) -> str:
+    """One BrokerData bean: ``brokerAddrs`` with quoted keys (standard JSON) or fastjson's bare ints."""
+    if standard:
+        addrs = "{" + ",".join(f'"{k}":{json.dumps(v)}' for k, v in sorted(bd.addrs.items())) + "}"
+    else:
+        addrs = (
+            "{"
+            + ",".join(f"{k}:{json.dumps(v, ensure_ascii=False)}" for k, v in sorted(bd.addrs.items()))
+            + "}"
+        )
+    item = (
+        f'{{"brokerAddrs":{addrs},"brokerName":{json.dumps(bd.name, ensure_ascii=standard)},'
+        f'"cluster":{json.dumps(bd.cluster, ensure_ascii=standard)}'
+    )
+    if flavour == 5:
+        item += ',"enableActingMaster":false'
+    return item + "}"
+
+
 def route_body(
     brokers: list[_BrokerData], queues: list[tuple[str, _QueueData]], *, standard: bool, flavour: int
 ) -> bytes:
     """TopicRouteData as the name server writes it."""
-    bds = []
-    for bd in brokers:
-        if standard:
-            addrs = "{" + ",".join(f'"{k}":{json.dumps(v)}' for k, v in sorted(bd.addrs.items())) + "}"
-        else:
-            addrs = (
-                "{"
-                + ",".join(f"{k}:{json.dumps(v, ensure_ascii=False)}" for k, v in sorted(bd.addrs.items()))
-                + "}"
-            )
-        item = (
-            f'{{"brokerAddrs":{addrs},"brokerName":{json.dumps(bd.name, ensure_ascii=standard)},'
-            f'"cluster":{json.dumps(bd.cluster, ensure_ascii=standard)}'
-        )
-        if flavour == 5:
-            item += ',"enableActingMaster":false'
-        bds.append(item + "}")
+    bds = [_broker_json(bd, standard=standard, flavour=flavour) for bd in brokers]
     qds = [
         f'{{"brokerName":{json.dumps(name, ensure_ascii=standard)},"perm":{q.perm},"readQueueNums":{q.read},'
         f'"topicSysFlag":{q.sys_flag},"writeQueueNums":{q.write}}}'
@@ -204,12 +207,31 @@ class NameServer:
             return cmd.make_response(ResponseCode.SUCCESS, None, None, version=self.version)
         if code == RequestCode.GET_BROKER_CLUSTER_INFO:
             return self._cluster_info(cmd)
+        if code == RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER:
+            # a Java HashSet of the topic table's names, strict JSON (no extFields)
+            body = json.dumps({"topicList": java_hashmap_order(self.topics)}, separators=(",", ":"))
+            return cmd.make_response(ResponseCode.SUCCESS, None, None, body.encode(), version=self.version)
+        if code == RequestCode.DELETE_TOPIC_IN_NAMESRV:
+            self._delete_topic(req_str(cmd, "topic"), opt_str(cmd, "clusterName"))
+            return cmd.make_response(ResponseCode.SUCCESS, None, None, version=self.version)
         return cmd.make_response(
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
             f" request type {code} not supported",
             None,
             version=self.version,
         )
+
+    def _delete_topic(self, topic: str, cluster: str | None) -> None:
+        """``RouteInfoManager.deleteTopic``: the topic's queues on the cluster's brokers (every broker
+        without a cluster name) go; the topic goes with the last of them."""
+        qmap = self.topics.get(topic)
+        if qmap is None:
+            return
+        names = self.clusters.get(cluster, set()) if cluster else set(qmap)
+        for name in names:
+            qmap.pop(name, None)
+        if not qmap:
+            del self.topics[topic]
 
     def _register(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         crc = opt_int(cmd, "bodyCrc32", 0) or 0
@@ -257,16 +279,18 @@ class NameServer:
         return cmd.make_response(ResponseCode.SUCCESS, None, None, body, version=self.version)
 
     def _cluster_info(self, cmd: RemotingCommand) -> RemotingCommand:
-        broker_table = {
-            name: {
-                "brokerAddrs": {str(k): v for k, v in bd.addrs.items()},
-                "brokerName": name,
-                "cluster": bd.cluster,
-            }
-            for name, bd in sorted(self.brokers.items())
-        }
-        clusters = {c: sorted(n) for c, n in self.clusters.items()}
-        body = json.dumps(
-            {"brokerAddrTable": broker_table, "clusterAddrTable": clusters}, separators=(",", ":")
+        """ClusterInfo as fastjson writes it for every client (``brokerAddrs`` with bare int keys, not
+        strict JSON; the two tables are HashMaps, in their iteration order)."""
+        brokers = ",".join(
+            json.dumps(name, ensure_ascii=False)
+            + ":"
+            + _broker_json(self.brokers[name], standard=False, flavour=self.flavour)
+            for name in java_hashmap_order(self.brokers)
         )
+        clusters = json.dumps(
+            {c: java_hashmap_order(self.clusters[c]) for c in java_hashmap_order(self.clusters)},
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+        body = '{"brokerAddrTable":{' + brokers + '},"clusterAddrTable":' + clusters + "}"
         return cmd.make_response(ResponseCode.SUCCESS, None, None, body.encode(), version=self.version)

@@ -113,6 +113,9 @@ class BrokerState:
         self.version_ts = int(time.time() * 1000)
         self.offsets: dict[tuple[str, str], dict[int, int]] = {}  # (topic, group) -> queue -> offset
         self.groups: set[str] = set()
+        #: SubscriptionGroupConfig beans set by UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200); a group made
+        #: by a heartbeat has Java's defaults
+        self.group_configs: dict[str, dict[str, Any]] = {}
         self.dirty = False
         # TopicConfigManager's built-in topics
         self.topics["SELF_TEST_TOPIC"] = TopicConfig("SELF_TEST_TOPIC", 1, 1)
@@ -167,6 +170,27 @@ class BrokerState:
             self.groups.add(group)
             self.dirty = True
 
+    def put_group_config(self, config: dict[str, Any]) -> None:
+        """``updateSubscriptionGroupConfig``: the group exists with this config."""
+        name = str(config["groupName"])
+        self.groups.add(name)
+        self.group_configs[name] = dict(config)
+        self.dirty = True
+
+    def delete_group(self, group: str, *, remove_offset: bool) -> None:
+        """``deleteSubscriptionGroupConfig`` (and ``removeOffset`` of the group's offsets)."""
+        self.groups.discard(group)
+        self.group_configs.pop(group, None)
+        if remove_offset:
+            for key in [k for k in self.offsets if k[1] == group]:
+                del self.offsets[key]
+        self.dirty = True
+
+    def delete_topic(self, topic: str) -> None:
+        """``deleteTopicConfig``: gone from the table (its offsets stay, as 4.9.8 keeps them)."""
+        if self.topics.pop(topic, None) is not None:
+            self.next_version()
+
     # -- persistence --------------------------------------------------------------------------
 
     def _load(self) -> None:
@@ -187,7 +211,10 @@ class BrokerState:
                 self.offsets[(topic, group)] = {int(q): int(o) for q, o in table.items()}
         groups = load_json(cfg / "subscriptionGroup.json")
         if groups:
-            self.groups.update(str(g) for g in (groups.get("subscriptionGroupTable") or {}))
+            for name, config in (groups.get("subscriptionGroupTable") or {}).items():
+                self.groups.add(str(name))
+                if isinstance(config, dict) and len(config) > 3:  # more than the defaults written below
+                    self.group_configs[str(name)] = config
 
     def persist(self, force: bool = False) -> None:
         """Write the JSON files if anything changed (or ``force``)."""
@@ -208,7 +235,8 @@ class BrokerState:
             cfg / "subscriptionGroup.json",
             {
                 "subscriptionGroupTable": {
-                    g: {"groupName": g, "retryQueueNums": 1, "retryMaxTimes": 16} for g in sorted(self.groups)
+                    g: self.group_configs.get(g) or {"groupName": g, "retryQueueNums": 1, "retryMaxTimes": 16}
+                    for g in sorted(self.groups)
                 }
             },
         )

@@ -412,6 +412,19 @@ class MessageStore:
         seg, pos = divmod(phys, SEGMENT_SIZE)
         return stored_store_timestamp(self.views[seg], pos)
 
+    def store_time(self, topic: str, queue_id: int, offset: int) -> int:
+        """``getMessageStoreTimeStamp``: the store time of the message at a queue offset, -1 if none."""
+        cq = self.cqs.get((topic, queue_id))
+        if cq is None or not cq.head <= offset < len(cq.offsets):
+            return -1
+        return self.store_ts_at(cq.offsets[offset])
+
+    def drop_topic(self, topic: str) -> None:
+        """``cleanUnusedTopic`` of a deleted topic: its consume queues go (the commit log keeps the
+        bytes, as the real one does until its files expire)."""
+        for key in [k for k in self.cqs if k[0] == topic]:
+            del self.cqs[key]
+
     def earliest_time(self, topic: str, queue_id: int) -> int:
         cq = self.cqs.get((topic, queue_id))
         if cq is None or cq.head >= len(cq.offsets):

@@ -19,28 +19,40 @@ from .acl import signature as signature
 from .acl import verify as verify
 from .bodies import BrokerData as BrokerData
 from .bodies import CheckClientRequestBody as CheckClientRequestBody
+from .bodies import ClusterInfo as ClusterInfo
+from .bodies import ConnectionBody as ConnectionBody
 from .bodies import ConsumeMessageDirectlyResult as ConsumeMessageDirectlyResult
+from .bodies import ConsumerConnection as ConsumerConnection
 from .bodies import ConsumerData as ConsumerData
 from .bodies import ConsumerRunningInfo as ConsumerRunningInfo
+from .bodies import ConsumeStats as ConsumeStats
 from .bodies import ConsumeStatus as ConsumeStatus
 from .bodies import DataVersion as DataVersion
 from .bodies import GetConsumerListByGroupResponseBody as GetConsumerListByGroupResponseBody
 from .bodies import GetConsumerStatusBody as GetConsumerStatusBody
+from .bodies import GroupList as GroupList
 from .bodies import HeartbeatData as HeartbeatData
 from .bodies import JsonBody as JsonBody
+from .bodies import KVTable as KVTable
 from .bodies import LockBatchRequestBody as LockBatchRequestBody
 from .bodies import LockBatchResponseBody as LockBatchResponseBody
+from .bodies import OffsetWrapper as OffsetWrapper
 from .bodies import ProcessQueueInfo as ProcessQueueInfo
 from .bodies import ProducerData as ProducerData
 from .bodies import QueueData as QueueData
 from .bodies import RegisterBrokerBody as RegisterBrokerBody
 from .bodies import ResetOffsetBody as ResetOffsetBody
 from .bodies import SubscriptionData as SubscriptionData
+from .bodies import SubscriptionGroupConfig as SubscriptionGroupConfig
 from .bodies import TopicConfig as TopicConfig
 from .bodies import TopicConfigSerializeWrapper as TopicConfigSerializeWrapper
+from .bodies import TopicList as TopicList
+from .bodies import TopicOffset as TopicOffset
 from .bodies import TopicRouteData as TopicRouteData
+from .bodies import TopicStatsTable as TopicStatsTable
 from .bodies import UnlockBatchRequestBody as UnlockBatchRequestBody
 from .codes import MQ_VERSION_V4_9_8 as MQ_VERSION_V4_9_8
+from .codes import MQ_VERSION_V5_0_0 as MQ_VERSION_V5_0_0
 from .codes import MQ_VERSION_V5_3_3 as MQ_VERSION_V5_3_3
 from .codes import LanguageCode as LanguageCode
 from .codes import MessageSysFlag as MessageSysFlag
@@ -165,6 +177,7 @@ __all__ = [
     "MAGIC_CODE_V2",
     "MAX_MESSAGE_SIZE",
     "MQ_VERSION_V4_9_8",
+    "MQ_VERSION_V5_0_0",
     "MQ_VERSION_V5_3_3",
     "NAME_ONLY_STRATEGIES",
     "NAME_VALUE_SEPARATOR",
@@ -185,10 +198,14 @@ __all__ = [
     "BrokenBodyError",
     "BrokerData",
     "CheckClientRequestBody",
+    "ClusterInfo",
     "CompressionType",
+    "ConnectionBody",
     "ConsumeMessageDirectlyResult",
     "ConsumeMessageDirectlyResultRequestHeader",
+    "ConsumeStats",
     "ConsumeStatus",
+    "ConsumerConnection",
     "ConsumerData",
     "ConsumerRunningInfo",
     "ConsumerSendMsgBackRequestHeader",
@@ -209,9 +226,11 @@ __all__ = [
     "GetMinOffsetRequestHeader",
     "GetMinOffsetResponseHeader",
     "GetRouteInfoRequestHeader",
+    "GroupList",
     "Header",
     "HeartbeatData",
     "JsonBody",
+    "KVTable",
     "LanguageCode",
     "LockBatchRequestBody",
     "LockBatchResponseBody",
@@ -220,6 +239,7 @@ __all__ = [
     "MessageQueue",
     "MessageSysFlag",
     "NotifyConsumerIdsChangedRequestHeader",
+    "OffsetWrapper",
     "Perm",
     "ProcessQueueInfo",
     "ProducerData",
@@ -252,9 +272,13 @@ __all__ = [
     "SendMessageResponseHeader",
     "SerializeType",
     "SubscriptionData",
+    "SubscriptionGroupConfig",
     "TopicConfig",
     "TopicConfigSerializeWrapper",
+    "TopicList",
+    "TopicOffset",
     "TopicRouteData",
+    "TopicStatsTable",
     "Undecodable",
     "UndecodableMessageError",
     "UndecodablePolicy",

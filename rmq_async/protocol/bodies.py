@@ -37,26 +37,37 @@ from .mq import MessageQueue
 __all__ = [
     "BrokerData",
     "CheckClientRequestBody",
+    "ClusterInfo",
+    "ConnectionBody",
     "ConsumeMessageDirectlyResult",
+    "ConsumeStats",
     "ConsumeStatus",
+    "ConsumerConnection",
     "ConsumerData",
     "ConsumerRunningInfo",
     "DataVersion",
     "GetConsumerListByGroupResponseBody",
     "GetConsumerStatusBody",
+    "GroupList",
     "HeartbeatData",
     "JsonBody",
+    "KVTable",
     "LockBatchRequestBody",
     "LockBatchResponseBody",
+    "OffsetWrapper",
     "ProcessQueueInfo",
     "ProducerData",
     "QueueData",
     "RegisterBrokerBody",
     "ResetOffsetBody",
     "SubscriptionData",
+    "SubscriptionGroupConfig",
     "TopicConfig",
     "TopicConfigSerializeWrapper",
+    "TopicList",
+    "TopicOffset",
     "TopicRouteData",
+    "TopicStatsTable",
     "UnlockBatchRequestBody",
 ]
 
@@ -392,6 +403,100 @@ class ConsumerRunningInfo(JsonBody):
 
 def _mq_java_key(mq: MessageQueue) -> tuple[bytes, bytes, int]:
     return (_java_str_key(mq.topic), _java_str_key(mq.broker_name), mq.queue_id)
+
+
+# -- admin (mqadmin, ``DefaultMQAdminExt``) -------------------------------------------------------------
+
+
+class ClusterInfo(JsonBody):
+    """GET_BROKER_CLUSTER_INFO (106) answer: brokers by name, broker names by cluster."""
+
+    broker_addr_table: dict[str, BrokerData] = Field(default_factory=dict)
+    cluster_addr_table: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class KVTable(JsonBody):
+    """GET_BROKER_RUNTIME_INFO (28) answer: the broker's runtime figures, every value a string."""
+
+    table: dict[str, str] = Field(default_factory=dict)
+
+
+class TopicList(JsonBody):
+    """GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206) answer."""
+
+    topic_list: list[str] = Field(default_factory=list)
+    broker_addr: str | None = None
+
+
+class GroupList(JsonBody):
+    """QUERY_TOPIC_CONSUME_BY_WHO (300) answer: the groups with offsets on the topic."""
+
+    group_list: list[str] = Field(default_factory=list)
+
+
+class TopicOffset(JsonBody):
+    """One queue of GET_TOPIC_STATS_INFO (202)."""
+
+    min_offset: int = 0
+    max_offset: int = 0
+    last_update_timestamp: int = 0
+
+
+class TopicStatsTable(JsonBody):
+    """GET_TOPIC_STATS_INFO (202) answer (object keys: not strict JSON)."""
+
+    offset_table: Annotated[dict[MQ, TopicOffset], BeforeValidator(_to_mq_map)] = Field(default_factory=dict)
+
+
+class OffsetWrapper(JsonBody):
+    """One queue of GET_CONSUME_STATS (208); ``pull_offset`` is the 5.x addition."""
+
+    broker_offset: int = 0
+    consumer_offset: int = 0
+    pull_offset: int | None = None
+    last_timestamp: int = 0
+
+
+class ConsumeStats(JsonBody):
+    """GET_CONSUME_STATS (208) answer (object keys: not strict JSON)."""
+
+    consume_tps: float = 0.0
+    offset_table: Annotated[dict[MQ, OffsetWrapper], BeforeValidator(_to_mq_map)] = Field(
+        default_factory=dict
+    )
+
+
+class ConnectionBody(JsonBody):
+    """One member of GET_CONSUMER_CONNECTION_LIST (203) (``protocol/body/Connection.java``)."""
+
+    client_id: str
+    client_addr: str
+    language: str
+    version: int
+
+
+class ConsumerConnection(JsonBody):
+    """GET_CONSUMER_CONNECTION_LIST (203) answer (strict JSON)."""
+
+    connection_set: list[ConnectionBody] = Field(default_factory=list)
+    subscription_table: dict[str, SubscriptionData] = Field(default_factory=dict)
+    consume_type: str | None = None
+    message_model: str | None = None
+    consume_from_where: str | None = None
+
+
+class SubscriptionGroupConfig(JsonBody):
+    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200) body, the 4.9.8 bean and its defaults."""
+
+    group_name: str
+    consume_enable: bool = True
+    consume_from_min_enable: bool = False
+    consume_broadcast_enable: bool = False
+    retry_queue_nums: int = 1
+    retry_max_times: int = 16
+    broker_id: int = 0
+    which_broker_when_consume_slowly: int = 1
+    notify_consumer_ids_changed_enable: bool = True
 
 
 # -- broker registration (embedded name server) --------------------------------------------------------

@@ -2,7 +2,7 @@
 
 The recording proxy of ``test_client_conformance`` sits between a ``PushConsumer(client_rebalance=
 False)`` and a 5.x embedded cluster whose group was switched to POP (SET_MESSAGE_REQUEST_MODE, sent
-by ``rmq_async.cli.admin``, through the proxy too). The handler fails one message once, so the
+by ``rmq_async.admin``, through the proxy too). The handler fails one message once, so the
 scenario sends QUERY_ASSIGNMENT (400), POP_MESSAGE (200050), ACK_MESSAGE (200051) and
 CHANGE_MESSAGE_INVISIBLETIME (200053). Each request is compared with the Java client's in
 ``tests/fixtures/pop``: kind (request/oneway), serialize type, ``extFields`` present or absent, the key
@@ -24,7 +24,7 @@ import pytest
 from support.wire import Frame
 
 from rmq_async import ConsumeResult, Message, Producer, PushConsumer
-from rmq_async.cli.admin import set_consume_mode
+from rmq_async.admin import set_consume_mode
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.codes import SerializeType
 from rmq_async.protocol.command import FLAG_ONEWAY

@@ -17,7 +17,7 @@ import pytest
 from support.integration import consumer, until
 
 from rmq_async import ConsumeContext, ConsumeResult, Message, MessageExt, Producer, Timing
-from rmq_async.cli.admin import set_consume_mode
+from rmq_async.admin import set_consume_mode
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.protocol.codes import RequestCode
 

@@ -12,7 +12,7 @@ import pytest
 from support.integration import Collector, consumer, produce, until
 
 from rmq_async import ConsumeContext, ConsumeResult, MessageExt, PushConsumer, Timing
-from rmq_async.cli.admin import set_consume_mode
+from rmq_async.admin import set_consume_mode
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.embedded.pop import pop_state
 from rmq_async.internals import internals

@@ -35,7 +35,7 @@ from rmq_async import (
     SendResult,
     Timing,
 )
-from rmq_async.cli.admin import set_consume_mode
+from rmq_async.admin import set_consume_mode
 from rmq_async.client.instance import ClientInstance
 from rmq_async.config import OtelConfig, TraceConfig
 from rmq_async.embedded import EmbeddedCluster

@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 
 from rmq_async import Timing
-from rmq_async.cli.admin import set_consume_mode
+from rmq_async.admin import set_consume_mode
 from rmq_async.consumer.push import PushConsumer
 from rmq_async.consumer.types import ConsumeContext, ConsumeResult
 from rmq_async.embedded import EmbeddedCluster

@@ -21,7 +21,7 @@ from pathlib import Path
 import anyio
 
 from rmq_async import Timing
-from rmq_async.cli.admin import set_consume_mode
+from rmq_async.admin import set_consume_mode
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.embedded.pop import pop_state
 
