@@ -219,7 +219,11 @@ class LitePullConsumer:
         self._ran = True
         self._closed = False
         self._loop = asyncio.get_running_loop()
-        await self._life.start(self._main)
+        try:
+            await self._life.start(self._main)
+        except BaseException:
+            self._closed = True  # a failed start leaves nothing running
+            raise
 
     async def _main(self, ready: Callable[[], None], stopping: asyncio.Event) -> None:
         """The consumer's life, in its supervisor's task: the client instance and the task group are

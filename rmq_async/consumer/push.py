@@ -359,8 +359,9 @@ class PushConsumer:
         await self._run.control.seek_to_timestamp(queues, timestamp_ms)
 
     async def committed(self, mq: MessageQueue) -> int | None:
-        """The group's committed offset of ``mq`` as its broker has it (QUERY_CONSUMER_OFFSET; None:
-        none), owned or not; broadcasting: this member's offset file."""
+        """The group's committed offset of ``mq`` as its broker has it (QUERY_CONSUMER_OFFSET), owned
+        or not; None when it has none (a broker answers 0 for a queue whose first message it still
+        stores, as Java's); broadcasting: this member's offset file."""
         return await self._run.control.committed(mq)
 
     def position(self, mq: MessageQueue) -> int:
