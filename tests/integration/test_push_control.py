@@ -9,7 +9,16 @@ import anyio
 import pytest
 from support.integration import Collector, consumer, produce, until_rebalanced
 
-from rmq_async import ClientError, ConfigError, MessageQueue, PushConsumer, Timing
+from rmq_async import (
+    ClientError,
+    ConfigError,
+    ConsumeContext,
+    ConsumeResult,
+    MessageExt,
+    MessageQueue,
+    PushConsumer,
+    Timing,
+)
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.internals import internals
 
@@ -79,13 +88,14 @@ async def test_a_paused_topic_is_not_pulled_while_another_flows_and_resume_loses
     assert col.unique == 60 and col.duplicates == 0
 
 
+@pytest.mark.parametrize("orderly", [False, True], ids=["concurrent", "orderly"])
 async def test_seek_while_consuming_rewinds_and_skips(
-    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing, orderly: bool
 ) -> None:
     topic, group = names
     sent = await produce(cluster.namesrv_addr, topic, 20)
     col = Collector()
-    async with consumer(cluster, group, topic, col, timing) as c:
+    async with consumer(cluster, group, topic, col, timing, orderly=orderly) as c:
         await col.wait_unique(20)
         await owns_all(c, topic)
         mq = Counter(r.message_queue for r in sent).most_common(1)[0][0]
@@ -147,3 +157,35 @@ async def test_manual_commit_and_a_restart_resume_exactly_after_the_last_commit(
         await again.wait_unique(5)
         await c2.wait_rebalanced()  # (a later delivery would be a message before the commit)
     assert sorted(again.seen) == [f"k-{i}" for i in range(10, 15)] and again.duplicates == 0
+
+
+async def test_handlers_running_at_a_seek_do_not_commit_over_it(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, group = names
+    sent = await produce(cluster.namesrv_addr, topic, 12)
+    mq = sent[0].message_queue
+    n = sum(1 for r in sent if r.message_queue == mq)
+    release, holding = anyio.Event(), anyio.Event()
+    col = Collector()
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult | None:
+        if ctx.mq == mq and not release.is_set():
+            holding.set()
+            await release.wait()  # a handler of the old process queue, held past the seek
+        return await col(msgs, ctx)
+
+    async with consumer(cluster, group, topic, handler, timing) as c:
+        await col.wait_unique(12 - n)
+        with anyio.fail_after(10):
+            await holding.wait()
+        c.pause([mq])  # the new process queue waits: what the broker has is the seek's
+        await c.seek(mq, 0)
+        release.set()  # the held one succeeds, on a dropped queue: committed nowhere
+        await col.wait_until(lambda: sum(col.seen.values()) == 12 - n + 1)
+        await c.wait_rebalanced()  # persist timers ran meanwhile
+        assert await c.committed(mq) == 0 and c.position(mq) == 0
+        c.resume([mq])
+        await col.wait_unique(12)  # the whole queue again from 0
+        await c.wait_rebalanced()
+        assert sum(col.seen.values()) == 12 + 1  # (the held one twice)
