@@ -71,6 +71,11 @@ class LitePullConsumer:
     ``auto_commit`` (default True) commits what earlier polls returned at most every
     ``auto_commit_interval`` seconds, at the start of a poll; otherwise call :meth:`commit`.
 
+    ``on_assigned`` / ``on_revoked`` (settable attributes too): ``fn(topic, queues)``, plain or async,
+    as the push consumer's, called after a rebalance (subscribe mode) gave or took queues, in the
+    user's names (Java's ``MessageQueueListener``); what they raise is logged. A stopped consumer may
+    be started again (:meth:`start`).
+
     ``on_undecodable``: a message that cannot be decoded (a corrupt or unknown compressed body) makes
     ``poll`` raise :class:`~rmq_async.UndecodableMessageError` naming its queue and offset once the
     messages before it were returned (``"fail"``, the default; the queue stays at that offset until
