@@ -632,6 +632,11 @@ class ConsumerConfig(ConfigModel):
     offset_store_dir: str | None = Field(
         default=None, description="broadcasting: local offsets dir (~/.rocketmq_offsets)"
     )
+    auto_commit: bool = Field(
+        default=True,
+        description="commit consumed offsets in the background (persist timer, pulls, rebalance, stop); "
+        "False: only commit() (and seeks) commit",
+    )
 
     @field_validator("allocate_strategy")
     @classmethod

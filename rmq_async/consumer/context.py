@@ -27,6 +27,7 @@ from ..protocol.stored import MessageExt
 from .deadlines import DeadlineTracker
 from .observation import Observation
 from .offset_store import OffsetStore
+from .pauses import Pauses
 from .remote import Remote, Sender
 from .sendback import send_back
 from .stats import ConsumerStats
@@ -167,6 +168,8 @@ class ConsumerContext:
         self.max_reconsume_times = config.effective_max_reconsume_times(orderly=orderly)
         self.subscriptions = subscriptions
         self.stats = stats or ConsumerStats()
+        #: what the user paused (push consumers; it outlives a run)
+        self.pauses = Pauses()
         self.before_hooks: list[Hook] = []
         self.after_hooks: list[Hook] = []
         #: the message trace and OpenTelemetry (:mod:`.observation`): what watches handler calls and

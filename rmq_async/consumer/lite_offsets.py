@@ -17,6 +17,7 @@ import anyio
 from ..config import Timing
 from ..errors import ClientError, ConfigError
 from ..protocol.mq import MessageQueue
+from .broker_offsets import BrokerOffsets
 from .offset_store import RemoteOffsetStore
 from .poll_buffer import PollBuffer
 from .process_queue import PollState, ProcessQueue
@@ -30,7 +31,8 @@ log = logging.getLogger("rmq_async.consumer.lite")
 
 class LiteOffsets:
     """``name_in``: a queue as the user names it -> as the broker does (the namespace);
-    ``start_pull``: start a pull loop for a queue (after a seek cancelled the previous one)."""
+    ``start_pull``: start a pull loop for a queue (after a seek cancelled the previous one);
+    ``start_offset``: where a queue without a committed offset starts (the rebalancer's rule)."""
 
     def __init__(
         self,
@@ -42,14 +44,16 @@ class LiteOffsets:
         timing: Timing,
         name_in: Callable[[MessageQueue], MessageQueue],
         start_pull: Callable[[ProcessQueue], None],
+        start_offset: Callable[[MessageQueue], Awaitable[int]],
     ) -> None:
         self.table = table
         self.buffer = buffer
-        self._client = client
+        self.broker = BrokerOffsets(client, timing.request_timeout)
         self._offset_store = store
         self.timing = timing
         self._in = name_in
         self._start_pull = start_pull
+        self._start_offset = start_offset
         #: when the consume offsets were last copied into the offset store (auto commit)
         self.last_commit = time.monotonic()
 
@@ -65,61 +69,34 @@ class LiteOffsets:
             raise ClientError(f"{mq} is not assigned to this consumer")
         return pq
 
-    async def _addr(self, mq: MessageQueue) -> str:
-        return await self._client.master_addr(mq.broker_name, mq.topic)
-
     async def beginning_offsets(self, queues: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
         """The min offset of each queue (as aiokafka's ``beginning_offsets``), asked concurrently."""
-        return await self._per_queue(queues, self.min_offset)
+        return await self.broker.per_queue(queues, self.min_offset)
 
     async def end_offsets(self, queues: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
         """The max offset of each queue: the offset the next message will get (``end_offsets``)."""
-        return await self._per_queue(queues, self.max_offset)
+        return await self.broker.per_queue(queues, self.max_offset)
 
     async def offsets_for_times(self, timestamps: Mapping[MessageQueue, int]) -> dict[MessageQueue, int]:
         """For each queue, :meth:`offset_for_timestamp` at its timestamp (milliseconds since the epoch),
         asked concurrently (as aiokafka's ``offsets_for_times``, which answers offsets only here)."""
-        out: dict[MessageQueue, int] = {}
-
-        async def one(mq: MessageQueue, ts: int) -> None:
-            out[mq] = await self.offset_for_timestamp(mq, ts)
-
-        async with anyio.create_task_group() as tg:
-            for mq, ts in timestamps.items():
-                tg.start_soon(one, mq, ts)
-        return {mq: out[mq] for mq in timestamps}
-
-    async def _per_queue(
-        self, queues: Iterable[MessageQueue], ask: Callable[[MessageQueue], Awaitable[int]]
-    ) -> dict[MessageQueue, int]:
-        mqs = list(dict.fromkeys(queues))
-        out: dict[MessageQueue, int] = {}
-
-        async def one(mq: MessageQueue) -> None:
-            out[mq] = await ask(mq)
-
-        async with anyio.create_task_group() as tg:
-            for mq in mqs:
-                tg.start_soon(one, mq)
-        return {mq: out[mq] for mq in mqs}
+        return await self.broker.per_queue(
+            timestamps, lambda mq: self.offset_for_timestamp(mq, timestamps[mq])
+        )
 
     async def min_offset(self, mq: MessageQueue) -> int:
         """The queue's first offset still stored (the broker's min offset)."""
-        mq = self._in(mq)
-        return await self._client.api.get_min_offset(await self._addr(mq), mq, self.timing.request_timeout)
+        return await self.broker.min_offset(self._in(mq))
 
     async def max_offset(self, mq: MessageQueue) -> int:
         """The offset the queue's next message will get (the broker's max offset)."""
-        mq = self._in(mq)
-        return await self._client.api.get_max_offset(await self._addr(mq), mq, self.timing.request_timeout)
+        return await self.broker.max_offset(self._in(mq))
 
     async def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
         """The broker's answer to SEARCH_OFFSET_BY_TIMESTAMP for ``mq`` at ``timestamp_ms``, as Java's
         ``offsetForTimestamp``: a 5.x broker answers the first offset stored at or after it, a 4.9.8
         broker the offset whose store time is nearest (it may be an older message)."""
-        mq = self._in(mq)
-        addr = await self._addr(mq)
-        return await self._client.api.search_offset(addr, mq, timestamp_ms, self.timing.request_timeout)
+        return await self.broker.offset_for_timestamp(self._in(mq), timestamp_ms)
 
     async def seek(self, mq: MessageQueue, offset: int) -> None:
         """Read ``mq`` from ``offset`` next; buffered messages of it are discarded. The offset must lie
@@ -150,9 +127,24 @@ class LiteOffsets:
             pq.scope.cancel()  # the running pull (maybe long-polling) is stale
         self._start_pull(pq)
 
+    async def seek_to_committed(self, mq: MessageQueue) -> None:
+        """Read ``mq`` from its :meth:`committed` offset next, or where a queue without one starts
+        (``consume_from_where``)."""
+        pq = self.owned(mq)
+        offset = await self.committed(mq)
+        if offset is None:
+            offset = await self._start_offset(pq.mq)
+        self.reset_to(pq, offset)
+
     def position(self, mq: MessageQueue) -> int:
         """The consume offset of ``mq``: the offset after the last message poll() returned."""
         return self.buffer.state(self.owned(mq)).consume_offset
+
+    def highwater(self, mq: MessageQueue) -> int | None:
+        """The broker's max offset of ``mq`` as its last pull answer said (aiokafka's ``highwater``: no
+        I/O), None before one answered."""
+        off = self.owned(mq).max_offset
+        return off if off >= 0 else None
 
     # -- committing -------------------------------------------------------------------------------------
 

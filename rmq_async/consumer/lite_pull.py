@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from functools import partial
 from typing import Any, Literal
 
@@ -46,14 +46,13 @@ from .context import ConsumerContext, Subscriptions
 from .health import ConsumerHealth, consumer_health
 from .internals import LiteInternals
 from .lite_offsets import LiteOffsets
+from .lite_run import LiteRun, PollLimits, build_lite_run
 from .offset_store import RemoteOffsetStore
-from .poll_buffer import PollBuffer
-from .process_queue import PollState, ProcessQueue
-from .pulling import PullLoop, PullSettings
-from .queues import QueueTable
-from .rebalance import StabilityWindow
-from .rebalancer import Rebalancer, RebalanceSettings, RebalanceSignals, StartOffsets
+from .process_queue import PollState
+from .pulling import PullSettings
+from .rebalancer import RebalanceSettings, RebalanceSignals, StartOffsets
 from .stats import ConsumerStats
+from .types import RebalanceListener
 
 __all__ = ["LitePullConsumer"]
 
@@ -71,6 +70,11 @@ class LitePullConsumer:
 
     ``auto_commit`` (default True) commits what earlier polls returned at most every
     ``auto_commit_interval`` seconds, at the start of a poll; otherwise call :meth:`commit`.
+
+    ``on_assigned`` / ``on_revoked`` (settable attributes too): ``fn(topic, queues)``, plain or async,
+    as the push consumer's, called after a rebalance (subscribe mode) gave or took queues, in the
+    user's names (Java's ``MessageQueueListener``); what they raise is logged. A stopped consumer may
+    be started again (:meth:`start`).
 
     ``on_undecodable``: a message that cannot be decoded (a corrupt or unknown compressed body) makes
     ``poll`` raise :class:`~rmq_async.UndecodableMessageError` naming its queue and offset once the
@@ -98,6 +102,8 @@ class LitePullConsumer:
         pull_threshold_for_all: int = 10000,
         on_undecodable: Literal["fail", "skip"] = "fail",
         require_namesrv: bool = False,
+        on_assigned: RebalanceListener | None = None,
+        on_revoked: RebalanceListener | None = None,
     ) -> None:
         options = LitePullConfig(  # checked as a PushConsumer's options are (ConfigError)
             group=group,
@@ -141,45 +147,55 @@ class LitePullConsumer:
             subscriptions=Subscriptions(None),
         )
         self._observers = ctx.observation.observers  # (the context's list: trace, OpenTelemetry once started)
-        self._buffer = PollBuffer(
+        self._limits = PollLimits(
             max_queue_count=pull_threshold_for_queue,
             max_queue_bytes=options.pull_threshold_size_for_queue << 20,  # MiB, as the push consumer
             max_total=pull_threshold_for_all,
-            auto_commit=auto_commit,
         )
-        buffer = self._buffer
-        self._table = table = QueueTable(ctx, buffer, make_queue=_lite_queue, on_start=buffer.started)
-        settings = PullSettings.for_lite_pull(pull_batch_size, self.timing, options.on_undecodable)
-        self.suspend_timeout = settings.suspend_timeout
-        puller = PullLoop(ctx, table, buffer, settings, on_undecodable_fail=buffer.fail)
-
-        def start_pull(pq: ProcessQueue) -> None:
-            ctx.start_soon(puller.run, pq)
-
-        self._start_pull = start_pull
+        self._pull = PullSettings.for_lite_pull(pull_batch_size, self.timing, options.on_undecodable)
+        self.suspend_timeout = self._pull.suspend_timeout
+        self.on_assigned = on_assigned
+        self.on_revoked = on_revoked
         self._signals = RebalanceSignals()
-        self._rebalancer = Rebalancer(
-            ctx,
-            table,
-            RebalanceSettings(
-                strategy=self._strategy,
-                # Java's lite consumer too fixes its default consumeTimestamp when it is made
-                start_offsets=StartOffsets(consume_from_where, consume_timestamp_ms),
-                # RebalanceLitePullImpl.messageQueueChanged: no subscription version bump, no heartbeat
-                announce_changes=False,
-            ),
-            self._signals,
-            StabilityWindow(0.0),
-            start_pull=start_pull,
+        self._settings = RebalanceSettings(
+            strategy=self._strategy,
+            # Java's lite consumer too fixes its default consumeTimestamp when it is made
+            start_offsets=StartOffsets(consume_from_where, consume_timestamp_ms),
+            # RebalanceLitePullImpl.messageQueueChanged: no subscription version bump, no heartbeat
+            announce_changes=False,
+            on_assigned=partial(self._tell, "on_assigned"),
+            on_revoked=partial(self._tell, "on_revoked"),
         )
+        self._run = self._new_run()
         #: the offsets side (seek, commit, committed), made when the consumer starts
         self._offsets: LiteOffsets | None = None
         self._mode: Literal["none", "assign", "subscribe"] = "none"
         self._assigned: set[MessageQueue] = set()
         self._closed = False
+        self._ran = False
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop of 'async with'
         self._life = Supervisor(f"lite pull consumer {self.group}")
         self._instance: ClientInstance | None = None
+
+    def _new_run(self) -> LiteRun:
+        self._ctx.new_run()
+        return build_lite_run(
+            self._ctx,
+            limits=self._limits,
+            auto_commit=self.auto_commit,
+            pull=self._pull,
+            settings=self._settings,
+            signals=self._signals,
+        )
+
+    def _tell(
+        self, which: Literal["on_assigned", "on_revoked"], topic: str, queues: set[MessageQueue]
+    ) -> Awaitable[None] | None:
+        """A rebalance's news for the user's listener, in the user's names (no namespace)."""
+        fn: RebalanceListener | None = getattr(self, which)
+        if fn is None or topic.startswith("%RETRY%"):
+            return None
+        return fn(unwrap_namespace(self.namespace, topic), {self._out(mq) for mq in queues})
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -197,20 +213,24 @@ class LitePullConsumer:
 
     async def start(self) -> None:
         """Connect and register the group (what entering ``async with`` does); then :meth:`assign` or
-        :meth:`subscribe`, and :meth:`poll`. :meth:`stop` ends it; a stopped consumer is not started
-        again (make a new one)."""
-        if self._closed:
-            raise ClientError("this lite pull consumer was stopped: make a new one")
-        if self._ctx.started:
+        :meth:`subscribe`, and :meth:`poll`. :meth:`stop` ends it. A stopped consumer may be started
+        again, on a new run: its subscriptions (or assigned queues) are taken up again from the
+        committed offsets; buffered messages and pauses are gone."""
+        if self._life.running:
             raise ClientError("lite pull consumer already started")
+        if self._ran:
+            self._run = self._new_run()
+            self._offsets = None
+        self._ran = True
+        self._closed = False
         self._loop = asyncio.get_running_loop()
         try:
-            await self._life.start(self._run)
+            await self._life.start(self._main)
         except BaseException:
-            self._closed = True  # a failed start leaves nothing running (make a new consumer to retry)
+            self._closed = True  # a failed start leaves nothing running
             raise
 
-    async def _run(self, ready: Callable[[], None], stopping: asyncio.Event) -> None:
+    async def _main(self, ready: Callable[[], None], stopping: asyncio.Event) -> None:
         """The consumer's life, in its supervisor's task: the client instance and the task group are
         held by ``async with`` here, so :meth:`start` and :meth:`close` may come from different tasks."""
         name = self.client_config.instance_name
@@ -219,14 +239,16 @@ class LitePullConsumer:
             store = RemoteOffsetStore(client, self.group)
             self._ctx.attach(client, store, trace_senders=partial(trace_producer, self.client_config, client))
             self._instance = client
+            run = self._run
             self._offsets = LiteOffsets(
-                table=self._table,
-                buffer=self._buffer,
+                table=run.table,
+                buffer=run.buffer,
                 client=client,
                 store=store,
                 timing=self.timing,
                 name_in=self._in,
-                start_pull=self._start_pull,
+                start_pull=run.start_pull,
+                start_offset=run.rebalancer.compute_pull_from_where,
             )
             client.register_consumer(self)
             # with ACL keys: a wrong or unknown key, or a group without SUB, fails here (AuthError)
@@ -238,10 +260,11 @@ class LitePullConsumer:
                 if not any(r.reachable for r in client.namesrv_reach.values()):
                     errors = "; ".join(f"{r.addr}: {r.last_error}" for r in client.namesrv_reach.values())
                     raise MQClientError(f"no name server answered (require_namesrv=True): {errors}")
-            client.auth_errors.add_listener(lambda _err: self._buffer.wake())  # poll() raises it
+            client.auth_errors.add_listener(lambda _err: run.buffer.wake())  # poll() raises it
             async with anyio.create_task_group() as tg:
                 self._ctx.set_task_group(tg)
                 tg.start_soon(self._offsets.persist_loop)
+                await self._take_up(tg)
                 ready()
                 await stopping.wait()
                 try:
@@ -251,13 +274,24 @@ class LitePullConsumer:
                     tg.cancel_scope.cancel()
                     self._ctx.set_task_group(None)
 
+    async def _take_up(self, tg: anyio.abc.TaskGroup) -> None:
+        """A consumer started again: what the last run owned, again (assign mode: the same queues;
+        subscribe mode: a rebalance)."""
+        if self._mode == "assign":
+            await self._own(self._assigned)
+        elif self._mode == "subscribe":
+            await self._client.update_route_quietly(self._ctx.subscriptions.topics())
+            await self._client.send_heartbeat_to_all_brokers(raise_auth=True)
+            tg.start_soon(self._run.rebalancer.run)
+
     async def _shutdown(self, client: ClientInstance) -> None:
-        self._table.stop_pulling()
+        table = self._run.table
+        table.stop_pulling()
         offsets = self._offsets
         if self.auto_commit and offsets is not None:
             offsets.commit_memory(None)
         with anyio.move_on_after(self.timing.request_timeout * 2):
-            await self._ctx.offset_store.persist_all(list(self._table.pqs), sync=True)
+            await self._ctx.offset_store.persist_all(list(table.pqs), sync=True)
         client.unregister_consumer_local(self.group)
         with anyio.move_on_after(self.timing.request_timeout * 2):
             await client.unregister_everywhere(consumer_group=self.group)
@@ -287,7 +321,7 @@ class LitePullConsumer:
         self._check_loop()
         self._closed = True
         ctx.stopping = True
-        self._buffer.wake()
+        self._run.buffer.wake()
         await self._life.stop()
 
     @property
@@ -300,14 +334,15 @@ class LitePullConsumer:
 
     def _internals(self) -> LiteInternals:
         """(for :func:`~rmq_async.consumer.internals.internals`)"""
+        run = self._run
         return LiteInternals(
             ctx=self._ctx,
-            table=self._table,
-            rebalancer=self._rebalancer,
-            settings=self._rebalancer.settings,
+            table=run.table,
+            rebalancer=run.rebalancer,
+            settings=self._settings,
             ended=self._life.ended(),
             instance=self._instance,
-            buffer=self._buffer,
+            buffer=run.buffer,
             offsets=self._offsets,
         )
 
@@ -359,9 +394,19 @@ class LitePullConsumer:
         """Read ``mq`` from its :meth:`max_offset` next: only messages sent from now on."""
         await self._running_offsets().seek_to_end(mq)
 
+    async def seek_to_committed(self, mq: MessageQueue) -> None:
+        """Read ``mq`` from its :meth:`committed` offset next (aiokafka's ``seek_to_committed``), or,
+        never committed, where a queue without an offset starts (``consume_from_where``)."""
+        await self._running_offsets().seek_to_committed(mq)
+
     def position(self, mq: MessageQueue) -> int:
         """The consume offset of ``mq``: the offset after the last message poll() returned."""
         return self._running_offsets().position(mq)
+
+    def highwater(self, mq: MessageQueue) -> int | None:
+        """The broker's max offset of ``mq`` as its last pull answer said, None before one answered: as
+        aiokafka's ``highwater``, no I/O (:meth:`max_offset` asks the broker)."""
+        return self._running_offsets().highwater(mq)
 
     async def commit(self, offsets: Mapping[MessageQueue, int] | None = None, *, sync: bool = False) -> None:
         """Commit the consume offsets of every owned queue (or ``offsets``) to the offset store's
@@ -382,7 +427,8 @@ class LitePullConsumer:
     @property
     def queues(self) -> dict[MessageQueue, PollState]:
         """The buffer of each owned queue (as the broker names it)."""
-        return {mq: self._buffer.state(pq) for mq, pq in self._table.pqs.items()}
+        buffer = self._run.buffer
+        return {mq: buffer.state(pq) for mq, pq in self._run.table.pqs.items()}
 
     def health(self) -> ConsumerHealth:
         """As :meth:`PushConsumer.health`: ``ready`` and why not, name servers and brokers reached,
@@ -400,7 +446,7 @@ class LitePullConsumer:
             client=ctx.client if ctx.started else None,
             topics=topics,
             retry_topic=None,
-            pqs=self._table.pqs,
+            pqs=self._run.table.pqs,
             committed=store.read_memory if store is not None else lambda mq: -1,
             members=self._signals.members,
             clustering=True,
@@ -435,19 +481,23 @@ class LitePullConsumer:
             raise ClientError("assign() and subscribe() cannot be mixed")
         self._mode = "assign"
         self._task_group()
-        target = {self._in(mq) for mq in queues}
-        self._assigned = target
+        self._assigned = {self._in(mq) for mq in queues}
+        await self._own(self._assigned)
+
+    async def _own(self, target: set[MessageQueue]) -> None:
+        """Assign mode: own exactly ``target`` (the broker's names)."""
         for topic in sorted({mq.topic for mq in target}):
             await self._client.update_route(topic)
         await self._client.send_heartbeat_to_all_brokers(raise_auth=True)  # ACL: fail at once
-        table = self._table
+        run = self._run
+        table = run.table
         for mq in sorted(set(table.pqs) - target):
             await table.drop(mq)
         for mq in sorted(target - set(table.pqs)):
             pq = table.make_queue(mq)
-            pq.next_offset = await self._rebalancer.compute_pull_from_where(mq)
+            pq.next_offset = await run.rebalancer.compute_pull_from_where(mq)
             table.start(pq)
-            self._start_pull(pq)
+            run.start_pull(pq)
 
     async def subscribe(self, topic: str, expression: Selector | str = "*") -> None:
         """Subscribe to ``topic`` with a tag expression (a plain string) or a :class:`Selector`
@@ -471,13 +521,34 @@ class LitePullConsumer:
         await self._client.update_route_quietly([topic])
         await self._client.send_heartbeat_to_all_brokers(raise_auth=True)  # ACL: fail at once
         if first:
-            tg.start_soon(self._rebalancer.run)
+            tg.start_soon(self._run.rebalancer.run)
         else:
             self.rebalance_now()
 
+    async def unsubscribe(self, topic: str) -> None:
+        """Stop consuming ``topic`` (subscribe mode): its queues are dropped now (with auto commit,
+        what poll() returned of them committed first) and its buffered messages discarded."""
+        topic = self.client_config.with_namespace(topic)
+        subs = self._ctx.subscriptions
+        if topic not in subs:
+            return
+        subs.remove(topic)
+        table = self._run.table
+        for mq in sorted(mq for mq in table.pqs if mq.topic == topic):
+            await table.drop(mq)
+        if self._ctx.started and not self._closed:
+            await self._client.send_heartbeat_to_all_brokers()
+
+    @property
+    def subscriptions(self) -> dict[str, str]:
+        """``{topic: expression}`` as subscribed (the user's names, as :meth:`subscribe` takes them)."""
+        return {
+            unwrap_namespace(self.namespace, t): e for t, e in self._ctx.subscriptions.expressions().items()
+        }
+
     def assignment(self) -> set[MessageQueue]:
         """The queues this consumer owns now."""
-        return {self._out(mq) for mq in self._table.pqs}
+        return {self._out(mq) for mq in self._run.table.pqs}
 
     async def fetch_queues(self, topic: str) -> list[MessageQueue]:
         """The readable queues of ``topic`` (``fetchMessageQueues``)."""
@@ -488,8 +559,11 @@ class LitePullConsumer:
     # -- polling ----------------------------------------------------------------------------------------
 
     async def poll(self, timeout: float = 5.0, *, max_messages: int | None = None) -> list[MessageExt]:
-        """The next batch of messages (one pulled batch, more if ``max_messages`` allows and they are
-        already buffered); an empty list after ``timeout`` seconds without data."""
+        """The next messages: one pulled batch, or with ``max_messages`` up to that many (a batch cut
+        to fit; its rest is returned by the next polls, and only what was returned is committed); an
+        empty list after ``timeout`` seconds without data."""
+        if max_messages is not None and max_messages < 1:
+            raise ConfigError(f"max_messages must be >= 1 (or None: one pulled batch), not {max_messages}")
         self._check_loop()
         offsets = self._offsets
         if (
@@ -498,18 +572,18 @@ class LitePullConsumer:
             and time.monotonic() - offsets.last_commit >= self.auto_commit_interval
         ):
             offsets.commit_memory(None)
-        limit = max_messages or 1
+        buffer = self._run.buffer
         out: list[MessageExt] = []
         with anyio.move_on_after(timeout):
             while not out:
                 self._client  # noqa: B018 - raises once closed
-                self._buffer.take(out, limit)
+                buffer.take(out, max_messages)
                 if not out:
-                    if (undecodable := self._buffer.failure()) is not None:
+                    if (undecodable := buffer.failure()) is not None:
                         raise UndecodableMessageError(undecodable)
                     if (refused := self._refusal()) is not None:
                         raise refused
-                    await self._buffer.wait_changed()
+                    await buffer.wait_changed()
         if self.namespace:
             for m in out:
                 m.topic = unwrap_namespace(self.namespace, m.topic)
@@ -523,22 +597,24 @@ class LitePullConsumer:
         errors = self._client.auth_errors
         if not errors:
             return None
-        return errors.current({f"group:{self.group}"} | {f"topic:{mq.topic}" for mq in self._table.pqs})
+        return errors.current({f"group:{self.group}"} | {f"topic:{mq.topic}" for mq in self._run.table.pqs})
 
     def pause(self, queues: Iterable[MessageQueue]) -> None:
         """Stop pulling ``queues`` and hold back their buffered messages until :meth:`resume`."""
+        run = self._run
         for mq in queues:
-            pq = self._table.pqs.get(self._in(mq))
+            pq = run.table.pqs.get(self._in(mq))
             if pq is not None:
-                self._buffer.pause(pq)
+                run.buffer.pause(pq)
 
     def resume(self, queues: Iterable[MessageQueue]) -> None:
         """Pull ``queues`` again and hand out their buffered messages (after :meth:`pause`)."""
+        run = self._run
         for mq in queues:
-            pq = self._table.pqs.get(self._in(mq))
+            pq = run.table.pqs.get(self._in(mq))
             if pq is not None:
-                self._buffer.resume(pq)
-        self._buffer.wake()
+                run.buffer.resume(pq)
+        run.buffer.wake()
 
     def paused(self) -> set[MessageQueue]:
         """The queues paused now."""
@@ -578,11 +654,3 @@ class LitePullConsumer:
     async def _handle_server_request(self, cmd: RemotingCommand) -> RemotingCommand | None:
         """(internal, for the client instance) Brokers' requests: none answered by a lite consumer."""
         return None
-
-
-def _lite_queue(mq: MessageQueue) -> ProcessQueue:
-    # the poll buffer holds the messages and applies the thresholds: the process queue carries the
-    # queue's offsets, its pull loop's scope and the buffer's state
-    pq = ProcessQueue(mq, max_count=1 << 62, max_bytes=1 << 62, max_span=None)
-    pq.poll = PollState()
-    return pq

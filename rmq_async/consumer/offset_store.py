@@ -84,6 +84,8 @@ class OffsetStore(Protocol):
 
     def remove(self, mq: MessageQueue) -> None: ...
 
+    def forget(self, mq: MessageQueue) -> None: ...
+
     def snapshot(self) -> dict[MessageQueue, int]: ...
 
 
@@ -111,6 +113,12 @@ class _MemoryTable:
         return cell.value if cell is not None else -1
 
     def remove(self, mq: MessageQueue) -> None:
+        self.table.pop(mq, None)
+
+    def forget(self, mq: MessageQueue) -> None:
+        """Remove ``mq``'s cell and anything kept of it: what it held must not come back (a seek
+        replaces it; manual commit drops what was not committed). The cell itself is left as it
+        is: whoever still holds it (a dropped process queue's late results) writes nowhere."""
         self.table.pop(mq, None)
 
     def snapshot(self) -> dict[MessageQueue, int]:
@@ -190,6 +198,10 @@ class RemoteOffsetStore(_MemoryTable):
                     log.error("persisting the offset of %s denied: %s", mq, exc)
             except RocketMQError as exc:
                 log.warning("persisting the offset of %s failed: %s", mq, exc)
+
+    def forget(self, mq: MessageQueue) -> None:
+        super().forget(mq)
+        self._unpersisted.pop(mq, None)
 
     def remove(self, mq: MessageQueue) -> None:
         off = self.read_memory(mq)

@@ -121,11 +121,15 @@ class PollBuffer:
                 return record
         return None
 
-    def take(self, out: list[MessageExt], limit: int) -> None:
-        """Move whole batches into ``out`` until it holds ``limit`` messages or nothing is ready."""
+    def take(self, out: list[MessageExt], limit: int | None) -> None:
+        """Move messages into ``out``, round robin by batch, until it holds ``limit`` messages or
+        nothing is ready; a batch larger than what is left is cut and its rest stays first in its
+        queue (not polled: neither in the consume offset nor committed). ``limit`` None: one whole
+        batch."""
         skipped: list[ProcessQueue] | None = None  # paused queues with data, made when there is one
         ready = self._ready
-        while ready and len(out) < limit:
+        want = 1 if limit is None else limit
+        while ready and len(out) < want:
             pq = ready.popleft()
             st = pq.poll or self.state(pq)
             st.in_ready = False
@@ -136,9 +140,17 @@ class PollBuffer:
                     skipped.append(pq)
                 continue
             batch = st.batches.popleft()
+            room = want - len(out)
+            if limit is not None and len(batch) > room:
+                rest = batch[room:]
+                st.batches.appendleft(rest)
+                nbytes = _nbytes(batch) - _nbytes(rest)
+                batch = batch[:room]
+            else:
+                nbytes = _nbytes(batch)
             n = len(batch)
             st.count -= n
-            st.nbytes -= _nbytes(batch)
+            st.nbytes -= nbytes
             self._total -= n
             st.consume_offset = batch[-1].queue_offset + 1
             out.extend(batch)

@@ -10,7 +10,8 @@ empty), so one slow message holds back the group's progress and a crash redelive
 it: at-least-once.
 
 Flow control awaits :meth:`wait_for_room`: the pull loop parks on an anyio Event that every removal
-sets (and replaces), so the pull resumes the moment consumption frees room, never on a timer. All
+sets (and replaces), so the pull resumes the moment consumption frees room, never on a timer; a
+paused queue (``PushConsumer.pause``) waits the same way until resumed. All
 state changes are synchronous methods: called from the consume path without an await, they cannot race.
 """
 
@@ -125,6 +126,7 @@ class ProcessQueue:
         "next_offset",
         "offset",
         "orderly",
+        "paused",
         "poll",
         "queue_offset_max",
         "scope",
@@ -154,6 +156,8 @@ class ProcessQueue:
         #: the broker's max offset at the last pull (for lag)
         self.max_offset = -1
         self.dropped = False
+        #: paused by the user (``PushConsumer.pause``): no pull until resumed (see :meth:`set_paused`)
+        self.paused = False
         self.max_count = max_count
         self.max_bytes = max_bytes
         self.max_span = max_span
@@ -208,6 +212,8 @@ class ProcessQueue:
 
     def over_threshold(self) -> str | None:
         """Why pulling must wait, or None (checked before every pull)."""
+        if self.paused:
+            return "paused"
         if self._count + len(self.consuming) > self.max_count:
             return f"cached count {self.count} > {self.max_count}"
         if self.msg_bytes > self.max_bytes:
@@ -238,6 +244,13 @@ class ProcessQueue:
         if self._parked is None:
             self._parked = anyio.Event()
         await self._parked.wait()
+
+    def set_paused(self, paused: bool) -> None:
+        """Pause or resume pulling: a paused queue's pull loop waits for room as over a threshold (its
+        cached messages are still consumed) and resumes the moment :meth:`set_paused` (False) wakes it."""
+        self.paused = paused
+        if not paused:
+            self._wake()
 
     def _wake(self) -> None:
         if self._waiting:  # events are only made when a pull waits: none on the hot path

@@ -85,7 +85,7 @@ class PullSettings:
     lite_pull: bool = False
     #: send the subscription with every pull (``postSubscriptionWhenPull``)
     post_subscription: bool = False
-    #: the local committed offset rides along (clustering push consumers)
+    #: the local committed offset rides along (clustering push consumers with auto commit)
     commit_offset: bool = False
     #: an empty answer moves the committed offset of an empty queue (``correctTagsOffset``)
     correct_tags_offset: bool = False
@@ -105,7 +105,7 @@ class PullSettings:
             batch_size=config.pull_batch_size,
             suspend_timeout=timing.suspend_timeout,
             post_subscription=config.post_subscription_when_pull,
-            commit_offset=config.clustering,
+            commit_offset=config.clustering and config.auto_commit,
             correct_tags_offset=True,
             illegal_offset_drops=True,
         )
@@ -225,6 +225,10 @@ class PullLoop:
                 # seek's loop pulls the new one. Applying it would put the old position's messages
                 # in the buffer the seek emptied and move the queue's next offset past the seek.
                 return
+            if pq.paused:
+                # paused while the pull was out: its answer is not applied (the same offset is
+                # pulled again on resume), so nothing of a paused queue is delivered after pause()
+                continue
             pq.last_pull_time = now = monotonic()
             if plan.denied:  # allowed again
                 client.auth_errors.clear(plan.allowed())

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
@@ -45,10 +45,12 @@ from ..protocol.mq import MessageQueue
 from .allocate import strategy_by_name
 from .brokercheck import check_in_brokers
 from .context import ConsumerContext, Subscriptions
+from .control import Queues
 from .delivery import DeliveryStream
 from .health import ConsumerHealth, consumer_health
 from .internals import PushInternals
 from .offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
+from .pauses import Target
 from .push_run import PushRun, build_push_run
 from .rebalancer import RebalanceSettings, RebalanceSignals, StartOffsets
 from .stats import ConsumerStats
@@ -88,10 +90,11 @@ class PushConsumer:
     concurrently, unbounded orderly; then the DLQ), ``concurrency`` (20 handlers at once),
     ``post_subscription_when_pull``, ``unit_mode``, ``rebalance_stability_window`` (0 s: off),
     ``orderly_drop_wait`` (1 s), ``offset_store_dir`` (broadcasting: local offsets, default
-    ``~/.rocketmq_offsets``). ``require_namesrv=True``: :meth:`start` raises ``MQClientError`` when no
-    name server answers (default False: as Java, it starts and keeps looking the routes up in the
-    background; :meth:`health` says so). Or pass them all as ``config=ConsumerConfig(...)``. Timers live in
-    ``timing=Timing(...)``.
+    ``~/.rocketmq_offsets``), ``auto_commit`` (True; False: offsets reach the broker only by
+    :meth:`commit` and seeks, see there). ``require_namesrv=True``: :meth:`start` raises
+    ``MQClientError`` when no name server answers (default False: as Java, it starts and keeps
+    looking the routes up in the background; :meth:`health` says so). Or pass them all as
+    ``config=ConsumerConfig(...)``. Timers live in ``timing=Timing(...)``.
 
     ``orderly=True`` consumes each queue strictly in offset order, one batch at a time, under a broker
     lock (clustering); the handler gets an ``OrderlyContext`` and returns an ``OrderlyResult``
@@ -140,6 +143,7 @@ class PushConsumer:
         orderly_drop_wait: float = 1.0,
         offset_store_dir: str | None = None,
         client_rebalance: bool = True,
+        auto_commit: bool = True,
     ) -> None:
         options: dict[str, Any] = {k: v for k, v in locals().items() if k in CONSUMER_OPTION_DEFAULTS}
         changed = sorted(k for k, v in options.items() if v != CONSUMER_OPTION_DEFAULTS[k])
@@ -313,6 +317,70 @@ class PushConsumer:
         """The queues this member owns now (the retry topic's included)."""
         return self._run.table.assignment()
 
+    # -- control: pause, seek, offsets, commit (consumer/control.py) ----------------------------------
+
+    def pause(self, targets: Target | Iterable[Target]) -> None:
+        """Stop pulling topics (every queue of them, those assigned later too) and queues, until
+        :meth:`resume` (Java's ``suspend()``, aiokafka's ``pause``): their cached messages are still
+        consumed, a pull already out is not applied; heartbeats and rebalancing go on and the queues
+        stay owned. Kept across a stop and start."""
+        self._run.control.pause(targets)
+
+    def resume(self, targets: Target | Iterable[Target]) -> None:
+        """Pull paused topics (and the queues of them paused one by one) and queues again; a queue
+        paused with its topic is resumed with the topic (:class:`~rmq_async.ConfigError` otherwise)."""
+        self._run.control.resume(targets)
+
+    def paused(self) -> set[Target]:
+        """The topics and queues paused now (as the broker names them)."""
+        return self._run.control.paused()
+
+    async def seek(self, mq: MessageQueue, offset: int) -> None:
+        """Consume owned queue ``mq`` from ``offset`` (in [min, max], asked of the broker; else
+        :class:`~rmq_async.ConfigError`) on: its cached messages are dropped (results of handlers still
+        running are not committed), ``offset`` is committed to the broker at once, and pulls start
+        there. A queue not owned: :class:`~rmq_async.ClientError` (as aiokafka and Java's lite
+        consumer; change a group's offsets with ``rmq-async admin reset-offset``)."""
+        await self._run.control.seek(mq, offset)
+
+    async def seek_to_beginning(self, queues: Queues = None) -> None:
+        """:meth:`seek` to the min offset: a queue, queues, a topic's owned queues, or (None) every
+        owned queue but the retry topic's."""
+        await self._run.control.seek_to_beginning(queues)
+
+    async def seek_to_end(self, queues: Queues = None) -> None:
+        """:meth:`seek` to the max offset (only messages sent from now on); queues as
+        :meth:`seek_to_beginning`."""
+        await self._run.control.seek_to_end(queues)
+
+    async def seek_to_timestamp(self, queues: Queues, timestamp_ms: int) -> None:
+        """:meth:`seek` to the offset the broker finds for ``timestamp_ms`` (epoch milliseconds;
+        SEARCH_OFFSET_BY_TIMESTAMP); queues as :meth:`seek_to_beginning`."""
+        await self._run.control.seek_to_timestamp(queues, timestamp_ms)
+
+    async def committed(self, mq: MessageQueue) -> int | None:
+        """The group's committed offset of ``mq`` as its broker has it (QUERY_CONSUMER_OFFSET), owned
+        or not; None when it has none (a broker answers 0 for a queue whose first message it still
+        stores, as Java's); broadcasting: this member's offset file."""
+        return await self._run.control.committed(mq)
+
+    def position(self, mq: MessageQueue) -> int:
+        """The offset the next pull of owned queue ``mq`` asks for (ClientError when not owned)."""
+        return self._run.control.position(mq)
+
+    async def end_offsets(self, queues: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
+        """The max offset of each queue (GET_MAX_OFFSET: the offset its next message gets), asked
+        concurrently."""
+        return await self._run.control.end_offsets(queues)
+
+    async def commit(self) -> None:
+        """Commit every owned queue's offset now and return once its broker has it: the smallest
+        offset still being consumed (what the persist timer writes). With ``auto_commit=False`` it is
+        the only commit of consumption: no persist timer, no offset riding along the pulls, nothing at
+        a rebalance or at :meth:`stop` (a revoked queue's messages since the last commit go to its
+        next owner again), as aiokafka's ``enable_auto_commit=False``."""
+        await self._run.control.commit()
+
     def set_consume_timeout(self, seconds: float) -> None:
         """Change the consume timeout; applies at once to handlers already running."""
         if seconds <= 0:
@@ -373,9 +441,10 @@ class PushConsumer:
         await self._life.start(self._main)
 
     async def stop(self) -> None:
-        """Stop pulling, let running handlers finish (``Timing.shutdown_timeout``), commit the offsets,
-        release orderly locks, unregister; returns when done. Call it in the event loop that started the
-        consumer (a :class:`~rmq_async.ClientError` says so otherwise)."""
+        """Stop pulling, let running handlers finish (``Timing.shutdown_timeout``), commit the offsets
+        (not with ``auto_commit=False``), release orderly locks, unregister; returns when done. Call it
+        in the event loop that started the consumer (a :class:`~rmq_async.ClientError` says so
+        otherwise)."""
         life = self._life
         try:
             await life.stop()
@@ -511,8 +580,9 @@ class PushConsumer:
                 await self._run.pop.wait_idle()
         self._gave_up = waited.cancelled_caught
         mqs = list(self._run.table.pqs)
-        with anyio.move_on_after(self.timing.request_timeout * 2):
-            await self._ctx.offset_store.persist_all(mqs, sync=True)
+        if self.config.auto_commit:  # (manual commit: only commit() commits)
+            with anyio.move_on_after(self.timing.request_timeout * 2):
+                await self._ctx.offset_store.persist_all(mqs, sync=True)
         # [orderly] offsets are on the broker: release the queue locks (sync 42)
         await service.shutdown()
         self._client.unregister_consumer_local(self.group)
@@ -558,6 +628,8 @@ class PushConsumer:
     # -- timers and rebalance ---------------------------------------------------------------------------
 
     async def _persist_loop(self) -> None:
+        if not self.config.auto_commit:
+            return
         while True:
             await anyio.sleep(self.timing.persist_interval)
             await self._ctx.offset_store.persist_all(list(self.assignment()))

@@ -14,6 +14,7 @@ from ..protocol.mq import MessageQueue
 from .admin import ConsumerAdmin
 from .concurrently import ConcurrentConsumeService
 from .context import ConsumerContext
+from .control import PushControl
 from .orderly import OrderlyConsumeService
 from .orderly_locks import OrderlyLocks
 from .pop import PopService
@@ -40,6 +41,8 @@ class PushRun:
     admin: ConsumerAdmin
     #: the broker locks of an orderly consumer (clustering), None otherwise
     locks: OrderlyLocks | None
+    #: the user's pause, seek and commit
+    control: PushControl
 
 
 def build_push_run(
@@ -96,4 +99,5 @@ def build_push_run(
         orderly_handler=cast(OrderlyHandler | None, handler) if orderly else None,
         pop_props=pop_service.running_props if pop_service is not None else None,
     )
-    return PushRun(table, service, puller, rebalancer, pop_service, admin, locks)
+    control = PushControl(ctx, table, start_pull=start_pull)
+    return PushRun(table, service, puller, rebalancer, pop_service, admin, locks, control)

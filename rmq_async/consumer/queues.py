@@ -94,8 +94,9 @@ class QueueTable:
 
     def start(self, pq: ProcessQueue) -> None:
         """Own ``pq`` (its ``next_offset`` set), before its first pull; its committed offset is the
-        offset store's cell of the queue from now on."""
+        offset store's cell of the queue from now on. A queue the user paused starts paused."""
         pq.offset = self.ctx.offset_store.cell(pq.mq)
+        pq.paused = self.ctx.pauses.covers(pq.mq)
         self.pqs[pq.mq] = pq
         if self._on_start is not None:
             self._on_start(pq)
@@ -114,13 +115,37 @@ class QueueTable:
             # after the drop, as Java's resetOffset: a handler finishing during the wait must not
             # commit over the new offset
             store.update(mq, offset, increase_only=False)
-        try:
-            await store.persist(mq, sync=owner.sync_drop or offset is not None)
-        except RocketMQError as exc:
-            log.warning("persisting the offset of dropped %s failed: %s", mq, exc)
-        store.remove(mq)
+        if offset is None and not self.ctx.config.auto_commit:
+            # manual commit: what was consumed since the last commit() is not committed (the next
+            # owner gets it again), nor kept for this member's return
+            store.forget(mq)
+        else:
+            try:
+                await store.persist(mq, sync=owner.sync_drop or offset is not None)
+            except RocketMQError as exc:
+                log.warning("persisting the offset of dropped %s failed: %s", mq, exc)
+            store.remove(mq)
         if self._locks is not None:
             await self._locks.unlock_dropped(pq, idle)
+
+    async def restart(self, mq: MessageQueue, offset: int) -> ProcessQueue:
+        """A seek: ``mq`` goes on from ``offset`` on a fresh process queue, owned at once (no
+        rebalance in between, the broker lock kept); the caller starts its pull loop. The old one's
+        pull loop is cancelled first (a pull carries the committed offset along) and it is dropped
+        (orderly: a running handler waited for, as at a rebalance); its offset cell is forgotten, so
+        the late results of its handlers commit nowhere. ``KeyError`` when ``mq`` is not owned."""
+        old = self.pqs[mq]
+        if old.scope is not None:
+            old.scope.cancel()
+        store = self.ctx.offset_store
+        store.forget(mq)
+        pq = self.make_queue(mq)
+        pq.next_offset = offset
+        pq.consume_lock = old.consume_lock  # [orderly] one consume lock per message queue
+        self.start(pq)
+        pq.offset.set(offset)
+        await self._owner.drop(old, self.ctx.config.orderly_drop_wait)
+        return pq
 
     def stop_pulling(self) -> None:
         """Cancel every pull loop; the process queues stay (for their offsets)."""

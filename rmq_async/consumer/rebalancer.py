@@ -280,6 +280,12 @@ class Rebalancer:
             if sub is not None:
                 sub.sub_version = int(time.time() * 1000)
             await c.client.send_heartbeat_to_all_brokers()
+        if added and topic not in c.subscriptions.topics():
+            # unsubscribed while this rebalance awaited: its new queues are not started
+            for pq in added:
+                if locks is not None:
+                    await locks.unlock_dropped(pq, True)
+            added = []
         for pq in added:
             table.start(pq)
             self._start_pull(pq)

@@ -38,12 +38,36 @@ def test_batches_are_served_round_robin_and_move_the_consume_offset() -> None:
     buf.submit(a, _batch(2, 2))
     buf.submit(b, _batch(10, 2))
     out: list[MessageExt] = []
-    buf.take(out, 1)
-    assert [m.queue_offset for m in out] == [0, 1]  # a whole batch, even past the limit
+    buf.take(out, None)
+    assert [m.queue_offset for m in out] == [0, 1]  # no limit: one whole batch
     buf.take(out, 10)
     assert [m.queue_offset for m in out] == [0, 1, 10, 11, 2, 3]
     assert buf.state(a).consume_offset == 4 and buf.state(b).consume_offset == 12
     assert buf.state(a).count == 0 and buf.state(a).nbytes == 0
+
+
+def test_a_batch_is_cut_at_the_limit_and_its_rest_is_neither_polled_nor_committable() -> None:
+    """poll(max_messages=N) returns at most N: the rest of the batch stays first in its queue, out of
+    the consume offset (what auto commit commits), and comes next, in order, counted once."""
+    buf = _buffer()
+    a, b = _queue(buf, MQS[0]), _queue(buf, MQS[1], 10)
+    buf.submit(a, _batch(0, 5, size=10))
+    buf.submit(b, _batch(10, 2, size=10))
+    out: list[MessageExt] = []
+    buf.take(out, 1)
+    assert [m.queue_offset for m in out] == [0]
+    st = buf.state(a)
+    assert st.consume_offset == 1 and st.count == 4 and st.nbytes == 40 and buf._total == 6
+    buf.take(out, 4)  # (``out`` counts): round robin, b's batch, then a's rest up to the limit
+    assert [m.queue_offset for m in out] == [0, 10, 11, 1]
+    out = []
+    buf.take(out, 2)
+    assert [m.queue_offset for m in out] == [2, 3]
+    assert st.consume_offset == 4 and st.count == 1 and st.nbytes == 10
+    more: list[MessageExt] = []
+    buf.take(more, 10)
+    assert [m.queue_offset for m in more] == [4]
+    assert st.count == st.nbytes == buf._total == 0 and st.consume_offset == 5
 
 
 async def test_a_pull_waits_for_room_and_resumes_when_a_poll_frees_it() -> None:
@@ -115,7 +139,7 @@ def test_a_decoded_batch_is_sized_by_the_decoder_and_a_plain_list_by_its_bodies(
     buf.submit(a, _batch(3, 2, size=100))
     assert buf.state(a).nbytes == 1100 and not buf._has_room(buf.state(a))
     out: list[MessageExt] = []
-    buf.take(out, 1)
+    buf.take(out, None)
     assert len(out) == 3 and buf.state(a).nbytes == 200
     buf.take(out, 10)
     assert buf.state(a).nbytes == 0 and buf.state(a).count == 0 and buf._total == 0

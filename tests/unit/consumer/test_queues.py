@@ -123,3 +123,33 @@ async def test_stop_pulling_cancels_the_loops_and_keeps_the_queues() -> None:
     assert scope.cancelled_caught and table.pqs == {MQS[0]: pq} and not pq.dropped
     table.drop_all()
     assert pq.dropped
+
+
+async def test_a_restart_replaces_the_queue_and_the_old_ones_late_results_commit_nowhere() -> None:
+    """A seek: the new process queue is owned at once at the new offset, in a fresh offset cell; the
+    old one is dropped (its pull loop cancelled first) and what its handlers still commit goes to
+    its own, forgotten cell; the broker lock is not released."""
+    table, store, owner = _table()
+    old = table.make_queue(MQS[0])
+    old.next_offset = 10
+    table.start(old)
+    old.offset.set(10)
+    with anyio.CancelScope() as scope:
+        old.scope = scope
+        new = await table.restart(MQS[0], 3)
+    assert scope.cancel_called and old.dropped and not new.dropped
+    assert table.pqs == {MQS[0]: new} and new.next_offset == 3
+    assert owner.log == [("drop", MQS[0])]  # no unlock: the queue stays this member's
+    old.offset.advance(20)  # a handler of the old queue finishing late
+    assert store.read_memory(MQS[0]) == 3 and new.offset is not old.offset
+
+
+async def test_manual_commit_drops_a_queue_without_committing_or_keeping_its_offset() -> None:
+    table, store, owner = _table(ConsumerConfig(group="g", auto_commit=False))
+    for mq in MQS[:2]:
+        table.pqs[mq] = ProcessQueue(mq)
+        store.update(mq, 7, increase_only=False)
+    await table.drop(MQS[0])
+    await table.drop(MQS[1], offset=42)  # a correction (illegal offset, admin reset) still goes out
+    assert [e for e in store.log if e[0] == "persist"] == [("persist", MQS[1], True)]
+    assert store.read_memory(MQS[0]) == -1 and owner.log[0] == ("drop", MQS[0])
