@@ -217,14 +217,14 @@ def _put_one(
             topic, queue_id, cmd.body, flag, props, props_str, sys_flag, born_ts, born_host, reconsume
         )
     props["CLUSTER"] = ctx.settings.cluster
-    if half:  # parseHalfMessageInner writes the whole map again, WAIT included
-        return put_half(ctx, topic, queue_id, cmd.body, flag, props, sys_flag, born_ts, born_host, reconsume)
     if "WAIT" in props:
         wait = props.pop("WAIT")
         props_str = ctx.encode_props(props, cap)
-        props["WAIT"] = wait
+        props["WAIT"] = wait  # put back last (it follows PGROUP in their shared bucket)
     else:
         props_str = ctx.encode_props(props)
+    if half:  # parseHalfMessageInner writes the whole map again, WAIT included
+        return put_half(ctx, topic, queue_id, cmd.body, flag, props, sys_flag, born_ts, born_host, reconsume)
     return ctx.put(topic, queue_id, cmd.body, flag, props, props_str, sys_flag, born_ts, born_host, reconsume)
 
 
