@@ -59,6 +59,8 @@ if TYPE_CHECKING:
     from .producer.producer import MessageQueueSelector as MessageQueueSelector
     from .producer.producer import Producer as Producer
     from .producer.producer import select_by_key_hash as select_by_key_hash
+    from .producer.transaction import TransactionProducer as TransactionProducer
+    from .producer.transaction import TransactionSendResult as TransactionSendResult
     from .protocol.filter import Selector as Selector
     from .protocol.message import Message as Message
     from .protocol.mq import MessageQueue as MessageQueue
@@ -66,6 +68,7 @@ if TYPE_CHECKING:
     from .protocol.stored import MessageExt as MessageExt
     from .protocol.stored import Undecodable as Undecodable
     from .protocol.stored import UndecodableMessageError as UndecodableMessageError
+    from .protocol.transaction import TransactionResult as TransactionResult
 
 __version__ = "0.1.0.dev0"
 
@@ -121,6 +124,9 @@ __all__ = [
     "Timing",
     "TopicNotExist",
     "TraceConfig",
+    "TransactionProducer",
+    "TransactionResult",
+    "TransactionSendResult",
     "Undecodable",
     "UndecodableCounts",
     "UndecodableMessageError",
@@ -168,6 +174,9 @@ _LAZY = {
     "TLSConfig": ".config",
     "Timing": ".config",
     "TraceConfig": ".config",
+    "TransactionProducer": ".producer.transaction",
+    "TransactionResult": ".protocol.transaction",
+    "TransactionSendResult": ".producer.transaction",
     "Undecodable": ".protocol.stored",
     "UndecodableCounts": ".consumer.health",
     "UndecodableMessageError": ".protocol.stored",

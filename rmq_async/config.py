@@ -167,6 +167,16 @@ class Timing(ConfigModel):
     )
     pop_delay_levels: str = Field(default=DEFAULT_POP_DELAY_LEVELS, description="popDelayLevel")
     pop_revive_interval: float = Field(default=1.0, gt=0, description="PopReviveService scan (broker)")
+    # transactional messages (broker)
+    transaction_check_interval: float = Field(
+        default=60.0, gt=0, description="transactionCheckInterval: the half-message check-back period"
+    )
+    transaction_timeout: float = Field(
+        default=6.0, ge=0, description="transactionTimeOut: a half message's age before its first check"
+    )
+    transaction_check_max: int = Field(
+        default=15, ge=1, description="transactionCheckMax: checks of a half message before it is dropped"
+    )
 
     @field_validator("delay_levels", "pop_delay_levels")
     @classmethod
@@ -228,6 +238,8 @@ class Timing(ConfigModel):
             pop_invisible_time=3.0,
             pop_delay_levels=FAST_POP_DELAY_LEVELS,
             pop_revive_interval=0.05,
+            transaction_check_interval=0.2,
+            transaction_timeout=0.3,
         )
         values.update(overrides)
         return cls(**values)

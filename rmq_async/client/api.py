@@ -41,6 +41,7 @@ from ..protocol.pop import (
 )
 from ..protocol.pull import PullRefused, PullStatus, pull_request, read_pull_answer
 from ..protocol.stored import BrokenBodyError, MessageExt, UndecodableMessageError, decode_messages
+from ..protocol.transaction import EndTransactionRequestHeader
 from ..transport.pool import ConnectionPool
 from .auth import broker_error
 
@@ -180,6 +181,16 @@ class MQClientAPI:
             region_id=resp.ext_fields.get("MSG_REGION") or "DefaultRegion",  # processSendResponse
             trace_on=resp.ext_fields.get("TRACE_ON") != "false",
         )
+
+    async def end_transaction(
+        self, addr: str, header: EndTransactionRequestHeader, remark: str | None, timeout: float
+    ) -> None:
+        """END_TRANSACTION (37), oneway as Java's ``endTransactionOneway``: the broker answers nothing,
+        so a lost or refused end is resolved by its check-back. ``remark`` says why the local
+        transaction failed (Java's ``executeLocalTransactionBranch exception: ...``)."""
+        cmd = self._cmd(RequestCode.END_TRANSACTION, header.to_ext_fields(), oneway=True)
+        cmd.remark = remark
+        await self.pool.oneway(addr, cmd, timeout)
 
     async def query_message(
         self,

@@ -27,9 +27,10 @@ from ..errors import AuthError, BrokerError, MQClientError, RocketMQError, Topic
 from ..lifecycle import Supervisor
 from ..protocol.acl import RequestSigner
 from ..protocol.bodies import ConsumerData, HeartbeatData, ProducerData, TopicRouteData
-from ..protocol.codes import Perm, RequestCode, ResponseCode, SerializeType
+from ..protocol.codes import Perm, Prop, RequestCode, ResponseCode, SerializeType
 from ..protocol.command import RemotingCommand
 from ..protocol.mq import MessageQueue
+from ..protocol.stored import BrokenBodyError, MessageExt, decode_messages
 from ..transport.connection import Connection
 from ..transport.pool import ConnectionPool
 from ..transport.tls import client_ssl_context
@@ -37,7 +38,14 @@ from .api import MQClientAPI
 from .auth import AuthErrorLog
 from .reach import Reachability
 
-__all__ = ["INNER_PRODUCER_GROUP", "ClientInstance", "ConsumerHandle", "build_client_id", "local_ip"]
+__all__ = [
+    "INNER_PRODUCER_GROUP",
+    "ClientInstance",
+    "ConsumerHandle",
+    "TransactionCheckHandler",
+    "build_client_id",
+    "local_ip",
+]
 
 log = logging.getLogger("rmq_async.client")
 
@@ -60,6 +68,11 @@ class ConsumerHandle(Protocol):
 
     async def _handle_server_request(self, cmd: RemotingCommand) -> RemotingCommand | None: ...
 
+
+#: ``handler(broker_addr, request, half_message)``: a transactional producer taking a broker's
+#: CHECK_TRANSACTION_STATE (its answer is a oneway END_TRANSACTION of its own). It must not block: it
+#: hands the check to the producer's tasks and returns.
+TransactionCheckHandler = Callable[[str, RemotingCommand, MessageExt], None]
 
 _SIOCGIFADDR = 0x8915  # Linux
 
@@ -170,6 +183,8 @@ class ClientInstance:
         self.route_errors: dict[str, str] = {}
         self._consumers: dict[str, ConsumerHandle] = {}
         self._producers: set[str] = set()
+        #: the transactional producers' check handlers by (wire) group (Java's ``selectProducer``)
+        self._tx_checkers: dict[str, TransactionCheckHandler] = {}
         self._extra_topics: set[str] = set()
         self._route_lock = anyio.Lock()
         self._heartbeat_lock = anyio.Lock()
@@ -238,6 +253,13 @@ class ClientInstance:
 
     def unregister_producer_local(self, group: str) -> None:
         self._producers.discard(group)
+
+    def register_transaction_checker(self, group: str, handler: TransactionCheckHandler) -> None:
+        """Route the broker's CHECK_TRANSACTION_STATE of half messages of ``group`` to ``handler``."""
+        self._tx_checkers[group] = handler
+
+    def unregister_transaction_checker(self, group: str) -> None:
+        self._tx_checkers.pop(group, None)
 
     def add_topic(self, topic: str) -> None:
         """Keep ``topic``'s route refreshed (producers' topics)."""
@@ -492,6 +514,9 @@ class ClientInstance:
             for c in self._consumers.values():
                 c.rebalance_now()
             return None
+        if cmd.code == RequestCode.CHECK_TRANSACTION_STATE:
+            self._check_transaction(conn.addr, cmd)
+            return None
         consumer = self._consumers.get(group or "")
         if consumer is None:
             if cmd.is_oneway:
@@ -509,3 +534,24 @@ class ClientInstance:
                 language=self.config.language,
             )
         return resp
+
+    def _check_transaction(self, addr: str, cmd: RemotingCommand) -> None:
+        """``ClientRemotingProcessor.checkTransactionState``: the half message in the body names its
+        producer group (``PGROUP``); the producer of that group answers. Nothing is answered here
+        (the request is oneway): a message that cannot be read, or a group with no transactional
+        producer here, is logged and left to the broker's next check."""
+        try:
+            msgs = decode_messages(cmd.body or b"")
+        except BrokenBodyError as exc:
+            log.warning("broker %s: check of a transaction with an unreadable message: %s", addr, exc)
+            return
+        if not msgs:
+            log.warning("broker %s: check of a transaction without a message", addr)
+            return
+        msg = msgs[0]
+        group = msg.get_property(Prop.PRODUCER_GROUP)
+        handler = self._tx_checkers.get(group or "")
+        if handler is None:
+            log.debug("broker %s: check of a transaction of group %r: no such producer here", addr, group)
+            return
+        handler(addr, cmd, msg)

@@ -28,7 +28,7 @@ from ..config import Timing, parse_delay_levels
 from ..errors import ClientError
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
-from . import admin, admin_ops, clients, delay, pop, pull, send
+from . import admin, admin_ops, clients, delay, pop, pull, send, transaction
 from .acl import AclChecker, AclConfig, Handle, guard
 from .context import BrokerContext, BrokerSettings, HandlerTable, Wakeup, open_store
 from .groups import ConsumerManager, LockManager, ProducerManager
@@ -54,6 +54,7 @@ _TABLES: tuple[Callable[[BrokerContext], HandlerTable], ...] = (
     admin.handlers,
     admin_ops.handlers,
     pop.handlers,
+    transaction.handlers,
 )
 
 
@@ -128,6 +129,7 @@ class Broker:
         )
         self._ctx: BrokerContext | None = None
         self._schedule: delay.ScheduleService | None = None
+        self._transactions: transaction.TransactionCheckService | None = None
         self._namesrv = Outbound(namesrv_addr, tls.inner_client_context() if tls is not None else None)
         self._register_now = Wakeup()
         self._stopped = anyio.Event()
@@ -166,6 +168,13 @@ class Broker:
         if self._schedule is None:
             raise ClientError(f"broker {self.name} has not been started")
         return self._schedule
+
+    @property
+    def transactions(self) -> transaction.TransactionCheckService:
+        """The half-message check-back (``transactions.check()``: one walk at once, a test hook)."""
+        if self._transactions is None:
+            raise ClientError(f"broker {self.name} has not been started")
+        return self._transactions
 
     def spawn(self, fn: Callable[..., Awaitable[object]], /, *args: object) -> None:
         """Run an async job in the broker's task group (requests answered later).
@@ -211,6 +220,7 @@ class Broker:
         for table in _TABLES:
             handlers.update(table(ctx))
         self.handlers, self._ctx, self._schedule = handlers, ctx, schedule
+        self._transactions = transaction.TransactionCheckService(ctx)
         return ctx, schedule
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -231,6 +241,7 @@ class Broker:
                 tg.start_soon(self.holds.run, ctx.store, timing.held_pull_check_interval)
                 tg.start_soon(self._housekeeping, ctx, schedule)
                 tg.start_soon(schedule.run)
+                tg.start_soon(self.transactions.run)
                 task_status.started()
                 await self._stopped.wait()
                 tg.cancel_scope.cancel()

@@ -7,7 +7,9 @@ TRACE_ON and CLUSTER added, WAIT kept, a trailing separator) and the message goe
 ``BrokerContext.put`` (delay levels, hold notification). ``handleRetryAndDLQ``: a send to ``%RETRY%<group>``
 whose reconsume count reached the maximum goes to ``%DLQ%<group>``. A batch stores each message with
 its own properties followed by the batch's. The answer carries msgId (comma-separated for a batch),
-queueId, queueOffset, MSG_REGION, TRACE_ON (and transactionId on 5.x).
+queueId, queueOffset, MSG_REGION, TRACE_ON (and transactionId on 5.x). A message with ``TRAN_MSG=true``
+is a half message, stored apart by ``transaction.put_half`` (its answer names the half message and
+the queue the client asked for).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .jcompat import faq_suffix, java_ext, java_hashmap_capacity, props_decode, 
 from .server import Connection
 from .state import DLQ_PREFIX, RETRY_PREFIX, SCHEDULE_TOPIC, TBW102, TopicConfig
 from .store import PutResult, StoreError, host_bytes
+from .transaction import put_half
 
 __all__ = ["handlers"]
 
@@ -127,13 +130,8 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
         props = props_decode(opt_str(cmd, "properties") or "")
         if flavour == 5 and not props.get("UNIQ_KEY"):
             props["UNIQ_KEY"] = f"{random.getrandbits(128):032X}"
-        if props.get("TRAN_MSG", "").lower() == "true":
-            return respond(
-                cmd,
-                ResponseCode.NO_PERMISSION,
-                "the broker[127.0.0.1] sending transaction message is forbidden",
-                ext,
-            )
+        # a half message (transaction.py), unless a pre-4.6.1 client's retry of one (Java's test)
+        half = props.get("TRAN_MSG", "").lower() == "true" and not (reconsume > 0 and "DELAY" in props)
         born_host = host_bytes(conn.ip, conn.port)
         try:
             if cmd.code == RequestCode.SEND_BATCH_MESSAGE or opt_bool(cmd, "batch"):
@@ -142,7 +140,7 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
                 )
             else:
                 res = _put_one(
-                    ctx, cmd, topic, queue_id, props, sys_flag, flag, born_ts, born_host, reconsume
+                    ctx, cmd, topic, queue_id, props, sys_flag, flag, born_ts, born_host, reconsume, half
                 )
                 if isinstance(res, RemotingCommand):
                     res.ext_fields = java_ext({**ext, **res.ext_fields})
@@ -190,6 +188,7 @@ def _put_one(
     born_ts: int,
     born_host: bytes,
     reconsume: int,
+    half: bool = False,
 ) -> PutResult | RemotingCommand:
     if topic.startswith(RETRY_PREFIX):  # handleRetryAndDLQ
         group = topic[len(RETRY_PREFIX) :]
@@ -209,6 +208,10 @@ def _put_one(
         props["TRACE_ON"] = "true"
         props = props_decode(ctx.encode_props(props))
         props["CLUSTER"] = ctx.settings.cluster
+        if half:
+            return put_half(
+                ctx, topic, queue_id, cmd.body, flag, props, sys_flag, born_ts, born_host, reconsume
+            )
         props_str = ctx.encode_props(props)
         return ctx.put(
             topic, queue_id, cmd.body, flag, props, props_str, sys_flag, born_ts, born_host, reconsume
@@ -217,9 +220,11 @@ def _put_one(
     if "WAIT" in props:
         wait = props.pop("WAIT")
         props_str = ctx.encode_props(props, cap)
-        props["WAIT"] = wait
+        props["WAIT"] = wait  # put back last (it follows PGROUP in their shared bucket)
     else:
         props_str = ctx.encode_props(props)
+    if half:  # parseHalfMessageInner writes the whole map again, WAIT included
+        return put_half(ctx, topic, queue_id, cmd.body, flag, props, sys_flag, born_ts, born_host, reconsume)
     return ctx.put(topic, queue_id, cmd.body, flag, props, props_str, sys_flag, born_ts, born_host, reconsume)
 
 

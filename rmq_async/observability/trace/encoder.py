@@ -86,6 +86,11 @@ class TraceBean:
     retry_times: int = 0
     body_length: int = 0
     msg_type: MessageType = MessageType.NORMAL
+    #: ``EndTransaction`` records only: the transaction id, the ``LocalTransactionState`` name
+    #: (``COMMIT_MESSAGE``, ``ROLLBACK_MESSAGE``, ``UNKNOW``) and whether a check-back answered it
+    transaction_id: str | None = None
+    transaction_state: str = "UNKNOW"
+    from_transaction_check: bool = False
 
 
 @dataclass(slots=True)
@@ -134,6 +139,14 @@ def encode(ctx: TraceContext) -> tuple[str, list[str]]:
             if not ctx.cloud:
                 parts += [str(ctx.timestamp), c, ctx.group_name]
             parts.append(f)
+    elif t == "EndTransaction":
+        b = ctx.beans[0]
+        parts += [
+            "EndTransaction", c, str(ctx.timestamp), c, _s(ctx.region_id), c, ctx.group_name, c,
+            _s(b.topic), c, _s(b.msg_id), c, _s(b.tags), c, _s(b.keys), c, _s(b.store_host), c,
+            str(int(b.msg_type)), c, _s(b.transaction_id), c, b.transaction_state, c,
+            _b(b.from_transaction_check), f,
+        ]  # fmt: skip
     else:
         raise ValueError(f"unknown trace type {t!r}")
     keys: list[str] = []
@@ -188,4 +201,11 @@ def decode(data: str) -> list[TraceContext]:
                 ctx.timestamp = _int(line[7])
                 ctx.group_name = line[8]
             out.append(ctx)
+        elif kind == "EndTransaction" and len(line) >= 13:
+            bean = TraceBean(
+                topic=line[4], msg_id=line[5], tags=line[6], keys=line[7], store_host=line[8],
+                msg_type=MessageType(_int(line[9])), transaction_id=line[10], transaction_state=line[11],
+                from_transaction_check=line[12] == "true",
+            )  # fmt: skip
+            out.append(TraceContext("EndTransaction", _int(line[1]), line[2], line[3], beans=[bean]))
     return out

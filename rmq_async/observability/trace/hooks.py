@@ -94,6 +94,39 @@ class SendTracer:
         bean.store_time = tc.timestamp + cost // 2
         self.dispatcher.append(tc)
 
+    def end_transaction(
+        self,
+        msg: Message | MessageExt,
+        topic: str,
+        msg_id: str,
+        transaction_id: str | None,
+        state: str,
+        broker_addr: str,
+        *,
+        from_check: bool,
+    ) -> None:
+        """``EndTransactionTraceHookImpl.endTransaction``: an ``EndTransaction`` record (type
+        Trans_msg_Commit) for each END_TRANSACTION, the send path's and the check-back's alike;
+        ``state`` is the ``LocalTransactionState`` name; the region is the message's MSG_REGION."""
+        if topic.startswith(self.dispatcher.topic):
+            return
+        get = msg.properties.get if isinstance(msg, Message) else msg.get_property
+        bean = TraceBean(
+            topic=without_namespace(topic),
+            msg_id=msg_id,
+            tags=get(Prop.TAGS),
+            keys=get(Prop.KEYS),
+            store_host=broker_addr,
+            msg_type=MessageType.TRANS_COMMIT,
+            transaction_id=transaction_id,
+            transaction_state=state,
+            from_transaction_check=from_check,
+        )
+        region = get(Prop.MSG_REGION) or "DefaultRegion"
+        self.dispatcher.append(
+            TraceContext("EndTransaction", _now_ms(), region, group_name=self.group, beans=[bean])
+        )
+
 
 class _Call:
     """One traced handler call: its messages and times; the beans and request id made when the

@@ -345,3 +345,36 @@ def test_dropped_calls_build_nothing() -> None:
     t.after(t.before(batch), batch, None, None)  # SubBefore queued, SubAfter dropped
     t.after(t.before(batch), batch, None, None)  # both dropped
     assert len(d) == 1 and d.dropped == 3
+
+
+def test_end_transaction_record_in_java_order_and_decoded_back() -> None:
+    # TraceDataEncoder case EndTransaction: type, timeStamp, regionId, groupName, topic, msgId, tags,
+    # keys, storeHost, msgType ordinal, transactionId, transactionState.name(), fromTransactionCheck
+    bean = TraceBean(
+        topic="WireTx", msg_id="FD01", tags="TagTx", keys="tx-c", store_host="127.0.0.1:10911",
+        msg_type=MessageType.TRANS_COMMIT, transaction_id="FD01", transaction_state="COMMIT_MESSAGE",
+        from_transaction_check=True,
+    )  # fmt: skip
+    ctx = TraceContext("EndTransaction", 1796151725933, "DefaultRegion", "wire_tx_pg", beans=[bean])
+    text, keys = encode(ctx)
+    assert text == rec(
+        "EndTransaction", 1796151725933, "DefaultRegion", "wire_tx_pg", "WireTx", "FD01", "TagTx", "tx-c",
+        "127.0.0.1:10911", 2, "FD01", "COMMIT_MESSAGE", "true",
+    )  # fmt: skip
+    assert keys == ["FD01", "tx-c"]
+    (back,) = decode(text)
+    assert back.trace_type == "EndTransaction" and back.group_name == "wire_tx_pg"
+    assert back.beans[0] == bean
+
+
+async def test_send_tracer_end_transaction_record() -> None:
+    dispatcher = TraceDispatcher("g", "PRODUCE", TraceConfig(enabled=True))
+    tracer = SendTracer(dispatcher, "ns%g")
+    msg = Message("ns%T", b"x", tags="TagTx", keys="k")
+    tracer.end_transaction(msg, "ns%T", "U1", "U1", "ROLLBACK_MESSAGE", "b:1", from_check=False)
+    (ctx,) = _queued(dispatcher)
+    assert ctx.trace_type == "EndTransaction"
+    assert ctx.group_name == "g" and ctx.region_id == "DefaultRegion"
+    b = ctx.beans[0]
+    assert (b.topic, b.tags, b.keys, b.msg_type) == ("T", "TagTx", "k", MessageType.TRANS_COMMIT)
+    assert (b.transaction_state, b.from_transaction_check) == ("ROLLBACK_MESSAGE", False)
