@@ -64,8 +64,7 @@ def _outside_link(page_src: str, match: re.Match[str]) -> str:
         return match.group(0)  # a page or file of the site: mkdocs checks it
     if not (_ROOT / path).exists():
         raise FileNotFoundError(f"docs/{page_src} links to {target}{anchor}, but {path} does not exist")
-    label = text if text.strip("`") == path else f"{text} (`{path}`)"
-    return label
+    return f"`{path}`" if text.strip("`") == path else f"{text} (`{path}`)"
 
 
 def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
