@@ -89,7 +89,7 @@ def test_the_program_runs(snippet: Snippet, tmp_path: Path) -> None:
 
 #: guides without a program of their own: the Spark one needs a Spark session and Java (tests/spark runs
 #: the source), the operating one is about the command line and mqadmin
-GUIDES_WITHOUT_A_PROGRAM = {"docs/guides/spark.md", "docs/guides/operating.md"}
+GUIDES_WITHOUT_A_PROGRAM = {"docs/guides/spark.md"}
 
 
 def test_every_marker_names_a_program_and_every_one_was_collected() -> None:
