@@ -20,6 +20,7 @@ REFERENCE = ROOT / "docs" / "reference"
 #: the documented modules, and the names of each that the reference shows (None: its ``__all__``)
 DOCUMENTED: dict[str, list[str] | None] = {
     "rmq_async": None,
+    "rmq_async.admin": None,
     "rmq_async.embedded": None,
     "rmq_async.spark": None,
     "rmq_async.observability.trace": ["query_trace"],
