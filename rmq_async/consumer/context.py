@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Coroutine
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import anyio.abc
@@ -31,6 +32,7 @@ from .remote import Remote, Sender
 from .sendback import send_back
 from .stats import ConsumerStats
 from .types import Hook
+from .usercode import HandlerTasks
 
 __all__ = ["ConsumerContext", "Subscriptions"]
 
@@ -181,6 +183,7 @@ class ConsumerContext:
         self._offset_store: OffsetStore | None = None
         self._inner_producer: Sender | None = None
         self._tg: anyio.abc.TaskGroup | None = None
+        self._handlers: HandlerTasks | None = None
 
     # -- runs -----------------------------------------------------------------------------------------
 
@@ -191,6 +194,7 @@ class ConsumerContext:
         self.running = False
         self._client = self._offset_store = self._inner_producer = None
         self._tg = None
+        self._handlers = None
 
     def attach(
         self,
@@ -209,6 +213,10 @@ class ConsumerContext:
 
     def set_task_group(self, tg: anyio.abc.TaskGroup | None) -> None:
         self._tg = tg
+
+    def set_handler_tasks(self, handlers: HandlerTasks | None) -> None:
+        """Where the run's handler-calling tasks go (:meth:`start_handler`), apart from its task group."""
+        self._handlers = handlers
 
     @property
     def client(self) -> Remote:
@@ -247,6 +255,19 @@ class ConsumerContext:
             return False
         tg.start_soon(fn, *args)
         return True
+
+    def start_handler(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> bool:
+        """Run ``fn(*args)``, a task that calls the handler, among the run's :class:`HandlerTasks`
+        (which a stop may abandon; once they are closed, nothing starts); False without them: the
+        caller then uses its task group (a service run on its own, in tests)."""
+        if self._handlers is None:
+            return False
+        self._handlers.start_soon(fn, *args)
+        return True
+
+    def guard(self) -> AbstractContextManager[None]:
+        """The innermost cancel scope around a handler call (:meth:`HandlerTasks.guard`)."""
+        return nullcontext() if self._handlers is None else self._handlers.guard()
 
     # -- shared operations --------------------------------------------------------------------------
 

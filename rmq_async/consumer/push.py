@@ -54,7 +54,7 @@ from .rebalancer import RebalanceSettings, RebalanceSignals, StartOffsets
 from .stats import ConsumerStats
 from .subcheck import SubscriptionChecker
 from .types import Handler, Hook, OrderlyHandler, RebalanceListener
-from .usercode import check_handler
+from .usercode import HandlerTasks, check_handler
 
 __all__ = ["PushConsumer", "RebalanceListener"]
 
@@ -479,8 +479,10 @@ class PushConsumer:
             await check_in_brokers(ctx, ctx.subscriptions.sql())
             # a heartbeat refused by ACL (the group's or a topic's SUB) fails start() with AuthError
             await client.send_heartbeat_to_all_brokers(raise_auth=True)
-            async with anyio.create_task_group() as tg:
+            async with HandlerTasks(self.group) as handlers, anyio.create_task_group() as tg:
                 ctx.set_task_group(tg)
+                ctx.set_handler_tasks(handlers)
+                tg.start_soon(handlers.watch)
                 tg.start_soon(ctx.deadlines.run)
                 await run.service.run(tg)
                 tg.start_soon(self._persist_loop)
@@ -490,12 +492,13 @@ class PushConsumer:
                 await stopping.wait()
                 try:
                     with anyio.CancelScope(shield=True):
-                        await self._shutdown()
+                        await self._shutdown(handlers)
                 finally:
                     tg.cancel_scope.cancel()
                     ctx.set_task_group(None)
+                    ctx.set_handler_tasks(None)
 
-    async def _shutdown(self) -> None:
+    async def _shutdown(self, handlers: HandlerTasks) -> None:
         ctx = self._ctx
         log.info("consumer %s (%s) shutting down", self.group, self._client.client_id)
         ctx.stopping = True
@@ -509,7 +512,8 @@ class PushConsumer:
             await service.wait_idle()
             if self._run.pop is not None:
                 await self._run.pop.wait_idle()
-        self._gave_up = waited.cancelled_caught
+        # what still runs is cancelled; a handler swallowing that is abandoned (logged), uncommitted
+        self._gave_up = await handlers.close() > 0 or waited.cancelled_caught
         mqs = list(self._run.table.pqs)
         with anyio.move_on_after(self.timing.request_timeout * 2):
             await self._ctx.offset_store.persist_all(mqs, sync=True)
