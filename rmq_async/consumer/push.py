@@ -409,6 +409,8 @@ class PushConsumer:
         """``async with consumer.deliveries() as stream: async for d in stream: ...; await d.ack()``."""
         if self.handler is not None:
             raise ClientError("this consumer has a handler; deliveries() is for consumers without one")
+        if not self._life.running:  # misuse, not configuration: nothing would ever feed the stream
+            raise ClientError("consumer is not started: start it ('async with consumer') before deliveries()")
         stream = self._run.service.open_deliveries()
         try:
             yield stream

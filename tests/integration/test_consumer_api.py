@@ -286,3 +286,12 @@ def test_a_lite_consumer_used_in_a_second_event_loop_is_a_clear_client_error() -
         asyncio.run(lite.poll(0.1))
     with pytest.raises(ClientError, match="started in another event loop"):
         asyncio.run(lite.close())
+
+
+async def test_deliveries_of_a_consumer_never_started_is_a_client_error_at_once() -> None:
+    # nothing would ever feed the stream: waiting on it would hang for ever
+    c = PushConsumer("g_not_started", namesrv_addr="127.0.0.1:1", subscriptions={"T": "*"})
+    with anyio.fail_after(2), pytest.raises(ClientError, match="not started"):
+        async with c.deliveries() as stream:
+            async for _ in stream:
+                pass
