@@ -261,7 +261,8 @@ class PushConsumer:
     @property
     def on_revoked(self) -> RebalanceListener | None:
         """``fn(topic, queues)`` (plain or async) called after a rebalance took queues away (their
-        offsets committed first)."""
+        offsets committed first), and at :meth:`stop` with the queues still owned (before their offsets
+        are committed). Neither listener sees the retry topic."""
         return self._settings.on_revoked
 
     @on_revoked.setter
@@ -516,6 +517,8 @@ class PushConsumer:
                 await self._run.pop.wait_idle()
         # what still runs is cancelled; a handler swallowing that is abandoned (logged), uncommitted
         self._gave_up = await handlers.close() > 0 or waited.cancelled_caught
+        with anyio.move_on_after(self.timing.shutdown_timeout):
+            await self._run.rebalancer.revoke_all()  # the listener, before offsets and locks go
         mqs = list(self._run.table.pqs)
         with anyio.move_on_after(self.timing.request_timeout * 2):
             await self._ctx.offset_store.persist_all(mqs, sync=True)

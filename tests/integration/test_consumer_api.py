@@ -295,3 +295,41 @@ async def test_deliveries_of_a_consumer_never_started_is_a_client_error_at_once(
         async with c.deliveries() as stream:
             async for _ in stream:
                 pass
+
+
+async def test_listeners_never_see_the_retry_topic_and_a_stopping_member_gets_on_revoked(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, group = names
+    await cluster.create_topic(topic, 4)
+    assigned: list[tuple[str, set[MessageQueue]]] = []
+    revoked: list[tuple[str, set[MessageQueue], bool]] = []
+    got = anyio.Event()
+    c: PushConsumer
+
+    def on_assigned(t: str, mqs: set[MessageQueue]) -> None:
+        assigned.append((t, set(mqs)))
+        if t == topic:
+            got.set()
+
+    def on_revoked(t: str, mqs: set[MessageQueue]) -> None:
+        pqs = internals(c).table.pqs
+        # told before the queues are dropped (offsets persisted, locks released after)
+        revoked.append((t, set(mqs), all(mq in pqs and not pqs[mq].dropped for mq in mqs)))
+
+    c = PushConsumer(
+        group,
+        namesrv_addr=cluster.namesrv_addr,
+        handler=Collector(),
+        subscriptions={topic: "*"},
+        timing=timing,
+        on_assigned=on_assigned,
+        on_revoked=on_revoked,
+    )
+    async with c:
+        with anyio.fail_after(10):
+            await got.wait()
+        owned = {mq for mq in c.assignment() if mq.topic == topic}
+        assert len(owned) == 4
+    assert [t for t, _ in assigned] == [topic]  # not %RETRY%group
+    assert revoked == [(topic, owned, True)]
