@@ -34,7 +34,7 @@ from .stats import ConsumerStats
 from .types import Hook
 from .usercode import HandlerTasks
 
-__all__ = ["ConsumerContext", "Subscriptions"]
+__all__ = ["ConsumerContext", "SqlChecks", "Subscriptions"]
 
 
 class Subscriptions:
@@ -143,6 +143,20 @@ class Subscriptions:
         return subs
 
 
+class SqlChecks:
+    """What the brokers said of the consumer's SQL92 subscriptions (:mod:`.brokercheck`), for
+    ``health()``: the topics not checked yet (no route when asked: checked again once the route
+    appears), the refusals by topic (CHECK_CLIENT_CONFIG, or pulls refused because the broker cannot
+    filter by the subscription's type), and how many pulls were refused so, by topic."""
+
+    __slots__ = ("pulls_refused", "refused", "unchecked")
+
+    def __init__(self) -> None:
+        self.unchecked: set[str] = set()
+        self.refused: dict[str, str] = {}
+        self.pulls_refused: dict[str, int] = {}
+
+
 class ConsumerContext:
     """The shared state of one consumer. The per-run resources are set by :meth:`attach` when a run
     starts; reading one before raises :class:`ClientError`."""
@@ -169,6 +183,8 @@ class ConsumerContext:
         self.max_reconsume_times = config.effective_max_reconsume_times(orderly=orderly)
         self.subscriptions = subscriptions
         self.stats = stats or ConsumerStats()
+        #: the brokers' answers to the SQL92 subscriptions (checked at start, and when a route appears)
+        self.sql_checks = SqlChecks()
         self.before_hooks: list[Hook] = []
         self.after_hooks: list[Hook] = []
         #: the message trace and OpenTelemetry (:mod:`.observation`): what watches handler calls and

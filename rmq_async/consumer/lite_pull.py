@@ -405,6 +405,8 @@ class LitePullConsumer:
             members=self._signals.members,
             clustering=True,
             stats=ctx.stats,
+            refused=ctx.sql_checks.refused,
+            filter_refused_pulls=ctx.sql_checks.pulls_refused,
         )
 
     def _task_group(self) -> anyio.abc.TaskGroup:

@@ -43,7 +43,7 @@ from ..protocol.command import RemotingCommand
 from ..protocol.filter import Selector
 from ..protocol.mq import MessageQueue
 from .allocate import strategy_by_name
-from .brokercheck import check_in_brokers
+from .brokercheck import check_in_brokers, check_while_running
 from .context import ConsumerContext, Subscriptions
 from .delivery import DeliveryStream
 from .health import ConsumerHealth, consumer_health
@@ -354,6 +354,8 @@ class PushConsumer:
             stats=ctx.stats,
             pop=self._run.pop.snapshot() if self._run.pop is not None else None,
             popped_topics=self._run.pop.topics() if self._run.pop is not None else frozenset(),
+            refused=ctx.sql_checks.refused,
+            filter_refused_pulls=ctx.sql_checks.pulls_refused,
         )
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -558,10 +560,8 @@ class PushConsumer:
 
     async def _after_subscription_change(self) -> None:
         await self._client.update_route_quietly(self._subscribed_topics())
-        try:
-            await check_in_brokers(self._ctx, self._ctx.subscriptions.sql())
-        except RocketMQError as exc:  # running: the pulls of that topic are refused until it is fixed
-            log.error("consumer %s: %s", self.group, exc)
+        # running: a refusal is logged and shown by health(); the topic's pulls are refused meanwhile
+        await check_while_running(self._ctx, self._ctx.subscriptions.sql())
         await self._client.send_heartbeat_to_all_brokers()
 
     # -- timers and rebalance ---------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import anyio
 from ..errors import RocketMQError
 from ..protocol.mq import MessageQueue
 from .allocate import AllocateStrategy
+from .brokercheck import check_routed
 from .context import ConsumerContext
 from .process_queue import ProcessQueue
 from .queues import QueueLocks, QueueTable
@@ -195,6 +196,7 @@ class Rebalancer:
         topics = sorted(c.subscriptions.topics())
         all_locked = True
         for topic in topics:
+            await check_routed(c, topic)  # a SQL92 subscription not checked for want of a route
             if self._assign is not None and c.clustering:
                 try:
                     assigned = await self._assign(topic)
