@@ -48,6 +48,7 @@ __all__ = [
     "TLSConfig",
     "Timing",
     "TraceConfig",
+    "client_settings",
     "parse_delay_levels",
 ]
 
@@ -559,6 +560,25 @@ class ClientConfig(ConfigModel):
     def without_namespace(self, resource: str) -> str:
         """``NamespaceUtil.withoutNamespace``: the name as the user gave it."""
         return unwrap_namespace(self.namespace, resource)
+
+
+def client_settings(
+    client_config: ClientConfig | None,
+    *,
+    namesrv_addr: str | None = None,
+    timing: Timing | None = None,
+    instance_name: str | None = None,
+) -> ClientConfig:
+    """The client settings of a consumer or producer from its keyword arguments, the same rule for
+    each: ``client_config`` (else one made of ``namesrv_addr``), with ``timing`` and ``instance_name``
+    replacing its own when given."""
+    if client_config is None:
+        client_config = ClientConfig(namesrv_addr=namesrv_addr, timing=timing or Timing())
+    elif timing is not None:
+        client_config = client_config.model_copy(update={"timing": timing})
+    if instance_name is not None:
+        client_config = client_config.model_copy(update={"instance_name": instance_name})
+    return client_config
 
 
 #: where a group with no committed offset starts (Java's ``ConsumeFromWhere``)

@@ -21,7 +21,7 @@ import anyio
 
 from ..client.api import SendResult
 from ..client.instance import INNER_PRODUCER_GROUP, ClientInstance, pid_instance_name
-from ..config import ClientConfig, ProducerConfig
+from ..config import ClientConfig, ProducerConfig, Timing, client_settings
 from ..errors import AuthError, BrokerError, ClientError, MQClientError, RemotingError, TopicNotExist
 from ..lifecycle import Supervisor
 from ..observability.otel import SendObserver, telemetry
@@ -123,10 +123,15 @@ class Producer:
         namesrv_addr: str | None = None,
         config: ProducerConfig | None = None,
         client_config: ClientConfig | None = None,
+        timing: Timing | None = None,
+        instance_name: str | None = None,
         client: ClientInstance | None = None,
     ) -> None:
         self.config = config or ProducerConfig(group=group)
-        self._client_config = client_config or ClientConfig(namesrv_addr=namesrv_addr)
+        # the consumers' keywords for the client settings, by the same rule
+        self._client_config = client_settings(
+            client_config, namesrv_addr=namesrv_addr, timing=timing, instance_name=instance_name
+        )
         # with a namespace the group and the topics go on the wire as ``ns%name`` (Java's withNamespace)
         self._ns = self._client_config.with_namespace
         self.group = self._ns(self.config.group)

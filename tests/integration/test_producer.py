@@ -144,3 +144,17 @@ async def test_selector_sends_after_a_broker_leaves(timing: Timing) -> None:
                     failed.append((key, str(exc)[:80]))
             assert not failed, failed
             assert {q.broker_name for q in await p.queues(topic)} == {"broker-a"}
+
+
+async def test_a_producer_takes_the_consumers_client_keywords(
+    cluster: EmbeddedCluster, timing: Timing
+) -> None:
+    fast = Timing.fast(request_timeout=1.25)
+    async with Producer(
+        "kw_producer", namesrv_addr=cluster.namesrv_addr, timing=fast, instance_name="kw_inst"
+    ) as p:
+        assert p.client.client_id.endswith("@kw_inst")
+        assert p.client.config.timing.request_timeout == 1.25
+    base = ClientConfig(namesrv_addr=cluster.namesrv_addr)
+    async with Producer("kw_producer", client_config=base, timing=fast) as p:  # timing= replaces its own
+        assert p.client.config.timing.request_timeout == 1.25
