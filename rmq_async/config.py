@@ -49,6 +49,7 @@ __all__ = [
     "Timing",
     "TraceConfig",
     "client_settings",
+    "namesrv_addresses",
     "parse_delay_levels",
 ]
 
@@ -442,6 +443,40 @@ class OtelConfig(ConfigModel):
     )
 
 
+#: a name server's host: a name or IPv4 address, or an IPv6 one (bracketed or not: Java cuts at the
+#: last ':')
+_NAMESRV_HOST = re.compile(r"[A-Za-z0-9._\-]+|\[?[0-9A-Fa-f:.]+\]?", re.ASCII)
+_NAMESRV_FORM = "host:port, several separated by ';' (host:port;host:port)"
+
+
+def namesrv_addresses(value: str) -> list[str]:
+    """The name server addresses of ``namesrv_addr`` (or ``NAMESRV_ADDR``): ``host:port`` separated
+    by ``;``, as Java; ValueError saying the form expected otherwise (a bad address would only fail
+    later, as a DNS error in the background). ``http://host:port`` is Java's name server endpoint
+    (``ClientConfig.getNamesrvAddr``, ``NAMESRV_ENDPOINT_PATTERN``): one address, the part after the
+    last ``/``. (Java's other HTTP way, the ``WSADDR`` address server asked when no address is set,
+    is not supported: no address is a ConfigError.)"""
+    value = value.strip()
+    if value.startswith("http://"):
+        if ";" in value:
+            raise ValueError(
+                f"an http:// name server endpoint is one address, http://host:port (as Java's), got {value!r}"
+            )
+        value = value[value.rindex("/") + 1 :]
+    addrs = [a.strip() for a in value.split(";") if a.strip()]
+    if not addrs:
+        raise ValueError(f"namesrv_addr is empty: expected {_NAMESRV_FORM}")
+    for a in addrs:
+        if "," in a:
+            raise ValueError(
+                f"name server addresses are separated by ';', not ',': {a!r} (expected {_NAMESRV_FORM})"
+            )
+        host, sep, port = a.rpartition(":")
+        if not sep or not _NAMESRV_HOST.fullmatch(host) or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"bad name server address {a!r}: expected {_NAMESRV_FORM}")
+    return addrs
+
+
 class ClientConfig(ConfigModel):
     """What every client (consumer or producer) needs to reach a cluster (Java ``ClientConfig``).
 
@@ -510,16 +545,7 @@ class ClientConfig(ConfigModel):
     @field_validator("namesrv_addr")
     @classmethod
     def _check_namesrv(cls, v: str | None) -> str | None:
-        if v is None:
-            return None
-        addrs = [a.strip() for a in v.split(";") if a.strip()]
-        if not addrs:
-            raise ValueError("namesrv_addr is empty")
-        for a in addrs:
-            host, sep, port = a.rpartition(":")
-            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise ValueError(f"bad name server address {a!r}: expected host:port")
-        return ";".join(addrs)
+        return None if v is None else ";".join(namesrv_addresses(v))
 
     def namesrv_list(self) -> list[str]:
         addr = self.namesrv_addr or os.environ.get("NAMESRV_ADDR")
@@ -528,7 +554,10 @@ class ClientConfig(ConfigModel):
                 "no name server address: pass namesrv_addr='host:port', set NAMESRV_ADDR, "
                 "or start rmq_async.EmbeddedCluster and use its namesrv_addr"
             )
-        return [a.strip() for a in addr.split(";") if a.strip()]
+        try:
+            return namesrv_addresses(addr)
+        except ValueError as exc:  # NAMESRV_ADDR, read now: the same rule as namesrv_addr=
+            raise ConfigError(f"NAMESRV_ADDR: {exc}") from None
 
     def effective_credentials(self) -> Credentials | None:
         """``credentials``, else those of the environment (:meth:`Credentials.from_env`), else None."""

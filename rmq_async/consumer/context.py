@@ -20,10 +20,11 @@ from typing import Any
 import anyio.abc
 
 from ..config import ClientConfig, ConsumerConfig, Timing
-from ..errors import ClientError
+from ..errors import ClientError, ConfigError
 from ..observability.trace.dispatcher import TraceSender
 from ..protocol.bodies import SubscriptionData
 from ..protocol.filter import SQL92, SUB_ALL, TAG, Selector, parse_tag_expression
+from ..protocol.message import check_topic
 from ..protocol.stored import MessageExt
 from .deadlines import DeadlineTracker
 from .observation import Observation
@@ -60,7 +61,13 @@ class Subscriptions:
     def make(self, topic: str, selector: Selector | str | None) -> SubscriptionData:
         """The subscription of ``topic`` (``FilterAPI.build``), not stored: a plain string is a tag
         expression, checked (:func:`~..protocol.filter.check_tag_expression`); a SQL92 selector is
-        sent as written, without tags or codes. Every call makes a new ``subVersion``."""
+        sent as written, without tags or codes. Every call makes a new ``subVersion``. A topic name
+        the producer would refuse (:func:`~..protocol.message.check_topic`) is a ConfigError: nothing
+        could ever be sent to it, and the consumer would wait for its route for ever."""
+        try:
+            check_topic(topic)
+        except ValueError as exc:
+            raise ConfigError(f"cannot subscribe to topic {topic!r}: {exc}") from None
         sel = Selector.of(selector)
         tags: list[str]
         codes: list[int]

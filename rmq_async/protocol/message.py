@@ -32,6 +32,7 @@ __all__ = [
     "MAX_MESSAGE_SIZE",
     "CompressionType",
     "Message",
+    "check_topic",
     "compress_body",
     "compression_flag",
     "encode_batch_body",
@@ -61,7 +62,9 @@ def _check_text(field: str, name: str, value: str) -> None:
         ) from None
 
 
-def _check_topic(topic: str) -> None:
+def check_topic(topic: str) -> None:
+    """``Validators.checkTopic``: the producer's rule for a topic name, the consumers' too (a topic it
+    refuses could never be sent to); ValueError saying what is wrong."""
     if not isinstance(topic, str) or not topic.strip():
         raise ValueError("the topic is blank")
     if len(topic) > _TOPIC_MAX:
@@ -97,7 +100,7 @@ class Message:
         wait_store_msg_ok: bool = True,
     ) -> None:
         try:
-            _check_topic(topic)
+            check_topic(topic)
         except ValueError as exc:
             raise InvalidMessageError("topic", str(exc)) from None
         if isinstance(body, str):
