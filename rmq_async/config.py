@@ -49,6 +49,8 @@ __all__ = [
     "Timing",
     "TraceConfig",
     "client_settings",
+    "consume_timestamp",
+    "epoch_millis",
     "namesrv_addresses",
     "parse_delay_levels",
 ]
@@ -591,6 +593,48 @@ class ClientConfig(ConfigModel):
         return unwrap_namespace(self.namespace, resource)
 
 
+#: epoch milliseconds below this are before 1973-03-03: plainly seconds
+_MS_FLOOR = 100_000_000_000
+#: and from this on after the year 2286: plainly not milliseconds (a yyyyMMddHHmmss as a number?)
+_MS_CEILING = 10_000_000_000_000
+
+
+def epoch_millis(ms: int) -> int:
+    """``ms``, milliseconds since the epoch, if it can be: ValueError with a hint for seconds (before
+    1973) or a ``yyyyMMddHHmmss`` given as a number (after 2286). The one rule of the consumer configs
+    and the command line's ``--timestamp``."""
+    if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
+        raise ValueError(f"an epoch timestamp in milliseconds must be an int >= 0, got {ms!r}")
+    if ms < _MS_FLOOR:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms))
+        raise ValueError(
+            f"{ms} is milliseconds since the epoch, i.e. {time.gmtime(ms / 1000).tm_year}: if you meant "
+            f"seconds ({when} UTC), give {ms * 1000}"
+        )
+    if ms >= _MS_CEILING:
+        raise ValueError(
+            f"{ms} milliseconds since the epoch is after the year 2286: a Java consumeTimestamp "
+            f"(yyyyMMddHHmmss) is given as a string ({str(ms)!r})"
+        )
+    return ms
+
+
+def consume_timestamp(value: str | int) -> str | int:
+    """A ``consume_timestamp``: epoch milliseconds (an int, :func:`epoch_millis`) or Java's
+    ``consumeTimestamp``, a ``yyyyMMddHHmmss`` string; ValueError saying which form is expected."""
+    if isinstance(value, int):
+        return epoch_millis(value)
+    if len(value) != 14 or not value.isdigit():
+        raise ValueError(
+            f"expected yyyyMMddHHmmss (Java consumeTimestamp) or epoch milliseconds as an int, got {value!r}"
+        )
+    try:
+        time.strptime(value, "%Y%m%d%H%M%S")
+    except ValueError:
+        raise ValueError(f"not a valid yyyyMMddHHmmss time: {value!r}") from None
+    return value
+
+
 def client_settings(
     client_config: ClientConfig | None,
     *,
@@ -699,19 +743,7 @@ class ConsumerConfig(ConfigModel):
     @field_validator("consume_timestamp")
     @classmethod
     def _check_timestamp(cls, v: str | int | None) -> str | int | None:
-        if v is None:
-            return v
-        if isinstance(v, int):
-            if isinstance(v, bool) or v < 0:
-                raise ValueError("an epoch timestamp in milliseconds must be >= 0")
-            return v
-        if len(v) != 14 or not v.isdigit():
-            raise ValueError(f"expected yyyyMMddHHmmss (Java consumeTimestamp), got {v!r}")
-        try:
-            time.strptime(v, "%Y%m%d%H%M%S")
-        except ValueError:
-            raise ValueError(f"not a valid yyyyMMddHHmmss time: {v!r}") from None
-        return v
+        return None if v is None else consume_timestamp(v)
 
     @field_validator("pull_threshold_for_topic", "pull_threshold_size_for_topic")
     @classmethod
@@ -760,6 +792,12 @@ class LitePullConfig(ConfigModel):
     consume_timestamp_ms: int | None = Field(
         default=None, ge=0, description="epoch milliseconds; None: half an hour before the consumer was made"
     )
+
+    @field_validator("consume_timestamp_ms")
+    @classmethod
+    def _check_timestamp_ms(cls, v: int | None) -> int | None:
+        return None if v is None else epoch_millis(v)
+
     allocate_strategy: str = Field(
         default="AVG", description="AVG, AVG_BY_CIRCLE, CONSISTENT_HASH, CONFIG, MACHINE_ROOM"
     )

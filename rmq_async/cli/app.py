@@ -686,9 +686,9 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument(
         "--timestamp",
         type=epoch_ms,
-        metavar="MS",
-        help="with --from timestamp: milliseconds since the epoch, e.g. $(date +%%s)000 (default: 30 "
-        "minutes before the start, as the Java client)",
+        metavar="MS|yyyyMMddHHmmss",
+        help="with --from timestamp: milliseconds since the epoch, e.g. $(date +%%s)000, or "
+        "yyyyMMddHHmmss (Java's consumeTimestamp; default: 30 minutes before the start, as the Java client)",
     )
     co.add_argument(
         "--broadcast",

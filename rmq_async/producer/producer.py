@@ -525,7 +525,7 @@ class Producer:
             uniq = props.get(Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or new_uniq_id()
             props[Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
             ids.append(uniq)
-            prepared.append(Message(topic, m.body, properties=props, flag=m.flag))
+            prepared.append(Message.resent(topic, m.body, props, flag=m.flag))
         body = encode_batch_body(prepared)
         if len(body) > self.config.max_message_size:
             raise ClientError(

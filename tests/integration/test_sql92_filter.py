@@ -340,7 +340,7 @@ async def test_retries_of_sql_filtered_messages(
                 # in the retry topic already (as a message sent back is), matching or not
                 for i in range(8):
                     props = {"a": str(i * 2), "RETRY_TOPIC": topic}
-                    await p.send(Message(f"%RETRY%{group}", f"r{i}".encode(), properties=props))
+                    await p.send(Message.resent(f"%RETRY%{group}", f"r{i}".encode(), props))
             want = {f"m{i}": 2 for i in range(6, 12)}
             want.update({f"r{i}": 1 for i in range(8) if not filtered or i * 2 > 5})
             with anyio.fail_after(20):

@@ -10,6 +10,7 @@ defects the lead fixes, and the xfail then turns into a failure to remove.
 
 from __future__ import annotations
 
+import argparse
 import math
 from typing import Any, cast
 
@@ -309,3 +310,35 @@ def test_a_topic_the_producer_refuses_is_refused_at_subscribe(topic: str) -> Non
     c = PushConsumer("g_topics", namesrv_addr="127.0.0.1:1")
     with pytest.raises(ConfigError, match="cannot subscribe"):
         c.subscribe(topic)
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        (1_796_151_755, "if you meant seconds"),  # seconds, not milliseconds
+        (20_261_202_013_000, "yyyyMMddHHmmss"),  # Java's form given as a number
+        ("1796151755000", "yyyyMMddHHmmss"),  # a str is Java's form only
+    ],
+)
+def test_a_consume_timestamp_the_cli_refuses_is_refused_by_the_config(value: int | str, words: str) -> None:
+    from rmq_async.cli.args import epoch_ms
+
+    with pytest.raises(ConfigError, match=words):
+        ConsumerConfig(group="g", consume_timestamp=value)
+    if isinstance(value, int):
+        with pytest.raises(ConfigError, match=words):
+            LitePullConfig(group="g", consume_timestamp_ms=value)
+    if words == "if you meant seconds":  # (on the command line 14 digits are Java's form)
+        with pytest.raises(argparse.ArgumentTypeError, match=words):  # the same rule
+            epoch_ms(str(value))
+
+
+def test_consume_timestamps_of_both_forms_pass_the_config_and_the_cli() -> None:
+    from rmq_async.cli.args import epoch_ms
+
+    assert (
+        ConsumerConfig(group="g", consume_timestamp=1_796_151_755_000).consume_timestamp == 1_796_151_755_000
+    )
+    assert ConsumerConfig(group="g", consume_timestamp="20261202013000").consume_timestamp == "20261202013000"
+    assert epoch_ms("1796151755000") == 1_796_151_755_000
+    assert epoch_ms("20261202013000") == "20261202013000"  # Java's yyyyMMddHHmmss, as the config takes it
