@@ -13,7 +13,7 @@ instance nor the producer: the facade hands it what the run uses.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -35,7 +35,27 @@ from .stats import ConsumerStats
 from .types import Hook
 from .usercode import HandlerTasks
 
-__all__ = ["ConsumerContext", "SqlChecks", "Subscriptions"]
+__all__ = ["ConsumerContext", "SqlChecks", "Subscriptions", "subscriptions_of"]
+
+
+def subscriptions_of(value: object) -> dict[str, Selector | str]:
+    """A facade's ``subscriptions=``, checked for its shape: ``{topic: expression}`` (a tag expression
+    string, a :class:`Selector`, or None for ``*``); ConfigError saying so otherwise (a list of topics
+    used to fail with an AttributeError)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            "subscriptions must be a dict {topic: expression} (e.g. {'T': '*'}), got "
+            f"{type(value).__name__}"
+        )
+    for topic, expr in value.items():
+        if not isinstance(topic, str) or not (expr is None or isinstance(expr, (str, Selector))):
+            raise ConfigError(
+                "subscriptions must map topic names (str) to a tag expression (str) or a Selector, got "
+                f"{topic!r}: {expr!r}"
+            )
+    return dict(value)
 
 
 class Subscriptions:

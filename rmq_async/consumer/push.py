@@ -44,7 +44,7 @@ from ..protocol.filter import Selector
 from ..protocol.mq import MessageQueue
 from .allocate import strategy_by_name
 from .brokercheck import check_in_brokers, check_while_running
-from .context import ConsumerContext, Subscriptions
+from .context import ConsumerContext, Subscriptions, subscriptions_of
 from .delivery import DeliveryStream
 from .health import ConsumerHealth, consumer_health
 from .internals import PushInternals
@@ -191,7 +191,7 @@ class PushConsumer:
         self._ran = False
         self._gave_up = False
         self._run = self._new_run()
-        for topic, expr in (subscriptions or {}).items():
+        for topic, expr in subscriptions_of(subscriptions).items():
             self.subscribe(topic, expr)
 
     def _new_run(self) -> PushRun:

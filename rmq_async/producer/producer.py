@@ -31,6 +31,7 @@ from ..observability.trace.hooks import SendTracer
 from ..protocol import headers as H
 from ..protocol.bodies import TopicRouteData
 from ..protocol.codes import Perm, Prop, ResponseCode
+from ..protocol.commitlog import stored_size
 from ..protocol.filter import java_string_hash
 from ..protocol.message import CompressionType, Message, compress_body, compression_flag, encode_batch_body
 from ..protocol.mq import MessageQueue
@@ -309,6 +310,21 @@ class Producer:
 
     # -- sending ------------------------------------------------------------------------------------
 
+    def _check_stored(self, topic: str, body: bytes, props: dict[str, str]) -> None:
+        """Refuse what the broker would refuse for its size: it compares the whole stored message (fixed
+        fields, the body as sent, the topic and the properties: ``CommitLog``'s ``msgLen``) with its
+        ``maxMessageSize``, taken here to be ``max_message_size`` (hosts counted as IPv4; the
+        broker's own properties, such as ``CLUSTER``, are not known here)."""
+        limit = self.config.max_message_size
+        if stored_size(8, 8, len(body), len(topic), 0) + 32767 <= limit:
+            return  # cannot reach the limit whatever the properties (the common case: no encoding)
+        size = stored_size(8, 8, len(body), len(topic), len(encode_properties(props).encode()))
+        if size > limit:
+            raise ClientError(
+                f"message of {size} bytes as stored (body {len(body)} bytes as sent, topic, properties) "
+                f"exceeds max_message_size {limit}: the broker would refuse it (code 13)"
+            )
+
     def _check(self, msg: Message) -> None:
         if not isinstance(msg, Message):
             raise TypeError(f"expected a Message, got {type(msg).__name__}")
@@ -391,6 +407,7 @@ class Producer:
         topic = self._ns(msg.topic)
         info = await self.publish_info(topic)
         body, props, sys_flag, uniq = self._prepare(msg, self.compress_type_for(info))
+        self._check_stored(topic, body, props)
         otel = self._otel
         if otel is None:
             return await self._send_prepared(
@@ -500,6 +517,7 @@ class Producer:
         self._check(msg)
         info = await self.publish_info(self._ns(msg.topic))
         body, props, sys_flag, uniq = self._prepare(msg, self.compress_type_for(info))
+        self._check_stored(self._ns(msg.topic), body, props)
         mq = queue or info.select(next(self._counter), None)
         deadline = time.monotonic() + self.config.send_timeout
         await self._send_to(mq, self._header(msg, mq, props, sys_flag), body, deadline, uniq, oneway=True)
