@@ -23,7 +23,7 @@ import anyio
 import anyio.abc
 
 from ..config import ClientConfig
-from ..errors import AuthError, BrokerError, MQClientError, RocketMQError, TopicNotExist
+from ..errors import AuthError, BrokerError, MQClientError, RocketMQError, TLSError, TopicNotExist
 from ..lifecycle import Supervisor
 from ..protocol.acl import RequestSigner
 from ..protocol.bodies import ConsumerData, HeartbeatData, ProducerData, TopicRouteData
@@ -255,8 +255,11 @@ class ClientInstance:
         return topics
 
     async def fetch_route(self, topic: str) -> TopicRouteData:
-        """Ask the name servers (in turn, starting with the last good one) for ``topic``'s route."""
+        """Ask the name servers (in turn, starting with the last good one) for ``topic``'s route. When
+        none answered and a TLS handshake failed, that :class:`TLSError` is raised as it is (the
+        settings to fix, not a failure to retry); else :class:`MQClientError`."""
         last: RocketMQError | None = None
+        tls: TLSError | None = None
         n = len(self._namesrvs)
         for k in range(n):
             i = (self._ns_index + k) % n
@@ -273,11 +276,15 @@ class ClientInstance:
                 else:
                     reach.failed(exc)
                 last = exc
+                if isinstance(exc, TLSError):
+                    tls = exc
                 log.warning("route lookup of %r on name server %s failed: %s", topic, addr, exc)
                 continue
             reach.ok()
             self._ns_index = i
             return route
+        if tls is not None:
+            raise tls
         raise MQClientError(f"no name server answered the route of {topic!r}: {last}") from last
 
     async def update_route(self, topic: str) -> TopicRouteData:
@@ -435,6 +442,21 @@ class ClientInstance:
                         log.warning("heartbeat to %s (%s) failed: %s", name, addr, exc)
                         await self.pool.close_address(addr)
             return ok
+
+    async def check_tls(self, topic: str) -> None:
+        """With TLS: ask a name server for ``topic``'s route now, so that a handshake these settings
+        cannot pass (a CA that does not trust the server, a certificate that does not name it, a client
+        certificate refused, which TLS 1.3 tells only at the first request) fails the start with
+        :class:`TLSError` rather than every send after retries. Any other failure (no name server up
+        yet, no such topic) is left to the sends, as Java starts without the network."""
+        if self.config.effective_tls() is None:
+            return
+        try:
+            await self.fetch_route(topic)
+        except TLSError:
+            raise
+        except RocketMQError as exc:
+            log.debug("TLS check of the name servers inconclusive: %s", exc)
 
     async def check_access(self, topic: str) -> None:
         """With credentials: heartbeat the masters of ``topic``'s route now, so that a wrong or unknown

@@ -22,7 +22,15 @@ import anyio
 from ..client.api import SendResult
 from ..client.instance import INNER_PRODUCER_GROUP, ClientInstance, pid_instance_name
 from ..config import ClientConfig, ProducerConfig, Timing, client_settings
-from ..errors import AuthError, BrokerError, ClientError, MQClientError, RemotingError, TopicNotExist
+from ..errors import (
+    AuthError,
+    BrokerError,
+    ClientError,
+    MQClientError,
+    RemotingError,
+    TLSError,
+    TopicNotExist,
+)
 from ..lifecycle import Supervisor
 from ..observability.otel import SendObserver, telemetry
 from ..observability.trace.dispatcher import TraceDispatcher, TraceSender
@@ -202,6 +210,8 @@ class Producer:
             self._route_listening = True
         client.register_producer(self.group)
         try:
+            # with TLS, a handshake these settings cannot pass fails start() now (TLSError)
+            await client.check_tls(self.config.create_topic_key)
             # with ACL credentials, a wrong or unknown key fails start() now (AuthError), not each send
             await client.check_access(self.config.create_topic_key)
         except BaseException:
@@ -469,8 +479,10 @@ class Producer:
                 res = await self._send_to(mq, header_for(mq), body, deadline, msg_id, batch=batch, msg=msg)
                 assert res is not None
                 return res
-            except AuthError:
-                raise  # the same keys get the same refusal on every broker: not retried (Java retries it)
+            except (AuthError, TLSError):
+                # the same keys get the same refusal on every broker, the same TLS settings the same
+                # failed handshake: not retried (Java retries an ACL refusal)
+                raise
             except BrokerError as exc:
                 if exc.code not in _RETRY_CODES:
                     raise
