@@ -42,6 +42,9 @@ __all__ = ["INNER_PRODUCER_GROUP", "ClientInstance", "ConsumerHandle", "build_cl
 log = logging.getLogger("rmq_async.client")
 
 MASTER_ID = 0
+#: route lookups of different topics in flight at once (update_routes): a bound on the requests one
+#: start or refresh sends a name server
+ROUTE_LOOKUPS = 16
 #: ``MixAll.CLIENT_INNER_PRODUCER_GROUP``: the group of every client instance's own producer
 INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
 
@@ -171,7 +174,8 @@ class ClientInstance:
         self._consumers: dict[str, ConsumerHandle] = {}
         self._producers: set[str] = set()
         self._extra_topics: set[str] = set()
-        self._route_lock = anyio.Lock()
+        #: one lookup at a time per topic (different topics are looked up at once: update_routes)
+        self._route_locks: dict[str, anyio.Lock] = {}
         self._heartbeat_lock = anyio.Lock()
         self._tg: anyio.abc.TaskGroup | None = None
         self._life = Supervisor(f"client instance {self.client_id}")
@@ -289,7 +293,10 @@ class ClientInstance:
 
     async def update_route(self, topic: str) -> TopicRouteData:
         """Fetch and cache ``topic``'s route; on failure keep the cached one (and raise if none)."""
-        async with self._route_lock:
+        lock = self._route_locks.get(topic)
+        if lock is None:
+            lock = self._route_locks[topic] = anyio.Lock()
+        async with lock:
             try:
                 route = await self.fetch_route(topic)
             except TopicNotExist as exc:
@@ -311,13 +318,29 @@ class ClientInstance:
                     cb(topic)
             return route
 
+    async def update_routes(self, topics: set[str] | list[str]) -> dict[str, RocketMQError]:
+        """Refresh the routes of ``topics`` at once, at most :data:`ROUTE_LOOKUPS` at a time: against a
+        name server that does not answer, a start (or a refresh) then lasts about one request timeout,
+        not one per topic. Returns the failures by topic (nothing raised)."""
+        failed: dict[str, RocketMQError] = {}
+        limiter = anyio.CapacityLimiter(ROUTE_LOOKUPS)
+
+        async def one(topic: str) -> None:
+            async with limiter:
+                try:
+                    await self.update_route(topic)
+                except RocketMQError as exc:
+                    failed[topic] = exc
+
+        async with anyio.create_task_group() as tg:
+            for topic in sorted(topics):
+                tg.start_soon(one, topic)
+        return failed
+
     async def update_route_quietly(self, topics: set[str] | list[str]) -> None:
-        """Refresh the routes of ``topics``, logging (not raising) failures."""
-        for topic in sorted(topics):
-            try:
-                await self.update_route(topic)
-            except RocketMQError as exc:
-                log.debug("route refresh of %r failed: %s", topic, exc)
+        """Refresh the routes of ``topics`` (:meth:`update_routes`), logging (not raising) failures."""
+        for topic, exc in sorted((await self.update_routes(topics)).items()):
+            log.debug("route refresh of %r failed: %s", topic, exc)
 
     async def route(self, topic: str) -> TopicRouteData:
         r = self.routes.get(topic)

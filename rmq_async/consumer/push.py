@@ -35,7 +35,7 @@ from ..config import (
     MessageModel,
     Timing,
 )
-from ..errors import ClientError, ConfigError, MQClientError, RocketMQError
+from ..errors import ClientError, ConfigError, MQClientError
 from ..lifecycle import Supervisor
 from ..producer.producer import Producer, ProducerConfig, trace_producer
 from ..protocol.bodies import ConsumerData, SubscriptionData
@@ -467,15 +467,11 @@ class PushConsumer:
             await store.load()
             await producer.start()
             client.register_consumer(self)
-            for topic in self._subscribed_topics():
-                try:
-                    await client.update_route(topic)
-                except RocketMQError as exc:
-                    # the broker creates %RETRY%group on our first heartbeat: not worth a warning
-                    level = logging.DEBUG if topic == self.retry_topic else logging.WARNING
-                    log.log(
-                        level, "no route for %r yet (%s): will retry at the next route refresh", topic, exc
-                    )
+            # at once: a name server that does not answer costs one request timeout, not one per topic
+            for topic, exc in sorted((await client.update_routes(self._subscribed_topics())).items()):
+                # the broker creates %RETRY%group on our first heartbeat: not worth a warning
+                level = logging.DEBUG if topic == self.retry_topic else logging.WARNING
+                log.log(level, "no route for %r yet (%s): will retry at the next route refresh", topic, exc)
             if self._require_namesrv and not any(r.reachable for r in client.namesrv_reach.values()):
                 errors = "; ".join(f"{r.addr}: {r.last_error}" for r in client.namesrv_reach.values())
                 raise MQClientError(f"no name server answered (require_namesrv=True): {errors}")

@@ -333,3 +333,35 @@ async def test_listeners_never_see_the_retry_topic_and_a_stopping_member_gets_on
         assert len(owned) == 4
     assert [t for t, _ in assigned] == [topic]  # not %RETRY%group
     assert revoked == [(topic, owned, True)]
+
+
+async def test_start_looks_the_routes_up_at_once_when_the_name_server_never_answers() -> None:
+    # a name server that takes the connection and never answers: each lookup lasts a request timeout;
+    # one after another, five topics (and the retry topic) took six of them
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await reader.read(65536):
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    timing = Timing.fast(request_timeout=1.0)
+    c = PushConsumer(
+        "g_silent_ns",
+        namesrv_addr=f"127.0.0.1:{port}",
+        handler=Collector(),
+        subscriptions={f"Silent{i}": "*" for i in range(5)},
+        timing=timing,
+    )
+    try:
+        began = time.monotonic()
+        with anyio.fail_after(20):
+            await c.start()
+        took = time.monotonic() - began
+        assert took < 2 * timing.request_timeout + 0.5, took
+        assert not c.health().ready
+    finally:
+        with anyio.fail_after(20):
+            await c.stop()
+        server.close()
+        await server.wait_closed()
