@@ -400,6 +400,24 @@ class PushConsumer:
         committed and come again). True before any stop."""
         return not self._gave_up
 
+    def __repr__(self) -> str:
+        """Group, topics (the retry topic left out), model, kind and state; nothing of the settings
+        (credentials live there)."""
+        ctx = self._ctx
+        if not self._ran:
+            state = "not started"
+        elif ctx.running:
+            state = "running"
+        elif self._life.running:
+            state = "stopping" if ctx.stopping else "starting"
+        else:
+            state = "stopped"
+        kind = "orderly" if self.orderly else "pop" if not self._client_rebalance else "concurrently"
+        topics = sorted(t for t in self.subscriptions if t != self.retry_topic)
+        return (
+            f"<PushConsumer group={self.group!r} topics={topics} {self.config.message_model} {kind} {state}>"
+        )
+
     async def __aenter__(self) -> PushConsumer:
         await self.start()
         return self

@@ -163,6 +163,12 @@ class Producer:
         ):
             self._tracer = SendTracer(TraceDispatcher(self.group, "PRODUCE", trace), self.group)
 
+    def __repr__(self) -> str:
+        """Group, name servers and state; nothing else of the settings (credentials live there)."""
+        namesrv = self._client_config.namesrv_addr or "$NAMESRV_ADDR"
+        state = "running" if self._started else "not running"
+        return f"<Producer group={self.group!r} namesrv={namesrv!r} {state}>"
+
     def _internals(self) -> ProducerInternals:
         """(for :func:`~rmq_async.internals.internals`)"""
         return ProducerInternals(tracer=self._tracer, otel=self._otel)
