@@ -48,6 +48,10 @@ __all__ = [
     "TLSConfig",
     "Timing",
     "TraceConfig",
+    "client_settings",
+    "consume_timestamp",
+    "epoch_millis",
+    "namesrv_addresses",
     "parse_delay_levels",
 ]
 
@@ -453,6 +457,40 @@ class OtelConfig(ConfigModel):
     )
 
 
+#: a name server's host: a name or IPv4 address, or an IPv6 one (bracketed or not: Java cuts at the
+#: last ':')
+_NAMESRV_HOST = re.compile(r"[A-Za-z0-9._\-]+|\[?[0-9A-Fa-f:.]+\]?", re.ASCII)
+_NAMESRV_FORM = "host:port, several separated by ';' (host:port;host:port)"
+
+
+def namesrv_addresses(value: str) -> list[str]:
+    """The name server addresses of ``namesrv_addr`` (or ``NAMESRV_ADDR``): ``host:port`` separated
+    by ``;``, as Java; ValueError saying the form expected otherwise (a bad address would only fail
+    later, as a DNS error in the background). ``http://host:port`` is Java's name server endpoint
+    (``ClientConfig.getNamesrvAddr``, ``NAMESRV_ENDPOINT_PATTERN``): one address, the part after the
+    last ``/``. (Java's other HTTP way, the ``WSADDR`` address server asked when no address is set,
+    is not supported: no address is a ConfigError.)"""
+    value = value.strip()
+    if value.startswith("http://"):
+        if ";" in value:
+            raise ValueError(
+                f"an http:// name server endpoint is one address, http://host:port (as Java's), got {value!r}"
+            )
+        value = value[value.rindex("/") + 1 :]
+    addrs = [a.strip() for a in value.split(";") if a.strip()]
+    if not addrs:
+        raise ValueError(f"namesrv_addr is empty: expected {_NAMESRV_FORM}")
+    for a in addrs:
+        if "," in a:
+            raise ValueError(
+                f"name server addresses are separated by ';', not ',': {a!r} (expected {_NAMESRV_FORM})"
+            )
+        host, sep, port = a.rpartition(":")
+        if not sep or not _NAMESRV_HOST.fullmatch(host) or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"bad name server address {a!r}: expected {_NAMESRV_FORM}")
+    return addrs
+
+
 class ClientConfig(ConfigModel):
     """What every client (consumer or producer) needs to reach a cluster (Java ``ClientConfig``).
 
@@ -521,16 +559,7 @@ class ClientConfig(ConfigModel):
     @field_validator("namesrv_addr")
     @classmethod
     def _check_namesrv(cls, v: str | None) -> str | None:
-        if v is None:
-            return None
-        addrs = [a.strip() for a in v.split(";") if a.strip()]
-        if not addrs:
-            raise ValueError("namesrv_addr is empty")
-        for a in addrs:
-            host, sep, port = a.rpartition(":")
-            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise ValueError(f"bad name server address {a!r}: expected host:port")
-        return ";".join(addrs)
+        return None if v is None else ";".join(namesrv_addresses(v))
 
     def namesrv_list(self) -> list[str]:
         addr = self.namesrv_addr or os.environ.get("NAMESRV_ADDR")
@@ -539,7 +568,10 @@ class ClientConfig(ConfigModel):
                 "no name server address: pass namesrv_addr='host:port', set NAMESRV_ADDR, "
                 "or start rmq_async.EmbeddedCluster and use its namesrv_addr"
             )
-        return [a.strip() for a in addr.split(";") if a.strip()]
+        try:
+            return namesrv_addresses(addr)
+        except ValueError as exc:  # NAMESRV_ADDR, read now: the same rule as namesrv_addr=
+            raise ConfigError(f"NAMESRV_ADDR: {exc}") from None
 
     def effective_credentials(self) -> Credentials | None:
         """``credentials``, else those of the environment (:meth:`Credentials.from_env`), else None."""
@@ -571,6 +603,67 @@ class ClientConfig(ConfigModel):
     def without_namespace(self, resource: str) -> str:
         """``NamespaceUtil.withoutNamespace``: the name as the user gave it."""
         return unwrap_namespace(self.namespace, resource)
+
+
+#: epoch milliseconds below this are before 1973-03-03: plainly seconds
+_MS_FLOOR = 100_000_000_000
+#: and from this on after the year 2286: plainly not milliseconds (a yyyyMMddHHmmss as a number?)
+_MS_CEILING = 10_000_000_000_000
+
+
+def epoch_millis(ms: int) -> int:
+    """``ms``, milliseconds since the epoch, if it can be: ValueError with a hint for seconds (before
+    1973) or a ``yyyyMMddHHmmss`` given as a number (after 2286). The one rule of the consumer configs
+    and the command line's ``--timestamp``."""
+    if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
+        raise ValueError(f"an epoch timestamp in milliseconds must be an int >= 0, got {ms!r}")
+    if ms < _MS_FLOOR:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms))
+        raise ValueError(
+            f"{ms} is milliseconds since the epoch, i.e. {time.gmtime(ms / 1000).tm_year}: if you meant "
+            f"seconds ({when} UTC), give {ms * 1000}"
+        )
+    if ms >= _MS_CEILING:
+        raise ValueError(
+            f"{ms} milliseconds since the epoch is after the year 2286: a Java consumeTimestamp "
+            f"(yyyyMMddHHmmss) is given as a string ({str(ms)!r})"
+        )
+    return ms
+
+
+def consume_timestamp(value: str | int) -> str | int:
+    """A ``consume_timestamp``: epoch milliseconds (an int, :func:`epoch_millis`) or Java's
+    ``consumeTimestamp``, a ``yyyyMMddHHmmss`` string; ValueError saying which form is expected."""
+    if isinstance(value, int):
+        return epoch_millis(value)
+    if len(value) != 14 or not value.isdigit():
+        raise ValueError(
+            f"expected yyyyMMddHHmmss (Java consumeTimestamp) or epoch milliseconds as an int, got {value!r}"
+        )
+    try:
+        time.strptime(value, "%Y%m%d%H%M%S")
+    except ValueError:
+        raise ValueError(f"not a valid yyyyMMddHHmmss time: {value!r}") from None
+    return value
+
+
+def client_settings(
+    client_config: ClientConfig | None,
+    *,
+    namesrv_addr: str | None = None,
+    timing: Timing | None = None,
+    instance_name: str | None = None,
+) -> ClientConfig:
+    """The client settings of a consumer or producer from its keyword arguments, the same rule for
+    each: ``client_config`` (else one made of ``namesrv_addr``), with ``timing`` and ``instance_name``
+    replacing its own when given."""
+    if client_config is None:
+        client_config = ClientConfig(namesrv_addr=namesrv_addr, timing=timing or Timing())
+    elif timing is not None:
+        client_config = client_config.model_copy(update={"timing": timing})
+    if instance_name is not None:
+        client_config = client_config.model_copy(update={"instance_name": instance_name})
+    return client_config
 
 
 #: where a group with no committed offset starts (Java's ``ConsumeFromWhere``)
@@ -667,19 +760,7 @@ class ConsumerConfig(ConfigModel):
     @field_validator("consume_timestamp")
     @classmethod
     def _check_timestamp(cls, v: str | int | None) -> str | int | None:
-        if v is None:
-            return v
-        if isinstance(v, int):
-            if isinstance(v, bool) or v < 0:
-                raise ValueError("an epoch timestamp in milliseconds must be >= 0")
-            return v
-        if len(v) != 14 or not v.isdigit():
-            raise ValueError(f"expected yyyyMMddHHmmss (Java consumeTimestamp), got {v!r}")
-        try:
-            time.strptime(v, "%Y%m%d%H%M%S")
-        except ValueError:
-            raise ValueError(f"not a valid yyyyMMddHHmmss time: {v!r}") from None
-        return v
+        return None if v is None else consume_timestamp(v)
 
     @field_validator("pull_threshold_for_topic", "pull_threshold_size_for_topic")
     @classmethod
@@ -728,6 +809,12 @@ class LitePullConfig(ConfigModel):
     consume_timestamp_ms: int | None = Field(
         default=None, ge=0, description="epoch milliseconds; None: half an hour before the consumer was made"
     )
+
+    @field_validator("consume_timestamp_ms")
+    @classmethod
+    def _check_timestamp_ms(cls, v: int | None) -> int | None:
+        return None if v is None else epoch_millis(v)
+
     allocate_strategy: str = Field(
         default="AVG", description="AVG, AVG_BY_CIRCLE, CONSISTENT_HASH, CONFIG, MACHINE_ROOM"
     )

@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 
 from .. import __version__
-from ..errors import ConfigError, RocketMQError, TopicNotExist
+from ..errors import AuthError, ConfigError, RocketMQError, TopicNotExist
 from ..internals import internals
 from .args import Parser, UsageError, byte_size, count, epoch_ms, namesrv_addr, positive, seconds
 from .auth import add_credential_arguments, credentials_from_args
@@ -109,6 +109,12 @@ def _fail(msg: str) -> int:
     return 2
 
 
+def _refused(exc: AuthError) -> int:
+    """The broker answered, refusing our keys (a wrong secret, an unknown access key, a permission):
+    not an unreachable cluster. The refusal names the access key and the code, never the secret."""
+    return _fail(f"the broker refused the credentials: {exc}")
+
+
 def _property_arg(text: str) -> tuple[str, str]:
     """``--property KEY=VALUE``: a user property of every message sent."""
     key, sep, value = text.partition("=")
@@ -165,6 +171,9 @@ async def _produce(args: argparse.Namespace) -> int:
     except TopicNotExist as exc:
         await producer.stop()
         return _fail(f"topic {args.topic!r} does not exist: {exc}")
+    except AuthError as exc:
+        await producer.stop()
+        return _refused(exc)
     except RocketMQError as exc:
         await producer.stop()
         return _fail(f"cannot reach the cluster: {exc}")
@@ -281,7 +290,14 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
     # an offset of its queue at or below one already checked (a local retry, a batch consumed again
     # after a rebalance or a lost lock) is not either; POP (whose retries come in the topic's own
     # queues) skips messages with reconsume times > 0. Per queue: [last offset checked, its index].
+    # Per queue: [last offset checked, its index, 1 if that message was produced before the run].
     order_state: dict[MessageQueue, list[int] | None] = {}
+    # Messages produced before this run started (an earlier producer run may have sent the same keys):
+    # their keys, so the summary can tell repeats of them from redeliveries (found per batch from its
+    # first and last born timestamps: nothing per message once the consumer is past them)
+    started_ms = int(time.time() * 1000)
+    old_keys: set[str] = set()
+    older = older_repeats = older_order_violations = 0
     cur_mq: MessageQueue | None = None  # the last batch's queue and its state (the next is mostly it)
     cur_state: list[int] | None = None
     pop = args.pop
@@ -308,6 +324,7 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
 
     async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
         nonlocal consumed, first_delivery, t_first, t_last, order_violations, cur_mq, cur_state
+        nonlocal older, older_repeats, older_order_violations
         if fail_every:
             for m in msgs:
                 key = m.keys or m.msg_id
@@ -328,15 +345,26 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
             if mq in order_state:
                 cur_state = order_state[mq]
             else:
-                cur_state = order_state[mq] = None if mq.topic.startswith("%RETRY%") else [-1, -1]
+                cur_state = order_state[mq] = None if mq.topic.startswith("%RETRY%") else [-1, -1, 0]
             cur_mq = mq
         state = cur_state
+        if msgs[0].born_timestamp < started_ms:  # (stored in order: the batch's first is its oldest)
+            old = (
+                msgs
+                if msgs[-1].born_timestamp < started_ms
+                else [m for m in msgs if m.born_timestamp < started_ms]
+            )
+            older += len(old)
+            old_keys.update(m.keys or m.msg_id for m in old)
         for m in msgs:
             key = m.keys or m.msg_id
             if awaited_retries:
                 awaited_retries.discard(key)
                 if not awaited_retries:
                     wake.set()
+            was_old = bool(old_keys) and key in old_keys
+            if was_old and key in seen:
+                older_repeats += 1
             seen_add(key)
             if state is not None:
                 offset = m.queue_offset
@@ -346,8 +374,11 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
                         index = int(digits)
                         if index < state[1]:
                             order_violations += 1
+                            if was_old or state[2]:
+                                older_order_violations += 1
                         state[0] = offset
                         state[1] = index
+                        state[2] = was_old
             if printing:
                 line: dict[str, Any] = {
                     "topic": m.topic,
@@ -395,6 +426,9 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
     show_progress = progress.enabled
     try:
         await consumer.start()
+    except AuthError as exc:
+        progress.close()
+        return _refused(exc)
     except RocketMQError as exc:
         progress.close()
         return _fail(f"cannot start the consumer: {exc}")
@@ -419,6 +453,9 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
                         args.idle_exit,
                     )
                     tg.start_soon(_await_topic, consumer, args.topic)
+                except AuthError as exc:
+                    tg.cancel_scope.cancel()
+                    return _refused(exc)
                 except RocketMQError as exc:
                     tg.cancel_scope.cancel()
                     return _fail(f"cannot reach the cluster: {exc}")
@@ -451,7 +488,18 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
         "order_violations": order_violations,
         "seconds": round(secs, 3),
         "msgs_per_s": round(consumed / secs, 1) if secs > 0 else 0.0,
+        # what duplicates and order_violations compared
+        "compared": "every message this run consumed, by key (msg id without one), messages produced "
+        "before the run included; order: the key's trailing integer, per queue",
+        "produced_before_start": older,
     }
+    if older_repeats or older_order_violations:
+        out["note"] = (
+            f"{older} messages consumed were produced before this run started; {older_repeats} of the "
+            f"duplicates and {older_order_violations} of the order violations involve their keys: keys "
+            "sent again by a later producer run, not redeliveries or disorder (a new topic, or --from "
+            "last, compares this run's messages only)"
+        )
     if stop.name is not None:
         out["signal"] = stop.name
         out["stopped_cleanly"] = consumer.stopped_cleanly
@@ -686,9 +734,9 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument(
         "--timestamp",
         type=epoch_ms,
-        metavar="MS",
-        help="with --from timestamp: milliseconds since the epoch, e.g. $(date +%%s)000 (default: 30 "
-        "minutes before the start, as the Java client)",
+        metavar="MS|yyyyMMddHHmmss",
+        help="with --from timestamp: milliseconds since the epoch, e.g. $(date +%%s)000, or "
+        "yyyyMMddHHmmss (Java's consumeTimestamp; default: 30 minutes before the start, as the Java client)",
     )
     co.add_argument(
         "--broadcast",

@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-import time
 from typing import NoReturn
+
+from ..config import consume_timestamp
 
 __all__ = [
     "Parser",
@@ -25,9 +26,6 @@ __all__ = [
     "positive",
     "seconds",
 ]
-
-#: below this an epoch timestamp in milliseconds would be before 1973-03-03: plainly seconds
-_MS_FLOOR = 100_000_000_000
 
 
 class UsageError(Exception):
@@ -80,21 +78,21 @@ def seconds(text: str) -> float:
     return s
 
 
-def epoch_ms(text: str) -> int:
-    """Milliseconds since the epoch; a value that can only be seconds is refused with a hint."""
+def epoch_ms(text: str) -> int | str:
+    """Milliseconds since the epoch, or Java's ``yyyyMMddHHmmss`` (14 digits), by the consumer config's
+    rule (:func:`~rmq_async.config.consume_timestamp`): seconds are refused with a hint."""
+    value: int | str = text
+    if not (len(text) == 14 and text.isdigit()):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not milliseconds since the epoch: {text!r}") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     try:
-        ms = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not milliseconds since the epoch: {text!r}") from None
-    if ms < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {ms}")
-    if ms < _MS_FLOOR:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms))
-        raise argparse.ArgumentTypeError(
-            f"{ms} is milliseconds since the epoch, i.e. {time.gmtime(ms / 1000).tm_year}: if you meant "
-            f"seconds ({when} UTC), give {ms * 1000}"
-        )
-    return ms
+        return consume_timestamp(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 _HOST_PORT = re.compile(r"^\[?[A-Za-z0-9_.:%-]+\]?:(\d{1,5})$")

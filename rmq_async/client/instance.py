@@ -23,7 +23,7 @@ import anyio
 import anyio.abc
 
 from ..config import ClientConfig
-from ..errors import AuthError, BrokerError, MQClientError, RocketMQError, TopicNotExist
+from ..errors import AuthError, BrokerError, MQClientError, RocketMQError, TLSError, TopicNotExist
 from ..lifecycle import Supervisor
 from ..protocol.acl import RequestSigner
 from ..protocol.bodies import ConsumerData, HeartbeatData, ProducerData, TopicRouteData
@@ -50,6 +50,9 @@ __all__ = [
 log = logging.getLogger("rmq_async.client")
 
 MASTER_ID = 0
+#: route lookups of different topics in flight at once (update_routes): a bound on the requests one
+#: start or refresh sends a name server
+ROUTE_LOOKUPS = 16
 #: ``MixAll.CLIENT_INNER_PRODUCER_GROUP``: the group of every client instance's own producer
 INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
 
@@ -186,7 +189,8 @@ class ClientInstance:
         #: the transactional producers' check handlers by (wire) group (Java's ``selectProducer``)
         self._tx_checkers: dict[str, TransactionCheckHandler] = {}
         self._extra_topics: set[str] = set()
-        self._route_lock = anyio.Lock()
+        #: one lookup at a time per topic (different topics are looked up at once: update_routes)
+        self._route_locks: dict[str, anyio.Lock] = {}
         self._heartbeat_lock = anyio.Lock()
         self._tg: anyio.abc.TaskGroup | None = None
         self._life = Supervisor(f"client instance {self.client_id}")
@@ -277,8 +281,11 @@ class ClientInstance:
         return topics
 
     async def fetch_route(self, topic: str) -> TopicRouteData:
-        """Ask the name servers (in turn, starting with the last good one) for ``topic``'s route."""
+        """Ask the name servers (in turn, starting with the last good one) for ``topic``'s route. When
+        none answered and a TLS handshake failed, that :class:`TLSError` is raised as it is (the
+        settings to fix, not a failure to retry); else :class:`MQClientError`."""
         last: RocketMQError | None = None
+        tls: TLSError | None = None
         n = len(self._namesrvs)
         for k in range(n):
             i = (self._ns_index + k) % n
@@ -295,16 +302,23 @@ class ClientInstance:
                 else:
                     reach.failed(exc)
                 last = exc
+                if isinstance(exc, TLSError):
+                    tls = exc
                 log.warning("route lookup of %r on name server %s failed: %s", topic, addr, exc)
                 continue
             reach.ok()
             self._ns_index = i
             return route
+        if tls is not None:
+            raise tls
         raise MQClientError(f"no name server answered the route of {topic!r}: {last}") from last
 
     async def update_route(self, topic: str) -> TopicRouteData:
         """Fetch and cache ``topic``'s route; on failure keep the cached one (and raise if none)."""
-        async with self._route_lock:
+        lock = self._route_locks.get(topic)
+        if lock is None:
+            lock = self._route_locks[topic] = anyio.Lock()
+        async with lock:
             try:
                 route = await self.fetch_route(topic)
             except TopicNotExist as exc:
@@ -326,13 +340,29 @@ class ClientInstance:
                     cb(topic)
             return route
 
+    async def update_routes(self, topics: set[str] | list[str]) -> dict[str, RocketMQError]:
+        """Refresh the routes of ``topics`` at once, at most :data:`ROUTE_LOOKUPS` at a time: against a
+        name server that does not answer, a start (or a refresh) then lasts about one request timeout,
+        not one per topic. Returns the failures by topic (nothing raised)."""
+        failed: dict[str, RocketMQError] = {}
+        limiter = anyio.CapacityLimiter(ROUTE_LOOKUPS)
+
+        async def one(topic: str) -> None:
+            async with limiter:
+                try:
+                    await self.update_route(topic)
+                except RocketMQError as exc:
+                    failed[topic] = exc
+
+        async with anyio.create_task_group() as tg:
+            for topic in sorted(topics):
+                tg.start_soon(one, topic)
+        return failed
+
     async def update_route_quietly(self, topics: set[str] | list[str]) -> None:
-        """Refresh the routes of ``topics``, logging (not raising) failures."""
-        for topic in sorted(topics):
-            try:
-                await self.update_route(topic)
-            except RocketMQError as exc:
-                log.debug("route refresh of %r failed: %s", topic, exc)
+        """Refresh the routes of ``topics`` (:meth:`update_routes`), logging (not raising) failures."""
+        for topic, exc in sorted((await self.update_routes(topics)).items()):
+            log.debug("route refresh of %r failed: %s", topic, exc)
 
     async def route(self, topic: str) -> TopicRouteData:
         r = self.routes.get(topic)
@@ -457,6 +487,21 @@ class ClientInstance:
                         log.warning("heartbeat to %s (%s) failed: %s", name, addr, exc)
                         await self.pool.close_address(addr)
             return ok
+
+    async def check_tls(self, topic: str) -> None:
+        """With TLS: ask a name server for ``topic``'s route now, so that a handshake these settings
+        cannot pass (a CA that does not trust the server, a certificate that does not name it, a client
+        certificate refused, which TLS 1.3 tells only at the first request) fails the start with
+        :class:`TLSError` rather than every send after retries. Any other failure (no name server up
+        yet, no such topic) is left to the sends, as Java starts without the network."""
+        if self.config.effective_tls() is None:
+            return
+        try:
+            await self.fetch_route(topic)
+        except TLSError:
+            raise
+        except RocketMQError as exc:
+            log.debug("TLS check of the name servers inconclusive: %s", exc)
 
     async def check_access(self, topic: str) -> None:
         """With credentials: heartbeat the masters of ``topic``'s route now, so that a wrong or unknown

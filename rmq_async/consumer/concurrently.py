@@ -151,7 +151,8 @@ class ConcurrentConsumeService:
         # looked up once: every asyncio.get_running_loop() costs a getpid() system call
         self._loop_time = loop_clock()
         for _ in range(self.c.config.concurrency):
-            tg.start_soon(self._worker)
+            if not self.c.start_handler(self._worker):  # (a run's HandlerTasks: a stop may abandon one)
+                tg.start_soon(self._worker)
 
     def close(self) -> None:
         self._inbox.close()
@@ -166,7 +167,7 @@ class ConcurrentConsumeService:
         w = _Slot()
         try:
             while True:
-                with anyio.CancelScope() as scope:
+                with anyio.CancelScope() as scope, self.c.guard():
                     w.scope, w.dl, w.tver = scope, math.inf, self._tver
                     await self._take_and_consume(w)
                     return  # the hand-off was closed

@@ -13,16 +13,18 @@ instance nor the producer: the facade hands it what the run uses.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import anyio.abc
 
 from ..config import ClientConfig, ConsumerConfig, Timing
-from ..errors import ClientError
+from ..errors import ClientError, ConfigError
 from ..observability.trace.dispatcher import TraceSender
 from ..protocol.bodies import SubscriptionData
 from ..protocol.filter import SQL92, SUB_ALL, TAG, Selector, parse_tag_expression
+from ..protocol.message import check_topic
 from ..protocol.stored import MessageExt
 from .deadlines import DeadlineTracker
 from .observation import Observation
@@ -32,8 +34,29 @@ from .remote import Remote, Sender
 from .sendback import send_back
 from .stats import ConsumerStats
 from .types import Hook
+from .usercode import HandlerTasks
 
-__all__ = ["ConsumerContext", "Subscriptions"]
+__all__ = ["ConsumerContext", "SqlChecks", "Subscriptions", "subscriptions_of"]
+
+
+def subscriptions_of(value: object) -> dict[str, Selector | str]:
+    """A facade's ``subscriptions=``, checked for its shape: ``{topic: expression}`` (a tag expression
+    string, a :class:`Selector`, or None for ``*``); ConfigError saying so otherwise (a list of topics
+    used to fail with an AttributeError)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            "subscriptions must be a dict {topic: expression} (e.g. {'T': '*'}), got "
+            f"{type(value).__name__}"
+        )
+    for topic, expr in value.items():
+        if not isinstance(topic, str) or not (expr is None or isinstance(expr, (str, Selector))):
+            raise ConfigError(
+                "subscriptions must map topic names (str) to a tag expression (str) or a Selector, got "
+                f"{topic!r}: {expr!r}"
+            )
+    return dict(value)
 
 
 class Subscriptions:
@@ -59,7 +82,13 @@ class Subscriptions:
     def make(self, topic: str, selector: Selector | str | None) -> SubscriptionData:
         """The subscription of ``topic`` (``FilterAPI.build``), not stored: a plain string is a tag
         expression, checked (:func:`~..protocol.filter.check_tag_expression`); a SQL92 selector is
-        sent as written, without tags or codes. Every call makes a new ``subVersion``."""
+        sent as written, without tags or codes. Every call makes a new ``subVersion``. A topic name
+        the producer would refuse (:func:`~..protocol.message.check_topic`) is a ConfigError: nothing
+        could ever be sent to it, and the consumer would wait for its route for ever."""
+        try:
+            check_topic(topic)
+        except ValueError as exc:
+            raise ConfigError(f"cannot subscribe to topic {topic!r}: {exc}") from None
         sel = Selector.of(selector)
         tags: list[str]
         codes: list[int]
@@ -142,6 +171,20 @@ class Subscriptions:
         return subs
 
 
+class SqlChecks:
+    """What the brokers said of the consumer's SQL92 subscriptions (:mod:`.brokercheck`), for
+    ``health()``: the topics not checked yet (no route when asked: checked again once the route
+    appears), the refusals by topic (CHECK_CLIENT_CONFIG, or pulls refused because the broker cannot
+    filter by the subscription's type), and how many pulls were refused so, by topic."""
+
+    __slots__ = ("pulls_refused", "refused", "unchecked")
+
+    def __init__(self) -> None:
+        self.unchecked: set[str] = set()
+        self.refused: dict[str, str] = {}
+        self.pulls_refused: dict[str, int] = {}
+
+
 class ConsumerContext:
     """The shared state of one consumer. The per-run resources are set by :meth:`attach` when a run
     starts; reading one before raises :class:`ClientError`."""
@@ -170,6 +213,8 @@ class ConsumerContext:
         self.stats = stats or ConsumerStats()
         #: what the user paused (push consumers; it outlives a run)
         self.pauses = Pauses()
+        #: the brokers' answers to the SQL92 subscriptions (checked at start, and when a route appears)
+        self.sql_checks = SqlChecks()
         self.before_hooks: list[Hook] = []
         self.after_hooks: list[Hook] = []
         #: the message trace and OpenTelemetry (:mod:`.observation`): what watches handler calls and
@@ -184,6 +229,7 @@ class ConsumerContext:
         self._offset_store: OffsetStore | None = None
         self._inner_producer: Sender | None = None
         self._tg: anyio.abc.TaskGroup | None = None
+        self._handlers: HandlerTasks | None = None
 
     # -- runs -----------------------------------------------------------------------------------------
 
@@ -194,6 +240,7 @@ class ConsumerContext:
         self.running = False
         self._client = self._offset_store = self._inner_producer = None
         self._tg = None
+        self._handlers = None
 
     def attach(
         self,
@@ -212,6 +259,10 @@ class ConsumerContext:
 
     def set_task_group(self, tg: anyio.abc.TaskGroup | None) -> None:
         self._tg = tg
+
+    def set_handler_tasks(self, handlers: HandlerTasks | None) -> None:
+        """Where the run's handler-calling tasks go (:meth:`start_handler`), apart from its task group."""
+        self._handlers = handlers
 
     @property
     def client(self) -> Remote:
@@ -250,6 +301,19 @@ class ConsumerContext:
             return False
         tg.start_soon(fn, *args)
         return True
+
+    def start_handler(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> bool:
+        """Run ``fn(*args)``, a task that calls the handler, among the run's :class:`HandlerTasks`
+        (which a stop may abandon; once they are closed, nothing starts); False without them: the
+        caller then uses its task group (a service run on its own, in tests)."""
+        if self._handlers is None:
+            return False
+        self._handlers.start_soon(fn, *args)
+        return True
+
+    def guard(self) -> AbstractContextManager[None]:
+        """The innermost cancel scope around a handler call (:meth:`HandlerTasks.guard`)."""
+        return nullcontext() if self._handlers is None else self._handlers.guard()
 
     # -- shared operations --------------------------------------------------------------------------
 

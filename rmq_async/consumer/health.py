@@ -27,7 +27,8 @@ __all__ = ["READY_RULE", "ConsumerHealth", "QueueHealth", "UndecodableCounts", "
 READY_RULE = (
     "ready = running, and a name server answered the last route lookup, and every subscribed topic has "
     "a route, and for each subscribed topic this member owns a queue or the group has more members "
-    "than the topic has queues (clustering; a broadcasting member owns them all)"
+    "than the topic has queues (clustering; a broadcasting member owns them all), and no broker refused "
+    "a subscription (a SQL92 one where property filters are off, or an expression it cannot compile)"
 )
 
 
@@ -109,6 +110,11 @@ class ConsumerHealth:
     #: POP consumption (``client_rebalance=False``): popped, acked, invisible-time changes, revived
     #: messages seen again ..., and per pop queue the popped messages not settled yet; empty otherwise
     pop: Mapping[str, Any] = field(default_factory=dict)
+    #: subscriptions a broker refused, by topic: why (CHECK_CLIENT_CONFIG, or pulls refused because the
+    #: broker cannot filter by the subscription's type); cleared when a pull of the topic is answered
+    refused_subscriptions: Mapping[str, str] = field(default_factory=dict)
+    #: pulls refused because the broker cannot filter by the subscription's type, by topic
+    filter_refused_pulls: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def namesrv_reachable(self) -> bool:
@@ -123,6 +129,8 @@ class ConsumerHealth:
                 q["queue"] = str(src.queue)
         out["unrouted_topics"] = dict(self.unrouted_topics)
         out["members"] = dict(self.members)
+        out["refused_subscriptions"] = dict(self.refused_subscriptions)
+        out["filter_refused_pulls"] = dict(self.filter_refused_pulls)
         out["namesrv_reachable"] = self.namesrv_reachable
         return out
 
@@ -165,9 +173,12 @@ def consumer_health(
     stats: ConsumerStats,
     pop: Mapping[str, Any] | None = None,
     popped_topics: set[str] | frozenset[str] = frozenset(),
+    refused: Mapping[str, str] | None = None,
+    filter_refused_pulls: Mapping[str, int] | None = None,
 ) -> ConsumerHealth:
     """Put one :class:`ConsumerHealth` together (no I/O). ``topics``: the user's topics (subscribed,
-    or those of the assigned queues); ``committed(mq)``: the committed offset in memory, -1 unknown."""
+    or those of the assigned queues); ``committed(mq)``: the committed offset in memory, -1 unknown;
+    ``refused``: refused subscriptions by topic, and ``filter_refused_pulls`` (``ctx.sql_checks``)."""
     wall_minus_mono = time.time() - time.monotonic()
     queues: list[QueueHealth] = []
     retry: list[QueueHealth] = []
@@ -200,6 +211,8 @@ def consumer_health(
         reasons.append(f"no name server answered ({errors})" if namesrvs else "no client yet")
     for topic, why in unrouted.items():
         reasons.append(f"topic {topic!r} has no route: {why}")
+    for topic, why in sorted((refused or {}).items()):
+        reasons.append(f"subscription of topic {topic!r} refused: {why}")
     owned_topics = {q.queue.topic for q in queues} | popped_topics  # a popped topic owns no queue
     for topic in sorted(topics):
         if not running or topic in unrouted or topic in owned_topics or client is None:
@@ -231,4 +244,6 @@ def consumer_health(
         auth_errors=auth,
         undecodable=undecodable,
         pop=dict(pop or {}),
+        refused_subscriptions=dict(refused or {}),
+        filter_refused_pulls=dict(filter_refused_pulls or {}),
     )

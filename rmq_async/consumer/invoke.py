@@ -174,7 +174,7 @@ class Invoker:
         timed_out = False
         error: str | None = None
         try:
-            with anyio.move_on_after(timeout) as scope:
+            with anyio.move_on_after(timeout) as scope, self._c.guard():
                 given = list(batch)
                 if self._c.before_hooks:
                     await self.before(given, ctx)

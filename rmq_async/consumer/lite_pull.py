@@ -207,6 +207,18 @@ class LitePullConsumer:
                 "new loop"
             )
 
+    def __repr__(self) -> str:
+        """Group, how it owns queues (subscribe or assign) and which topics, and its state; nothing of
+        the settings (credentials live there)."""
+        if self._closed:
+            state = "stopped"
+        elif self._ctx.started:
+            state = "running"
+        else:
+            state = "not started"
+        topics = sorted(self._ctx.subscriptions.expressions() or {mq.topic for mq in self._assigned})
+        return f"<LitePullConsumer group={self.group!r} mode={self._mode} topics={topics} {state}>"
+
     async def __aenter__(self) -> LitePullConsumer:
         await self.start()
         return self
@@ -451,6 +463,8 @@ class LitePullConsumer:
             members=self._signals.members,
             clustering=True,
             stats=ctx.stats,
+            refused=ctx.sql_checks.refused,
+            filter_refused_pulls=ctx.sql_checks.pulls_refused,
         )
 
     def _task_group(self) -> anyio.abc.TaskGroup:

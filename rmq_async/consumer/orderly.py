@@ -117,7 +117,8 @@ class OrderlyConsumeService:
         st = self._state(pq)
         if not st.active:
             st.active = True
-            self._tg.start_soon(self._drive, pq, st, 0.0)
+            if not self.c.start_handler(self._drive, pq, st, 0.0):
+                self._tg.start_soon(self._drive, pq, st, 0.0)
 
     # -- rebalance and shutdown -------------------------------------------------------------------------
 
@@ -233,7 +234,7 @@ class OrderlyConsumeService:
         self._busy(1)
         st.start = self._loop_time()
         try:
-            with anyio.CancelScope(deadline=self.locks.deadline(pq)) as scope:
+            with anyio.CancelScope(deadline=self.locks.deadline(pq)) as scope, c.guard():
                 st.scope = scope
                 self._consuming.add(st)
                 # the hooks and the handler get their own list: what they do to it must not change

@@ -249,7 +249,9 @@ class PopService:
                 pq.inflight += len(msgs)
                 n = max(1, c.config.consume_batch_max_size)
                 for i in range(0, len(msgs), n):
-                    c.start_soon(self._consume, pq, msgs[i : i + n], pop_time + invisible)
+                    batch = msgs[i : i + n]
+                    if not c.start_handler(self._consume, pq, batch, pop_time + invisible):
+                        c.start_soon(self._consume, pq, batch, pop_time + invisible)
 
     async def _pop(self, mq: MessageQueue) -> tuple[list[MessageExt], int, int]:
         c = self.c

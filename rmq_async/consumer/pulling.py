@@ -38,6 +38,7 @@ import anyio
 from ..config import ConsumerConfig, Timing
 from ..errors import AuthError, RocketMQError
 from ..protocol.stored import MessageExt, Undecodable
+from .brokercheck import note_refused_pull
 from .context import ConsumerContext
 from .poison import UndecodableMode, for_queue, hold, log_undecodable, move_until_done, skip
 from .process_queue import ProcessQueue
@@ -193,6 +194,7 @@ class PullLoop:
         mq = pq.mq
         client = c.client
         stats = c.stats
+        refused = c.sql_checks.refused  # subscriptions refused (health): a pull answered clears its topic's
         observer = c.observation.observer  # OpenTelemetry (None unless a provider is set): one test per pull
         sink = self.sink
         submit = sink.submit
@@ -232,6 +234,8 @@ class PullLoop:
             pq.last_pull_time = now = monotonic()
             if plan.denied:  # allowed again
                 client.auth_errors.clear(plan.allowed())
+            if refused:
+                refused.pop(mq.topic, None)
             got = plan.on_result(res, now, pq)
             pq.broker_id, pq.max_offset = plan.broker_id, res.max_offset
             del res
@@ -273,6 +277,7 @@ class PullLoop:
         heartbeat; a refused answer's connection closed, so the next pull gets a fresh one), and no
         back-off past a narrowed, handled or skipped broken message."""
         client = self.ctx.client
+        note_refused_pull(self.ctx, pq.mq, exc)  # kept for health() when it is the filter type
         step = plan.on_error(exc)
         if step is Step.HEARTBEAT:
             wait = plan.heartbeat(await self._subscription_heartbeat(plan.sent_at))

@@ -35,7 +35,7 @@ from ..config import (
     MessageModel,
     Timing,
 )
-from ..errors import ClientError, ConfigError, MQClientError, RocketMQError
+from ..errors import ClientError, ConfigError, MQClientError
 from ..lifecycle import Supervisor
 from ..producer.producer import Producer, ProducerConfig, trace_producer
 from ..protocol.bodies import ConsumerData, SubscriptionData
@@ -43,8 +43,8 @@ from ..protocol.command import RemotingCommand
 from ..protocol.filter import Selector
 from ..protocol.mq import MessageQueue
 from .allocate import strategy_by_name
-from .brokercheck import check_in_brokers
-from .context import ConsumerContext, Subscriptions
+from .brokercheck import check_in_brokers, check_while_running
+from .context import ConsumerContext, Subscriptions, subscriptions_of
 from .control import Queues
 from .delivery import DeliveryStream
 from .health import ConsumerHealth, consumer_health
@@ -56,7 +56,7 @@ from .rebalancer import RebalanceSettings, RebalanceSignals, StartOffsets
 from .stats import ConsumerStats
 from .subcheck import SubscriptionChecker
 from .types import Handler, Hook, OrderlyHandler, RebalanceListener
-from .usercode import check_handler
+from .usercode import HandlerTasks, check_handler
 
 __all__ = ["PushConsumer", "RebalanceListener"]
 
@@ -195,7 +195,7 @@ class PushConsumer:
         self._ran = False
         self._gave_up = False
         self._run = self._new_run()
-        for topic, expr in (subscriptions or {}).items():
+        for topic, expr in subscriptions_of(subscriptions).items():
             self.subscribe(topic, expr)
 
     def _new_run(self) -> PushRun:
@@ -265,7 +265,8 @@ class PushConsumer:
     @property
     def on_revoked(self) -> RebalanceListener | None:
         """``fn(topic, queues)`` (plain or async) called after a rebalance took queues away (their
-        offsets committed first)."""
+        offsets committed first), and at :meth:`stop` with the queues still owned (before their offsets
+        are committed). Neither listener sees the retry topic."""
         return self._settings.on_revoked
 
     @on_revoked.setter
@@ -421,6 +422,8 @@ class PushConsumer:
             stats=ctx.stats,
             pop=self._run.pop.snapshot() if self._run.pop is not None else None,
             popped_topics=self._run.pop.topics() if self._run.pop is not None else frozenset(),
+            refused=ctx.sql_checks.refused,
+            filter_refused_pulls=ctx.sql_checks.pulls_refused,
         )
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -466,6 +469,24 @@ class PushConsumer:
         committed and come again). True before any stop."""
         return not self._gave_up
 
+    def __repr__(self) -> str:
+        """Group, topics (the retry topic left out), model, kind and state; nothing of the settings
+        (credentials live there)."""
+        ctx = self._ctx
+        if not self._ran:
+            state = "not started"
+        elif ctx.running:
+            state = "running"
+        elif self._life.running:
+            state = "stopping" if ctx.stopping else "starting"
+        else:
+            state = "stopped"
+        kind = "orderly" if self.orderly else "pop" if not self._client_rebalance else "concurrently"
+        topics = sorted(t for t in self.subscriptions if t != self.retry_topic)
+        return (
+            f"<PushConsumer group={self.group!r} topics={topics} {self.config.message_model} {kind} {state}>"
+        )
+
     async def __aenter__(self) -> PushConsumer:
         await self.start()
         return self
@@ -478,6 +499,8 @@ class PushConsumer:
         """``async with consumer.deliveries() as stream: async for d in stream: ...; await d.ack()``."""
         if self.handler is not None:
             raise ClientError("this consumer has a handler; deliveries() is for consumers without one")
+        if not self._life.running:  # misuse, not configuration: nothing would ever feed the stream
+            raise ClientError("consumer is not started: start it ('async with consumer') before deliveries()")
         stream = self._run.service.open_deliveries()
         try:
             yield stream
@@ -531,15 +554,11 @@ class PushConsumer:
             await store.load()
             await producer.start()
             client.register_consumer(self)
-            for topic in self._subscribed_topics():
-                try:
-                    await client.update_route(topic)
-                except RocketMQError as exc:
-                    # the broker creates %RETRY%group on our first heartbeat: not worth a warning
-                    level = logging.DEBUG if topic == self.retry_topic else logging.WARNING
-                    log.log(
-                        level, "no route for %r yet (%s): will retry at the next route refresh", topic, exc
-                    )
+            # at once: a name server that does not answer costs one request timeout, not one per topic
+            for topic, exc in sorted((await client.update_routes(self._subscribed_topics())).items()):
+                # the broker creates %RETRY%group on our first heartbeat: not worth a warning
+                level = logging.DEBUG if topic == self.retry_topic else logging.WARNING
+                log.log(level, "no route for %r yet (%s): will retry at the next route refresh", topic, exc)
             if self._require_namesrv and not any(r.reachable for r in client.namesrv_reach.values()):
                 errors = "; ".join(f"{r.addr}: {r.last_error}" for r in client.namesrv_reach.values())
                 raise MQClientError(f"no name server answered (require_namesrv=True): {errors}")
@@ -548,8 +567,10 @@ class PushConsumer:
             await check_in_brokers(ctx, ctx.subscriptions.sql())
             # a heartbeat refused by ACL (the group's or a topic's SUB) fails start() with AuthError
             await client.send_heartbeat_to_all_brokers(raise_auth=True)
-            async with anyio.create_task_group() as tg:
+            async with HandlerTasks(self.group) as handlers, anyio.create_task_group() as tg:
                 ctx.set_task_group(tg)
+                ctx.set_handler_tasks(handlers)
+                tg.start_soon(handlers.watch)
                 tg.start_soon(ctx.deadlines.run)
                 await run.service.run(tg)
                 tg.start_soon(self._persist_loop)
@@ -559,12 +580,13 @@ class PushConsumer:
                 await stopping.wait()
                 try:
                     with anyio.CancelScope(shield=True):
-                        await self._shutdown()
+                        await self._shutdown(handlers)
                 finally:
                     tg.cancel_scope.cancel()
                     ctx.set_task_group(None)
+                    ctx.set_handler_tasks(None)
 
-    async def _shutdown(self) -> None:
+    async def _shutdown(self, handlers: HandlerTasks) -> None:
         ctx = self._ctx
         log.info("consumer %s (%s) shutting down", self.group, self._client.client_id)
         ctx.stopping = True
@@ -578,7 +600,10 @@ class PushConsumer:
             await service.wait_idle()
             if self._run.pop is not None:
                 await self._run.pop.wait_idle()
-        self._gave_up = waited.cancelled_caught
+        # what still runs is cancelled; a handler swallowing that is abandoned (logged), uncommitted
+        self._gave_up = await handlers.close() > 0 or waited.cancelled_caught
+        with anyio.move_on_after(self.timing.shutdown_timeout):
+            await self._run.rebalancer.revoke_all()  # the listener, before offsets and locks go
         mqs = list(self._run.table.pqs)
         if self.config.auto_commit:  # (manual commit: only commit() commits)
             with anyio.move_on_after(self.timing.request_timeout * 2):
@@ -619,10 +644,8 @@ class PushConsumer:
 
     async def _after_subscription_change(self) -> None:
         await self._client.update_route_quietly(self._subscribed_topics())
-        try:
-            await check_in_brokers(self._ctx, self._ctx.subscriptions.sql())
-        except RocketMQError as exc:  # running: the pulls of that topic are refused until it is fixed
-            log.error("consumer %s: %s", self.group, exc)
+        # running: a refusal is logged and shown by health(); the topic's pulls are refused meanwhile
+        await check_while_running(self._ctx, self._ctx.subscriptions.sql())
         await self._client.send_heartbeat_to_all_brokers()
 
     # -- timers and rebalance ---------------------------------------------------------------------------

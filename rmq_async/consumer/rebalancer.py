@@ -19,6 +19,7 @@ import anyio
 from ..errors import RocketMQError
 from ..protocol.mq import MessageQueue
 from .allocate import AllocateStrategy
+from .brokercheck import check_routed
 from .context import ConsumerContext
 from .process_queue import ProcessQueue
 from .queues import QueueLocks, QueueTable
@@ -195,6 +196,7 @@ class Rebalancer:
         topics = sorted(c.subscriptions.topics())
         all_locked = True
         for topic in topics:
+            await check_routed(c, topic)  # a SQL92 subscription not checked for want of a route
             if self._assign is not None and c.clustering:
                 try:
                     assigned = await self._assign(topic)
@@ -239,6 +241,22 @@ class Rebalancer:
     async def _rebalance_later(self, delay: float) -> None:
         await anyio.sleep(delay)
         self.wake()
+
+    async def revoke_all(self) -> None:
+        """At stop: ``on_revoked`` with every queue still owned, per topic (the retry topic hidden), while
+        they are still held: before their offsets are persisted and their locks released (Java's
+        shutdown persists after the consume service stopped; aiokafka calls ``on_partitions_revoked``
+        at close)."""
+        on_revoked = self.settings.on_revoked
+        if on_revoked is None:
+            return
+        c = self.ctx
+        by_topic: dict[str, set[MessageQueue]] = {}
+        for mq in self.table.pqs:
+            if mq.topic != c.retry_topic:
+                by_topic.setdefault(mq.topic, set()).add(mq)
+        for topic, mqs in sorted(by_topic.items()):
+            await call_user(f"on_revoked listener of group {c.group}", on_revoked, topic, mqs)
 
     async def compute_pull_from_where(self, mq: MessageQueue) -> int:
         """``computePullFromWhere``: the committed offset, else by consume_from_where."""
@@ -299,7 +317,10 @@ class Rebalancer:
                 len(to_drop),
                 table.count(topic),
             )
-            # a listener is user code: what it raises is logged, never the consumer's end
+            # a listener is user code: what it raises is logged, never the consumer's end. The retry
+            # topic is ours, not the user's: never shown (Java's listeners never see it either)
+            if topic == c.retry_topic:
+                return all_locked
             if to_drop and settings.on_revoked:
                 await call_user(
                     f"on_revoked listener of group {c.group}", settings.on_revoked, topic, set(to_drop)

@@ -90,7 +90,7 @@ async def send_back(c: RetryTarget, m: MessageExt, delay_level: int) -> bool:
         props[Prop.MAX_RECONSUME_TIMES] = str(c.max_reconsume_times)
         props.pop("TRAN_MSG", None)
         props.pop(Prop.DELAY_TIME_LEVEL, None)
-        msg = Message(c.retry_topic, m.body, properties=props, flag=m.flag, delay_level=3 + m.reconsume_times)
+        msg = Message.resent(c.retry_topic, m.body, props, flag=m.flag, delay_level=3 + m.reconsume_times)
         await c.inner_producer.send(msg)
         c.stats.sent_back += 1
         if m.reconsume_times + 1 > c.max_reconsume_times:
@@ -113,7 +113,7 @@ async def send_to_dlq(c: RetryTarget, m: MessageExt, limit: int) -> bool:
     props.pop(Prop.DELAY_TIME_LEVEL, None)
     props.pop(Prop.CONSUME_START_TIMESTAMP, None)
     try:
-        msg = Message(c.retry_topic, m.body, properties=props, flag=m.flag, delay_level=3 + m.reconsume_times)
+        msg = Message.resent(c.retry_topic, m.body, props, flag=m.flag, delay_level=3 + m.reconsume_times)
         await c.inner_producer.send(msg)
     except (RocketMQError, ValueError) as exc:
         log.error("moving %s to the DLQ of %s failed (%s): consuming it again", m.msg_id, c.group, exc)

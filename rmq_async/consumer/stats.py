@@ -59,6 +59,14 @@ class ConsumerStats:
         self.broken_bodies = 0
         self.started = time.monotonic()
 
+    def __repr__(self) -> str:
+        ts = self.topics.values()
+        return (
+            f"<ConsumerStats pulled={sum(t.pulled for t in ts)} consumed_ok={sum(t.consumed_ok for t in ts)} "
+            f"consumed_failed={sum(t.consumed_failed for t in ts)} sent_back={self.sent_back} "
+            f"to_dlq={self.to_dlq} topics={sorted(self.topics)}>"
+        )
+
     def _t(self, topic: str) -> TopicStats:
         t = self.topics.get(topic)
         if t is None:

@@ -10,6 +10,14 @@ task group it runs in: the consumer's whole group (pull loops, rebalance, offset
 shutdown. :func:`stray_cancel` tells the two apart: a cancellation is ours when the task has a pending
 cancel request (``Task.cancelling()``, which every ``Task.cancel()`` raises, anyio's included) or an
 enclosing anyio cancel scope was cancelled.
+
+A handler may also *swallow* our cancellation (``except CancelledError: pass`` in a loop). In the
+run's anyio task group that would hold ``stop()`` for ever, and spin the process: anyio delivers a
+scope's cancellation again at every turn of the event loop until the task leaves the scope. So the
+tasks that run handlers live in :class:`HandlerTasks`, an asyncio task group in a task of its own:
+shutdown cancels each of them once (asyncio's way) and waits a grace; a task still running then is
+abandoned (logged), its handler's innermost cancel scope shielded (:meth:`HandlerTasks.guard`) so
+that no deadline keeps cancelling it, and the stop goes on without its batch (not committed).
 """
 
 from __future__ import annotations
@@ -18,12 +26,22 @@ import asyncio
 import inspect
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import anyio
 
-__all__ = ["call_maybe_async", "call_user", "check_handler", "stray_cancel", "user_failure"]
+from ..lifecycle import Supervisor
+
+__all__ = [
+    "HandlerTasks",
+    "call_maybe_async",
+    "call_user",
+    "check_handler",
+    "stray_cancel",
+    "user_failure",
+]
 
 log = logging.getLogger("rmq_async.consumer")
 
@@ -105,3 +123,87 @@ async def call_user(what: str, fn: Callable[..., Any], *args: Any) -> bool:
             raise
         log.error("%s raised %s", what, failure, exc_info=exc)
     return False
+
+
+class HandlerTasks:
+    """The tasks of one consumer run that call its handler (concurrent workers, orderly drive tasks,
+    POP batches), apart from the run's task group so that a stop can give up on a handler that swallows
+    cancellation (see the module docstring). ``async with``: open for the run; :meth:`close` at
+    shutdown."""
+
+    __slots__ = ("_closed", "_group", "_guards", "_life", "_tasks", "_tg")
+
+    def __init__(self, group: str) -> None:
+        self._group = group
+        self._life = Supervisor(f"handlers of group {group!r}")
+        self._tg: asyncio.TaskGroup | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._guards: set[anyio.CancelScope] = set()
+        self._closed = False
+
+    async def __aenter__(self) -> HandlerTasks:
+        await self._life.start(self._run)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _run(self, ready: Callable[[], None], stopping: asyncio.Event) -> None:
+        async with asyncio.TaskGroup() as tg:
+            self._tg = tg
+            ready()
+            await stopping.wait()
+            self._tg = None
+            for task in self._tasks:
+                task.cancel()  # once: a handler that swallows it is not cancelled again
+
+    def start_soon(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> bool:
+        """Run ``fn(*args)`` here; False (nothing started) once closed."""
+        if self._tg is None:
+            return False
+        task = self._tg.create_task(fn(*args))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    def ended(self) -> asyncio.Future[None] | None:
+        """What completes when the tasks ended (with the error of one that failed: the run's too)."""
+        return self._life.ended()
+
+    @contextmanager
+    def guard(self) -> Iterator[None]:
+        """The innermost cancel scope around a handler call: shielded if the call is abandoned, so
+        that the deadline scopes around it stop cancelling a task nobody waits for."""
+        with anyio.CancelScope() as scope:
+            self._guards.add(scope)
+            try:
+                yield
+            finally:
+                self._guards.discard(scope)
+
+    async def watch(self) -> None:
+        """Raise, in the caller's task (one of the run's task group), what ended these tasks with an
+        error: the run fails with it, as it would have with the tasks in its own group."""
+        ended = self._life.ended()
+        if ended is not None:
+            await asyncio.shield(ended)
+
+    async def close(self, grace: float = 1.0) -> int:
+        """Cancel every task once and wait up to ``grace`` seconds for them to end; the number of tasks
+        abandoned (still running: a handler swallowed the cancellation), logged as an ERROR."""
+        if self._closed or not self._life.running:
+            return 0
+        self._closed = True
+        with anyio.move_on_after(grace):
+            await self._life.stop()
+        left = len(self._tasks)
+        if left:
+            for scope in self._guards:
+                scope.shield = True
+            log.error(
+                "consumer group %s: %d handler task(s) swallowed cancellation and still run after the "
+                "shutdown grace: abandoned, their messages are not committed (consumed again)",
+                self._group,
+                left,
+            )
+        return left

@@ -9,6 +9,7 @@ import sys
 
 import anyio
 
+from ..errors import ConfigError
 from .cli import add_arguments, run
 
 __all__ = ["main"]
@@ -37,7 +38,11 @@ def main(argv: list[str] | None = None) -> int:
             return code
         finally:
             prof.dump_stats(profile)
-    return anyio.run(run, args, backend="asyncio", backend_options=options)
+    try:
+        return anyio.run(run, args, backend="asyncio", backend_options=options)
+    except ConfigError as exc:  # bad input only the start shows (a port in use): one line, exit 2
+        print(f"{parser.prog}: {exc}", file=sys.stderr, flush=True)
+        return 2
 
 
 if __name__ == "__main__":

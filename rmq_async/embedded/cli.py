@@ -1,5 +1,9 @@
 """``python -m rmq_async.embedded`` / ``rmq-async embedded``: run an embedded cluster until signalled.
 
+Bad input (a count below 1, a port outside 0-65535, bad delay levels, a file that cannot be read, a
+port in use) is one line and exit status 2, as the other subcommands: the argument types refuse what
+they can, and :func:`run` raises :class:`~rmq_async.errors.ConfigError` for what only the start shows.
+
 Strategy: parse arguments into an :class:`~.cluster.EmbeddedCluster`, print ``namesrv=127.0.0.1:P``
 as the first stdout line (flushed) and then one ``<broker>=<addr>`` line per broker, serve until
 SIGINT/SIGTERM (or stdin EOF with ``--exit-on-stdin-eof``, which a parent process uses so the child
@@ -10,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -17,7 +22,8 @@ import sys
 
 import anyio
 
-from ..config import Timing
+from ..config import Timing, parse_delay_levels
+from ..errors import ConfigError
 from .acl import AclConfig
 from .cluster import ACL_ENV, TLS_KEY_PASSWORD_ENV, EmbeddedCluster
 from .store import MAX_TRANSFER_BYTES, MAX_TRANSFER_COUNT
@@ -36,20 +42,51 @@ def _positive(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port, 0 (a free one) to 65535, not {text!r}")
+    return value
+
+
+def _delay_levels(text: str) -> str:
+    try:
+        parse_delay_levels(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _readable_file(text: str) -> str:
+    """A file that exists and can be read (checked now: the cluster would fail with a traceback)."""
+    try:
+        with open(text, "rb"):
+            pass
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {text}: {exc.strerror or exc}") from None
+    return text
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the embedded-cluster options to ``parser``."""
-    parser.add_argument("--brokers", type=int, default=1, help="number of brokers (default 1)")
+    parser.add_argument("--brokers", type=_positive, default=1, help="number of brokers (default 1)")
     parser.add_argument(
-        "--queues", type=int, default=4, help="queues of TBW102 and of created topics (default 4)"
+        "--queues", type=_positive, default=4, help="queues of TBW102 and of created topics (default 4)"
     )
     parser.add_argument(
-        "--port", type=int, default=9876, help="name server port; 0 picks a free one (default 9876)"
+        "--port", type=_port, default=9876, help="name server port; 0 picks a free one (default 9876)"
     )
     parser.add_argument(
         "--data-dir", default=None, help="keep messages, offsets and topics in this directory"
     )
     parser.add_argument(
-        "--delay-levels", default=None, help='delay levels, e.g. "1s 5s 10s" (default: timing)'
+        "--delay-levels",
+        type=_delay_levels,
+        default=None,
+        help='delay levels, e.g. "1s 5s 10s" (default: timing)',
     )
     parser.add_argument(
         "--flavour", type=int, choices=(4, 5), default=4, help="answer as RocketMQ 4.9.8 or 5.3.3 (default 4)"
@@ -98,6 +135,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--acl-file",
         "--acl",
         dest="acl_file",
+        type=_readable_file,
         default=None,
         metavar="PATH",
         help="enforce ACL with the accounts of this plain_acl.yml (the real broker's format)",
@@ -109,11 +147,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="TLS mode of the name server and brokers (default: disabled; permissive with --tls-cert)",
     )
-    tls.add_argument("--tls-cert", default=None, help="server certificate chain (PEM)")
+    tls.add_argument("--tls-cert", type=_readable_file, default=None, help="server certificate chain (PEM)")
     tls.add_argument(
-        "--tls-key", default=None, help=f"server private key (PEM); password: ${ENV_TLS_KEY_PASSWORD}"
+        "--tls-key",
+        type=_readable_file,
+        default=None,
+        help=f"server private key (PEM); password: ${ENV_TLS_KEY_PASSWORD}",
     )
-    tls.add_argument("--tls-ca", default=None, help="CA certificates that client certificates must chain to")
+    tls.add_argument(
+        "--tls-ca",
+        type=_readable_file,
+        default=None,
+        help="CA certificates that client certificates must chain to",
+    )
     tls.add_argument(
         "--tls-client-auth",
         choices=("none", "optional", "require"),
@@ -152,7 +198,10 @@ def _timing(args: argparse.Namespace) -> Timing:
 
 def _acl(args: argparse.Namespace) -> AclConfig | None:
     if args.acl_file:
-        return AclConfig.load(args.acl_file)
+        try:
+            return AclConfig.load(args.acl_file)
+        except (OSError, ValueError) as exc:  # unreadable, or not a plain_acl.yml
+            raise ConfigError(f"embedded: --acl-file {args.acl_file}: {exc}") from None
     text = os.environ.get(ACL_ENV)  # a parent EmbeddedCluster(process=True, acl=...)
     return AclConfig.from_mapping(json.loads(text)) if text else None
 
@@ -176,7 +225,9 @@ async def run(args: argparse.Namespace) -> int:
         acl=_acl(args),
         tls=server_tls(args),
     )
-    async with cluster, anyio.create_task_group() as tg:
+    async with contextlib.AsyncExitStack() as stack:
+        await _start(stack, cluster, args.port)
+        tg = await stack.enter_async_context(anyio.create_task_group())
         lines = [f"namesrv={cluster.namesrv_addr}"] + [f"{b.name}={b.addr}" for b in cluster.brokers]
         sys.stdout.write("\n".join(lines) + "\n")
         sys.stdout.flush()
@@ -187,6 +238,30 @@ async def run(args: argparse.Namespace) -> int:
                 break
         tg.cancel_scope.cancel()
     return 0
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    """The OSError (a port in use; an ssl.SSLError: a key that does not match its certificate) behind
+    a failed start."""
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := _os_error(inner)) is not None:
+                return found
+    return None
+
+
+async def _start(stack: contextlib.AsyncExitStack, cluster: EmbeddedCluster, port: int) -> None:
+    """Enter ``cluster`` on ``stack``; a start the machine refuses (the port in use, TLS files that do
+    not work) is a ConfigError, one line, not a traceback."""
+    try:
+        await stack.enter_async_context(cluster)
+    except Exception as exc:
+        err = _os_error(exc)
+        if err is None:
+            raise
+        raise ConfigError(f"embedded: cannot start the cluster on port {port}: {err}") from None
 
 
 async def _watch_stdin(scope: anyio.CancelScope) -> None:

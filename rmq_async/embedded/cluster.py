@@ -28,7 +28,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from ..config import Timing
-from ..errors import BrokerError, ClientError
+from ..errors import BrokerError, ClientError, ConfigError
 from ..protocol.acl import sign_fields
 from ..protocol.codes import MQ_VERSION_V4_9_8, RequestCode
 from ..protocol.command import RemotingCommand
@@ -63,6 +63,27 @@ class RemoteBroker:
         return int(self.addr.rpartition(":")[2])
 
 
+def _check_args(flavour: int, brokers: int, queues: int, port: int, count: int, nbytes: int) -> None:
+    """The constructor's numbers, each refused with a :class:`ConfigError` naming it (a ValueError:
+    what used to be raised), before anything starts."""
+
+    def whole(value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    if flavour not in (4, 5) or not whole(flavour):
+        raise ConfigError(f"EmbeddedCluster flavour must be 4 or 5, not {flavour!r}")
+    for name, value in (
+        ("brokers", brokers),
+        ("queues", queues),
+        ("max_transfer_count", count),
+        ("max_transfer_bytes", nbytes),
+    ):
+        if not whole(value) or value < 1:
+            raise ConfigError(f"EmbeddedCluster {name} must be a positive integer, not {value!r}")
+    if not whole(port) or not 0 <= port <= 65535:
+        raise ConfigError(f"EmbeddedCluster port must be 0 (any free port) to 65535, not {port!r}")
+
+
 def broker_name(i: int) -> str:
     return "broker-" + (chr(ord("a") + i) if i < 26 else str(i))
 
@@ -95,16 +116,7 @@ class EmbeddedCluster:
         max_transfer_count: int = MAX_TRANSFER_COUNT,
         max_transfer_bytes: int = MAX_TRANSFER_BYTES,
     ) -> None:
-        if flavour not in (4, 5):
-            raise ValueError(f"flavour must be 4 or 5, not {flavour!r}")
-        for name, value in (
-            ("max_transfer_count", max_transfer_count),
-            ("max_transfer_bytes", max_transfer_bytes),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, not {value!r}")
-        if brokers < 1:
-            raise ValueError("a cluster needs at least one broker")
+        _check_args(flavour, brokers, queues, port, max_transfer_count, max_transfer_bytes)
         self.broker_count = brokers
         self.queues = queues
         self.timing = timing or Timing()

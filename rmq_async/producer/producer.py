@@ -21,8 +21,16 @@ import anyio
 
 from ..client.api import SendResult
 from ..client.instance import INNER_PRODUCER_GROUP, ClientInstance, pid_instance_name
-from ..config import ClientConfig, ProducerConfig
-from ..errors import AuthError, BrokerError, ClientError, MQClientError, RemotingError, TopicNotExist
+from ..config import ClientConfig, ProducerConfig, Timing, client_settings
+from ..errors import (
+    AuthError,
+    BrokerError,
+    ClientError,
+    MQClientError,
+    RemotingError,
+    TLSError,
+    TopicNotExist,
+)
 from ..lifecycle import Supervisor
 from ..observability.otel import SendObserver, telemetry
 from ..observability.trace.dispatcher import TraceDispatcher, TraceSender
@@ -31,6 +39,7 @@ from ..observability.trace.hooks import SendTracer
 from ..protocol import headers as H
 from ..protocol.bodies import TopicRouteData
 from ..protocol.codes import Perm, Prop, ResponseCode
+from ..protocol.commitlog import stored_size
 from ..protocol.filter import java_string_hash
 from ..protocol.message import CompressionType, Message, compress_body, compression_flag, encode_batch_body
 from ..protocol.mq import MessageQueue
@@ -123,10 +132,15 @@ class Producer:
         namesrv_addr: str | None = None,
         config: ProducerConfig | None = None,
         client_config: ClientConfig | None = None,
+        timing: Timing | None = None,
+        instance_name: str | None = None,
         client: ClientInstance | None = None,
     ) -> None:
         self.config = config or ProducerConfig(group=group)
-        self._client_config = client_config or ClientConfig(namesrv_addr=namesrv_addr)
+        # the consumers' keywords for the client settings, by the same rule
+        self._client_config = client_settings(
+            client_config, namesrv_addr=namesrv_addr, timing=timing, instance_name=instance_name
+        )
         # with a namespace the group and the topics go on the wire as ``ns%name`` (Java's withNamespace)
         self._ns = self._client_config.with_namespace
         self.group = self._ns(self.config.group)
@@ -148,6 +162,12 @@ class Producer:
             and not self.config.group.startswith(GROUP_NAME_PREFIX)
         ):
             self._tracer = SendTracer(TraceDispatcher(self.group, "PRODUCE", trace), self.group)
+
+    def __repr__(self) -> str:
+        """Group, name servers and state; nothing else of the settings (credentials live there)."""
+        namesrv = self._client_config.namesrv_addr or "$NAMESRV_ADDR"
+        state = "running" if self._started else "not running"
+        return f"<Producer group={self.group!r} namesrv={namesrv!r} {state}>"
 
     def _internals(self) -> ProducerInternals:
         """(for :func:`~rmq_async.internals.internals`)"""
@@ -196,6 +216,8 @@ class Producer:
             self._route_listening = True
         client.register_producer(self.group)
         try:
+            # with TLS, a handshake these settings cannot pass fails start() now (TLSError)
+            await client.check_tls(self.config.create_topic_key)
             # with ACL credentials, a wrong or unknown key fails start() now (AuthError), not each send
             await client.check_access(self.config.create_topic_key)
         except BaseException:
@@ -304,6 +326,21 @@ class Producer:
 
     # -- sending ------------------------------------------------------------------------------------
 
+    def _check_stored(self, topic: str, body: bytes, props: dict[str, str]) -> None:
+        """Refuse what the broker would refuse for its size: it compares the whole stored message (fixed
+        fields, the body as sent, the topic and the properties: ``CommitLog``'s ``msgLen``) with its
+        ``maxMessageSize``, taken here to be ``max_message_size`` (hosts counted as IPv4; the
+        broker's own properties, such as ``CLUSTER``, are not known here)."""
+        limit = self.config.max_message_size
+        if stored_size(8, 8, len(body), len(topic), 0) + 32767 <= limit:
+            return  # cannot reach the limit whatever the properties (the common case: no encoding)
+        size = stored_size(8, 8, len(body), len(topic), len(encode_properties(props).encode()))
+        if size > limit:
+            raise ClientError(
+                f"message of {size} bytes as stored (body {len(body)} bytes as sent, topic, properties) "
+                f"exceeds max_message_size {limit}: the broker would refuse it (code 13)"
+            )
+
     def _check(self, msg: Message) -> None:
         if not isinstance(msg, Message):
             raise TypeError(f"expected a Message, got {type(msg).__name__}")
@@ -386,6 +423,7 @@ class Producer:
         topic = self._ns(msg.topic)
         info = await self.publish_info(topic)
         body, props, sys_flag, uniq = self._prepare(msg, self.compress_type_for(info))
+        self._check_stored(topic, body, props)
         otel = self._otel
         if otel is None:
             return await self._send_prepared(
@@ -447,8 +485,10 @@ class Producer:
                 res = await self._send_to(mq, header_for(mq), body, deadline, msg_id, batch=batch, msg=msg)
                 assert res is not None
                 return res
-            except AuthError:
-                raise  # the same keys get the same refusal on every broker: not retried (Java retries it)
+            except (AuthError, TLSError):
+                # the same keys get the same refusal on every broker, the same TLS settings the same
+                # failed handshake: not retried (Java retries an ACL refusal)
+                raise
             except BrokerError as exc:
                 if exc.code not in _RETRY_CODES:
                     raise
@@ -495,6 +535,7 @@ class Producer:
         self._check(msg)
         info = await self.publish_info(self._ns(msg.topic))
         body, props, sys_flag, uniq = self._prepare(msg, self.compress_type_for(info))
+        self._check_stored(self._ns(msg.topic), body, props)
         mq = queue or info.select(next(self._counter), None)
         deadline = time.monotonic() + self.config.send_timeout
         await self._send_to(mq, self._header(msg, mq, props, sys_flag), body, deadline, uniq, oneway=True)
@@ -520,7 +561,7 @@ class Producer:
             uniq = props.get(Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or new_uniq_id()
             props[Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
             ids.append(uniq)
-            prepared.append(Message(topic, m.body, properties=props, flag=m.flag))
+            prepared.append(Message.resent(topic, m.body, props, flag=m.flag))
         body = encode_batch_body(prepared)
         if len(body) > self.config.max_message_size:
             raise ClientError(

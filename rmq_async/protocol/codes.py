@@ -16,6 +16,7 @@ __all__ = [
     "MQ_VERSION_V4_9_8",
     "MQ_VERSION_V5_0_0",
     "MQ_VERSION_V5_3_3",
+    "SYSTEM_PROPERTIES",
     "LanguageCode",
     "MessageSysFlag",
     "Perm",
@@ -203,6 +204,23 @@ class Perm:
     READ = 0x1 << 2
     WRITE = 0x1 << 1
     INHERIT = 0x1
+
+
+#: ``MessageConst.STRING_HASH_SET``: the property names the system uses, which Java's
+#: ``Message.putUserProperty`` refuses (the typed setters, keys= tags= delay_level=, set some of them)
+SYSTEM_PROPERTIES = frozenset(
+    {
+        "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID",
+        "TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG",
+        "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", "UNIQ_KEY", "MAX_RECONSUME_TIMES",
+        "CONSUME_START_TIME", "POP_CK", "POP_CK_OFFSET", "1ST_POP_TIME", "TRAN_PREPARED_QUEUE_OFFSET",
+        "DUP_INFO", "EXTEND_UNIQ_INFO", "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL",
+        "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET",
+        "TIMER_DELAY_MS", "TIMER_DELAY_SEC", "TIMER_DELIVER_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS",
+        "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL", "__BORNHOST",
+        "BORN_TIMESTAMP", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "__CRC32#",
+    }
+)  # fmt: skip
 
 
 class Prop:

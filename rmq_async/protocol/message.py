@@ -18,7 +18,7 @@ import struct
 from collections.abc import Sequence
 
 from ..errors import InvalidMessageError
-from .codes import Prop
+from .codes import SYSTEM_PROPERTIES, Prop
 from .compression import COMPRESSION_TYPES as COMPRESSION_TYPES
 from .compression import CompressionType as CompressionType
 from .compression import compress_body as compress_body
@@ -32,6 +32,7 @@ __all__ = [
     "MAX_MESSAGE_SIZE",
     "CompressionType",
     "Message",
+    "check_topic",
     "compress_body",
     "compression_flag",
     "encode_batch_body",
@@ -61,7 +62,20 @@ def _check_text(field: str, name: str, value: str) -> None:
         ) from None
 
 
-def _check_topic(topic: str) -> None:
+def _check_user_property(name: str, value: str) -> None:
+    """A user property (Java's ``putUserProperty``): not a system name, then as :func:`_check_text`."""
+    if name in SYSTEM_PROPERTIES:
+        raise InvalidMessageError(
+            "properties",
+            f"{name!r} is used by the system (MessageConst.STRING_HASH_SET): name it otherwise (keys=, "
+            "tags= and delay_level= set KEYS, TAGS and DELAY)",
+        )
+    _check_text("properties", name, value)
+
+
+def check_topic(topic: str) -> None:
+    """``Validators.checkTopic``: the producer's rule for a topic name, the consumers' too (a topic it
+    refuses could never be sent to); ValueError saying what is wrong."""
     if not isinstance(topic, str) or not topic.strip():
         raise ValueError("the topic is blank")
     if len(topic) > _TOPIC_MAX:
@@ -97,7 +111,7 @@ class Message:
         wait_store_msg_ok: bool = True,
     ) -> None:
         try:
-            _check_topic(topic)
+            check_topic(topic)
         except ValueError as exc:
             raise InvalidMessageError("topic", str(exc)) from None
         if isinstance(body, str):
@@ -120,7 +134,7 @@ class Message:
         if properties is not None and not isinstance(properties, dict):
             raise InvalidMessageError("properties", f"must be a dict of str, got {type(properties).__name__}")
         for name, value in (properties or {}).items():
-            _check_text("properties", name, value)
+            _check_user_property(name, value)
             props[name] = value
         if keys is not None:
             if isinstance(keys, str):
@@ -165,9 +179,27 @@ class Message:
     def uniq_id(self) -> str | None:
         return self.properties.get(Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
 
+    @classmethod
+    def resent(
+        cls, topic: str, body: bytes, properties: dict[str, str], *, flag: int = 0, delay_level: int = 0
+    ) -> Message:
+        """A stored message sent again (the send-back fallback, a DLQ move, a batch's members): its
+        ``properties`` as they are, system ones included (Java's ``putProperty``, which users do not
+        reach), in their order, with ``WAIT`` and ``DELAY`` (``delay_level > 0``) set as :class:`Message`
+        sets them."""
+        msg = cls(topic, body, flag=flag, delay_level=delay_level)
+        props: dict[str, str] = {}
+        for name, value in properties.items():
+            _check_text("properties", name, value)
+            props[name] = value
+        props.update(msg.properties)  # WAIT, DELAY: where the stored message had them, else after
+        msg.properties = props
+        return msg
+
     def put_property(self, name: str, value: str) -> None:
-        """Set a property (checked for the reserved separators)."""
-        check_property(name, value)
+        """Set a user property (Java's ``putUserProperty``): refused, as :class:`Message`'s
+        ``properties=``, for a system name or the reserved separators."""
+        _check_user_property(name, value)
         self.properties[name] = value
 
     def ensure_uniq_id(self, uniq_id: str | None = None) -> str:

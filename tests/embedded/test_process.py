@@ -7,6 +7,8 @@ import os
 import signal
 import sys
 
+import pytest
+
 from rmq_async.config import Timing
 from rmq_async.embedded import EmbeddedCluster
 
@@ -104,3 +106,30 @@ def test_transfer_limits_must_be_positive() -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--max-transfer-count", "x"])
     assert build_parser().parse_args(["--max-transfer-bytes", "1048576"]).max_transfer_bytes == 1 << 20
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"brokers": 0}, "brokers"),
+        ({"brokers": "2"}, "brokers"),
+        ({"queues": 0}, "queues"),
+        ({"port": -1}, "port"),
+        ({"port": 99999}, "port"),
+        ({"flavour": 3}, "flavour"),
+        ({"max_transfer_count": 0}, "max_transfer_count"),
+    ],
+)
+def test_a_bad_embedded_cluster_argument_is_a_config_error(kwargs: dict[str, object], words: str) -> None:
+    from rmq_async import ConfigError
+
+    with pytest.raises(ConfigError, match=words):
+        EmbeddedCluster(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("subscriptions", [["T"], "T", {"T": 5}, {5: "*"}])
+def test_push_consumer_subscriptions_of_the_wrong_shape_are_a_config_error(subscriptions: object) -> None:
+    from rmq_async import ConfigError, PushConsumer
+
+    with pytest.raises(ConfigError, match="subscriptions"):
+        PushConsumer("g_shape", namesrv_addr="127.0.0.1:1", subscriptions=subscriptions)  # type: ignore[arg-type]

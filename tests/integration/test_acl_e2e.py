@@ -445,8 +445,26 @@ async def test_cli_with_keys_against_a_child_cluster_with_an_acl_file(tmp_path: 
             env=env,
             check=False,
         )
+        consume = [
+            *base[:4],
+            "consume",
+            "--namesrv",
+            cluster.namesrv_addr,
+            "--group",
+            "acl_g",
+            "--idle-exit",
+            "1",
+        ]
+        bad_consume = await anyio.run_process(
+            [*consume, "--topic", "AclT", "--access-key", "rmqUser", "--secret-key", "wrongSecret99"],
+            env=env,
+            check=False,
+        )
     finally:
         await anyio.to_thread.run_sync(cluster.stop)
-    err = bad.stderr.decode()
-    assert bad.returncode != 0 and "Check signature failed" in err
-    assert "wrongSecret99" not in err + bad.stdout.decode() and SECRET not in err
+    for run in (bad, bad_consume):
+        err = run.stderr.decode()
+        assert run.returncode == 2 and "Check signature failed" in err, err
+        # the broker answered: refused credentials, not an unreachable cluster
+        assert "refused the credentials" in err and "cannot reach the cluster" not in err, err
+        assert "wrongSecret99" not in err + run.stdout.decode() and SECRET not in err

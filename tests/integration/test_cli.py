@@ -298,3 +298,26 @@ async def test_embedded_flushes_its_data_dir_on_sigterm(tmp_path: Path) -> None:
 
     await _embedded_until_sigterm(tmp_path, first)
     await _embedded_until_sigterm(tmp_path, second)
+
+
+async def test_consume_says_what_it_compared_and_when_keys_repeat_from_before_the_start(
+    names: tuple[str, str],
+) -> None:
+    # an earlier producer run left k-0..k-9 in the topic, a later one sent the same keys again: the
+    # duplicates and the order violations are those repeated keys, which the summary must say
+    topic, group = names
+    async with EmbeddedCluster(queues=1, timing=Timing.fast()) as cluster:
+        await cluster.create_topic(topic, queues=1)
+        await produce(cluster.namesrv_addr, topic, 10)
+        await produce(cluster.namesrv_addr, topic, 10)
+        args = _cli("consume", "--namesrv", cluster.namesrv_addr, "--group", group, "--topic", topic)
+        args += ["--from", "first", "--idle-exit", "2", "--quiet"]
+        with anyio.fail_after(60):
+            out = await anyio.run_process(args, env=child_env(), check=False)
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    summary = json.loads(out.stdout.decode().strip().splitlines()[-1])
+    assert summary["consumed"] == 20 and summary["duplicates"] == 10, summary
+    assert summary["order_violations"] == 1, summary  # k-9 then k-0 in the one queue
+    assert "by key" in summary["compared"], summary
+    assert summary["produced_before_start"] == 20, summary
+    assert "10 of the duplicates and 1 of the order violations" in summary["note"], summary

@@ -286,3 +286,82 @@ def test_a_lite_consumer_used_in_a_second_event_loop_is_a_clear_client_error() -
         asyncio.run(lite.poll(0.1))
     with pytest.raises(ClientError, match="started in another event loop"):
         asyncio.run(lite.close())
+
+
+async def test_deliveries_of_a_consumer_never_started_is_a_client_error_at_once() -> None:
+    # nothing would ever feed the stream: waiting on it would hang for ever
+    c = PushConsumer("g_not_started", namesrv_addr="127.0.0.1:1", subscriptions={"T": "*"})
+    with anyio.fail_after(2), pytest.raises(ClientError, match="not started"):
+        async with c.deliveries() as stream:
+            async for _ in stream:
+                pass
+
+
+async def test_listeners_never_see_the_retry_topic_and_a_stopping_member_gets_on_revoked(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, group = names
+    await cluster.create_topic(topic, 4)
+    assigned: list[tuple[str, set[MessageQueue]]] = []
+    revoked: list[tuple[str, set[MessageQueue], bool]] = []
+    got = anyio.Event()
+    c: PushConsumer
+
+    def on_assigned(t: str, mqs: set[MessageQueue]) -> None:
+        assigned.append((t, set(mqs)))
+        if t == topic:
+            got.set()
+
+    def on_revoked(t: str, mqs: set[MessageQueue]) -> None:
+        pqs = internals(c).table.pqs
+        # told before the queues are dropped (offsets persisted, locks released after)
+        revoked.append((t, set(mqs), all(mq in pqs and not pqs[mq].dropped for mq in mqs)))
+
+    c = PushConsumer(
+        group,
+        namesrv_addr=cluster.namesrv_addr,
+        handler=Collector(),
+        subscriptions={topic: "*"},
+        timing=timing,
+        on_assigned=on_assigned,
+        on_revoked=on_revoked,
+    )
+    async with c:
+        with anyio.fail_after(10):
+            await got.wait()
+        owned = {mq for mq in c.assignment() if mq.topic == topic}
+        assert len(owned) == 4
+    assert [t for t, _ in assigned] == [topic]  # not %RETRY%group
+    assert revoked == [(topic, owned, True)]
+
+
+async def test_start_looks_the_routes_up_at_once_when_the_name_server_never_answers() -> None:
+    # a name server that takes the connection and never answers: each lookup lasts a request timeout;
+    # one after another, five topics (and the retry topic) took six of them
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await reader.read(65536):
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    timing = Timing.fast(request_timeout=1.0)
+    c = PushConsumer(
+        "g_silent_ns",
+        namesrv_addr=f"127.0.0.1:{port}",
+        handler=Collector(),
+        subscriptions={f"Silent{i}": "*" for i in range(5)},
+        timing=timing,
+    )
+    try:
+        began = time.monotonic()
+        with anyio.fail_after(20):
+            await c.start()
+        took = time.monotonic() - began
+        assert took < 2 * timing.request_timeout + 0.5, took
+        assert not c.health().ready
+    finally:
+        with anyio.fail_after(20):
+            await c.stop()
+        server.close()
+        await server.wait_closed()

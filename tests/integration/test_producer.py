@@ -144,3 +144,36 @@ async def test_selector_sends_after_a_broker_leaves(timing: Timing) -> None:
                     failed.append((key, str(exc)[:80]))
             assert not failed, failed
             assert {q.broker_name for q in await p.queues(topic)} == {"broker-a"}
+
+
+async def test_a_producer_takes_the_consumers_client_keywords(
+    cluster: EmbeddedCluster, timing: Timing
+) -> None:
+    fast = Timing.fast(request_timeout=1.25)
+    async with Producer(
+        "kw_producer", namesrv_addr=cluster.namesrv_addr, timing=fast, instance_name="kw_inst"
+    ) as p:
+        assert p.client.client_id.endswith("@kw_inst")
+        assert p.client.config.timing.request_timeout == 1.25
+    base = ClientConfig(namesrv_addr=cluster.namesrv_addr)
+    async with Producer("kw_producer", client_config=base, timing=fast) as p:  # timing= replaces its own
+        assert p.client.config.timing.request_timeout == 1.25
+
+
+async def test_a_message_the_broker_would_refuse_for_its_size_is_refused_by_the_client(
+    cluster: EmbeddedCluster, names: tuple[str, str]
+) -> None:
+    # the broker compares the whole stored message (fixed fields, body, topic, properties) with its
+    # maxMessageSize (4 MiB): a body of exactly 4 MiB passes Java's body check and is refused (code 13)
+    import os
+
+    topic, _ = names
+    await cluster.create_topic(topic)
+    async with Producer("size_producer", namesrv_addr=cluster.namesrv_addr) as p:
+        with pytest.raises(ClientError, match="the broker would refuse"):
+            await p.send(Message(topic, os.urandom(4 * 1024 * 1024)))  # random: zlib cannot shrink it
+        with pytest.raises(ClientError, match="the broker would refuse"):
+            await p.send_oneway(Message(topic, os.urandom(4 * 1024 * 1024)))
+        just_under = os.urandom(4 * 1024 * 1024 - 8 * 1024)
+        res = await p.send(Message(topic, just_under, properties={"p": "v" * 1000}))
+        assert res.queue_offset == 0

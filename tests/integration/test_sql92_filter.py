@@ -340,7 +340,7 @@ async def test_retries_of_sql_filtered_messages(
                 # in the retry topic already (as a message sent back is), matching or not
                 for i in range(8):
                     props = {"a": str(i * 2), "RETRY_TOPIC": topic}
-                    await p.send(Message(f"%RETRY%{group}", f"r{i}".encode(), properties=props))
+                    await p.send(Message.resent(f"%RETRY%{group}", f"r{i}".encode(), props))
             want = {f"m{i}": 2 for i in range(6, 12)}
             want.update({f"r{i}": 1 for i in range(8) if not filtered or i * 2 > 5})
             with anyio.fail_after(20):
@@ -445,3 +445,34 @@ async def test_members_subscribing_by_tag_and_by_sql_are_told_apart(timing: Timi
             with anyio.fail_after(10):
                 await internals(a).subcheck.mismatched.wait()
     assert internals(a).subcheck.mismatches[b.client_id] == {"SqlMembers": ("vip", "SQL92 'vip'")}
+
+
+async def test_a_sql92_topic_routed_after_start_is_checked_then_and_its_refusal_is_loud(
+    timing: Timing, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with cluster_with(timing) as cluster:  # enablePropertyFilter=false, as real brokers
+        push = PushConsumer(
+            "late_route_push",
+            namesrv_addr=cluster.namesrv_addr,
+            handler=Received().handler,
+            subscriptions={"SqlLate": Selector.sql("a > 1")},
+            timing=timing,
+        )
+        async with push:  # no route yet: not checked at start
+            assert not push.health().ready
+            with caplog.at_level("ERROR", logger="rmq_async.consumer"):
+                await cluster.create_topic("SqlLate", 2)
+                with anyio.fail_after(15):
+                    while not push.health().refused_subscriptions:  # noqa: ASYNC110 (no event to await)
+                        await anyio.sleep(0.05)
+                    while not push.health().filter_refused_pulls:  # noqa: ASYNC110
+                        await anyio.sleep(0.05)
+            health = push.health()
+            assert not health.ready
+            assert "SqlLate" in health.refused_subscriptions
+            assert "enablePropertyFilter=true" in health.refused_subscriptions["SqlLate"]
+            assert any("SqlLate" in r and "refused" in r for r in health.reasons), health.reasons
+            assert health.filter_refused_pulls["SqlLate"] > 0
+            assert health.as_dict()["refused_subscriptions"] == dict(health.refused_subscriptions)
+            errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+            assert any("SqlLate" in e and "enablePropertyFilter=true" in e for e in errors), errors

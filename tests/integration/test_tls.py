@@ -190,12 +190,11 @@ def test_wrong_ca_is_refused_with_a_clear_error(
                 await Connection.connect(cluster.namesrv_addr, ssl_context=ctx)
             assert isinstance(info.value, ConnectError) and not info.value.retriable
             assert isinstance(info.value.__cause__, ssl.SSLCertVerificationError)
-            # through a producer: the typed cause, at once (no hang)
-            with pytest.raises(MQClientError) as failed:
+            # through a producer: the TLSError itself, at once (no hang), not a retriable MQClientError
+            with pytest.raises(TLSError, match="certificate verification failed") as failed:
                 with anyio.fail_after(10):
                     await _send(cluster, names[0], TLSConfig(ca_file=certs.wrong_ca), timing)
-            assert isinstance(failed.value.__cause__, TLSError)
-            assert "certificate verification failed" in str(failed.value)
+            assert not failed.value.retriable
 
     run(main())
 
@@ -291,7 +290,7 @@ def test_mutual_tls(run: Run, certs: Certs, names: tuple[str, str], timing: Timi
             )
             await _send(cluster, topic, encrypted, timing)
             for refused in (certs.client_tls(), certs.client_tls(cert_file=certs.wrong_client)):
-                with pytest.raises(MQClientError, match="TLS") as info:
+                with pytest.raises(TLSError, match="TLS") as info:
                     with anyio.fail_after(10):
                         await _send(cluster, topic, refused, timing)
                 assert "certificate" in str(info.value).lower()
@@ -330,10 +329,46 @@ def test_refused_client_certificate_is_a_tls_error(run: Run, certs: Certs, timin
             )
             await conn.request(route, 5.0)  # answered (whatever the code): accepted
             await conn.aclose()
-            # through a client: the route lookup's failure carries the TLSError
-            with pytest.raises(MQClientError, match="refused our client certificate"):
+            # through a client: the route lookup's failure is the TLSError
+            with pytest.raises(TLSError, match="refused our client certificate"):
                 with anyio.fail_after(10):
                     await _send(cluster, "T", certs.client_tls(cert_file=certs.wrong_client), timing)
+
+    run(main())
+
+
+def test_a_tls_handshake_failure_is_a_tls_error_from_start_and_send(
+    run: Run, certs: Certs, names: tuple[str, str], timing: Timing
+) -> None:
+    """A wrong CA, a certificate that does not name the server, a missing client certificate: the
+    same settings get the same refusal, so start() and send() raise TLSError (not retriable), never
+    MQClientError(retriable=True) after the retries."""
+
+    async def main() -> None:
+        tls = certs.server_tls("enforcing", client_auth="require")
+        mutual = {"cert_file": certs.client_cert, "key_file": certs.client_key}
+        async with EmbeddedCluster(queues=2, timing=timing, tls=tls) as cluster:
+            for cfg in (
+                TLSConfig(ca_file=certs.wrong_ca, **mutual),
+                certs.client_tls(server_hostname="other.example", **mutual),
+                certs.client_tls(),  # no client certificate
+            ):
+                p = Producer("tls_start_producer", client_config=_cc(cluster, cfg, timing))
+                with anyio.fail_after(10), pytest.raises(TLSError) as info:
+                    await p.start()
+                assert not info.value.retriable
+                await p.stop()
+            # met by send(): the name server was down at start (not a TLS failure: the start goes on,
+            # as Java's), and refuses the handshake once it is back
+            wrong = TLSConfig(ca_file=certs.wrong_ca, **mutual)
+            await cluster.stop_namesrv()
+            async with Producer("tls_send_producer", client_config=_cc(cluster, wrong, timing)) as p:
+                await cluster.start_namesrv()
+                # the pool's back-off after the refused connection at start (not a TLS one: short)
+                await anyio.sleep(p.client.api.pool.backoff_remaining(cluster.namesrv_addr))
+                with anyio.fail_after(10), pytest.raises(TLSError) as info:
+                    await p.send(Message(names[0], b"refused"))
+                assert not info.value.retriable
 
     run(main())
 

@@ -10,6 +10,7 @@ defects the lead fixes, and the xfail then turns into a failure to remove.
 
 from __future__ import annotations
 
+import argparse
 import math
 from typing import Any, cast
 
@@ -260,3 +261,84 @@ def test_several_errors_reported_together() -> None:
         ConsumerConfig(group="", pull_batch_size=0)
     assert "ConsumerConfig.group" in str(info.value)
     assert "ConsumerConfig.pull_batch_size" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("addr", "words"),
+    [
+        ("a:1,b:2", "separated by ';'"),
+        ("https://x:9876", "host:port"),
+        ("http://a:1;b:2", "one address"),
+        ("ho st:1", "host:port"),
+        ("1.2.3.4:9876;x/y:1", "host:port"),
+    ],
+)
+def test_a_name_server_address_of_the_wrong_form_is_a_config_error_saying_the_form(
+    addr: str, words: str
+) -> None:
+    with pytest.raises(ConfigError, match="host:port") as info:
+        ClientConfig(namesrv_addr=addr)
+    assert words in str(info.value)
+
+
+def test_an_http_name_server_endpoint_is_read_as_java_reads_it() -> None:
+    # ClientConfig.getNamesrvAddr: "http://..." (NAMESRV_ENDPOINT_PATTERN) is host:port after the last '/'
+    assert ClientConfig(namesrv_addr="http://ns.example.com:9876").namesrv_list() == ["ns.example.com:9876"]
+    assert ClientConfig(namesrv_addr="[::1]:9876;10.0.0.1:9876").namesrv_list() == [
+        "[::1]:9876",
+        "10.0.0.1:9876",
+    ]
+
+
+def test_a_bad_name_server_address_from_the_environment_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("NAMESRV_ADDR", "a:1,b:2")
+    with pytest.raises(ConfigError, match="separated by ';'"):
+        ClientConfig().namesrv_list()
+
+
+@pytest.mark.parametrize("topic", ["bad topic", "a/b", "T" * 300, "naïve"])
+def test_a_topic_the_producer_refuses_is_refused_at_subscribe(topic: str) -> None:
+    from rmq_async import PushConsumer
+    from rmq_async.protocol.message import Message
+
+    with pytest.raises(ConfigError):  # the producer's rule (Validators.checkTopic)
+        Message(topic, b"x")
+    with pytest.raises(ConfigError, match="cannot subscribe"):
+        PushConsumer("g_topics", namesrv_addr="127.0.0.1:1", subscriptions={topic: "*"})
+    c = PushConsumer("g_topics", namesrv_addr="127.0.0.1:1")
+    with pytest.raises(ConfigError, match="cannot subscribe"):
+        c.subscribe(topic)
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        (1_796_151_755, "if you meant seconds"),  # seconds, not milliseconds
+        (20_261_202_013_000, "yyyyMMddHHmmss"),  # Java's form given as a number
+        ("1796151755000", "yyyyMMddHHmmss"),  # a str is Java's form only
+    ],
+)
+def test_a_consume_timestamp_the_cli_refuses_is_refused_by_the_config(value: int | str, words: str) -> None:
+    from rmq_async.cli.args import epoch_ms
+
+    with pytest.raises(ConfigError, match=words):
+        ConsumerConfig(group="g", consume_timestamp=value)
+    if isinstance(value, int):
+        with pytest.raises(ConfigError, match=words):
+            LitePullConfig(group="g", consume_timestamp_ms=value)
+    if words == "if you meant seconds":  # (on the command line 14 digits are Java's form)
+        with pytest.raises(argparse.ArgumentTypeError, match=words):  # the same rule
+            epoch_ms(str(value))
+
+
+def test_consume_timestamps_of_both_forms_pass_the_config_and_the_cli() -> None:
+    from rmq_async.cli.args import epoch_ms
+
+    assert (
+        ConsumerConfig(group="g", consume_timestamp=1_796_151_755_000).consume_timestamp == 1_796_151_755_000
+    )
+    assert ConsumerConfig(group="g", consume_timestamp="20261202013000").consume_timestamp == "20261202013000"
+    assert epoch_ms("1796151755000") == 1_796_151_755_000
+    assert epoch_ms("20261202013000") == "20261202013000"  # Java's yyyyMMddHHmmss, as the config takes it

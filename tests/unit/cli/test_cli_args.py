@@ -175,3 +175,47 @@ def test_help_gives_meaning_unit_and_default(
     text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
     for w in words:
         assert " ".join(w.split()) in text, w
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--brokers", "0"], "--brokers"),
+        (["--queues", "0"], "--queues"),
+        (["--delay-levels", "1x"], "--delay-levels"),
+        (["--acl-file", "/nope.yml"], "/nope.yml"),
+        (["--tls-cert", "/nope.pem"], "/nope.pem"),
+        (["--tls-cert", "/nope.pem", "--tls-key", "/nope.key"], "/nope.pem"),
+        (["--port", "-1"], "--port"),
+        (["--port", "99999"], "--port"),
+    ],
+)
+def test_a_bad_embedded_option_is_one_line_and_exit_2(
+    extra: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code: str | int | None
+    try:
+        code = main(["embedded", "--port", "0", *extra])
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("rmq-async: ") and words in err, err
+    assert "Traceback" not in err
+
+
+def test_an_embedded_port_in_use_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        code: str | int | None
+        try:
+            code = main(["embedded", "--port", str(port)])
+        except SystemExit as exc:
+            code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("rmq-async: ") and str(port) in err, err

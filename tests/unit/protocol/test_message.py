@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 from support.wire import CAPTURE_FILES, Frame, frames
 
+from rmq_async.errors import InvalidMessageError
 from rmq_async.protocol.codes import MessageSysFlag
 from rmq_async.protocol.message import (
     COMPRESS_THRESHOLD,
@@ -93,7 +94,7 @@ def test_batch_body_reencodes(file: str, frame: Frame) -> None:
     topic = frame.header["extFields"]["b"]
     msgs = []
     for flag, body, props in _decode_batch(frame.body):
-        msgs.append(Message(topic, body, properties=parse_properties(props), flag=flag))
+        msgs.append(Message.resent(topic, body, parse_properties(props), flag=flag))
     assert len(msgs) == 3
     assert encode_batch_body(msgs, trailing_separator=v5) == frame.body
     first = int(msgs[0].body.decode().rsplit("-", 1)[1])
@@ -207,3 +208,29 @@ def test_a_message_fails_when_it_is_made_naming_the_field(
 def test_a_bytearray_or_memoryview_body_is_taken_as_bytes() -> None:
     assert Message("T", bytearray(b"ab")).body == b"ab"  # type: ignore[arg-type]
     assert Message("T", memoryview(b"cd")).body == b"cd"  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "name", ["UNIQ_KEY", "DELAY", "KEYS", "TAGS", "WAIT", "TRAN_MSG", "__CRC32#", "1ST_POP_TIME"]
+)
+def test_a_user_property_with_a_system_name_is_refused(name: str) -> None:
+    # Java's Message.putUserProperty: names in MessageConst.STRING_HASH_SET are the system's
+    with pytest.raises(InvalidMessageError, match="used by the system"):
+        Message("T", b"x", properties={name: "v"})
+    with pytest.raises(InvalidMessageError, match="used by the system"):
+        Message("T", b"x").put_property(name, "v")
+
+
+def test_the_typed_arguments_still_set_the_system_properties() -> None:
+    m = Message("T", b"x", keys=["a", "b"], tags="t", delay_level=3, properties={"mine": "1"})
+    assert m.properties == {"mine": "1", "KEYS": "a b", "WAIT": "true", "DELAY": "3", "TAGS": "t"}
+    assert m.ensure_uniq_id("U1") == "U1"
+
+
+def test_a_stored_message_sent_again_keeps_its_system_properties() -> None:
+    stored = {"UNIQ_KEY": "U", "KEYS": "k", "WAIT": "false", "RETRY_TOPIC": "T", "mine": "1"}
+    m = Message.resent("%RETRY%g", b"x", stored, delay_level=4)
+    assert m.properties == {**stored, "WAIT": "true", "DELAY": "4"}
+    assert list(m.properties) == [*stored, "DELAY"]  # the stored order kept, as before
+    with pytest.raises(InvalidMessageError):
+        Message.resent("T", b"x", {"a\x01": "v"})
