@@ -20,10 +20,12 @@ from .errors import MQClientError as MQClientError
 from .errors import ProtocolError as ProtocolError
 from .errors import RemotingError as RemotingError
 from .errors import RequestTimeout as RequestTimeout
+from .errors import RequestTimeoutError as RequestTimeoutError
 from .errors import RocketMQError as RocketMQError
 from .errors import SubscriptionRefused as SubscriptionRefused
 from .errors import TLSError as TLSError
 from .errors import TopicNotExist as TopicNotExist
+from .errors import UnsupportedByBrokerError as UnsupportedByBrokerError
 
 if TYPE_CHECKING:
     from .client.api import PullResult as PullResult
@@ -114,6 +116,7 @@ __all__ = [
     "RebalanceListener",
     "RemotingError",
     "RequestTimeout",
+    "RequestTimeoutError",
     "RocketMQError",
     "Selector",
     "SendResult",
@@ -130,6 +133,7 @@ __all__ = [
     "Undecodable",
     "UndecodableCounts",
     "UndecodableMessageError",
+    "UnsupportedByBrokerError",
     "select_by_key_hash",
 ]
 

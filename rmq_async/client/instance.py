@@ -179,6 +179,8 @@ class ClientInstance:
         #: whether each name server answered its last route lookup, and each broker its last heartbeat
         self.namesrv_reach = {addr: Reachability(addr) for addr in self._namesrvs}
         self.broker_reach: dict[str, Reachability] = {}
+        #: each broker's MQVersion ordinal, as the ``version`` of its last heartbeat answer says
+        self.broker_versions: dict[str, int] = {}
         #: topics whose last route lookup found nothing (no cached route), with the reason
         self.route_errors: dict[str, str] = {}
         self._consumers: dict[str, ConsumerHandle] = {}
@@ -442,7 +444,8 @@ class ClientInstance:
                         reach = self.broker_reach[addr] = Reachability(addr)
                     try:
                         self._heartbeat_sent = True
-                        await self.api.heartbeat(addr, data, self.timing.request_timeout)
+                        resp = await self.api.heartbeat(addr, data, self.timing.request_timeout)
+                        self.broker_versions[addr] = resp.version
                         reach.ok()
                     except AuthError as exc:
                         reach.ok()  # it answered
@@ -457,6 +460,17 @@ class ClientInstance:
                         log.warning("heartbeat to %s (%s) failed: %s", name, addr, exc)
                         await self.pool.close_address(addr)
             return ok
+
+    async def broker_version(self, addr: str) -> int:
+        """The MQVersion ordinal of the broker at ``addr``: what its heartbeat answers say (a
+        RocketMQ server writes its own version in every command). Unknown yet: a heartbeat now, as
+        the next periodic one would send (what a timer message's send asks before it goes)."""
+        version = self.broker_versions.get(addr)
+        if version is None:
+            self._heartbeat_sent = True
+            resp = await self.api.heartbeat(addr, self.heartbeat_data(), self.timing.request_timeout)
+            version = self.broker_versions[addr] = resp.version
+        return version
 
     async def check_access(self, topic: str) -> None:
         """With credentials: heartbeat the masters of ``topic``'s route now, so that a wrong or unknown

@@ -22,7 +22,15 @@ import anyio
 from ..client.api import SendResult
 from ..client.instance import INNER_PRODUCER_GROUP, ClientInstance, pid_instance_name
 from ..config import ClientConfig, ProducerConfig
-from ..errors import AuthError, BrokerError, ClientError, MQClientError, RemotingError, TopicNotExist
+from ..errors import (
+    AuthError,
+    BrokerError,
+    ClientError,
+    MQClientError,
+    RemotingError,
+    TopicNotExist,
+    UnsupportedByBrokerError,
+)
 from ..lifecycle import Supervisor
 from ..observability.otel import SendObserver, telemetry
 from ..observability.trace.dispatcher import TraceDispatcher, TraceSender
@@ -30,9 +38,17 @@ from ..observability.trace.encoder import GROUP_NAME_PREFIX
 from ..observability.trace.hooks import SendTracer
 from ..protocol import headers as H
 from ..protocol.bodies import TopicRouteData
-from ..protocol.codes import Perm, Prop, ResponseCode
+from ..protocol.codes import MQ_VERSION_V5_0_0, Perm, Prop, ResponseCode
+from ..protocol.fastjson import java_map_order
 from ..protocol.filter import java_string_hash
-from ..protocol.message import CompressionType, Message, compress_body, compression_flag, encode_batch_body
+from ..protocol.message import (
+    CompressionType,
+    Message,
+    compress_body,
+    compression_flag,
+    encode_batch_body,
+    is_timer,
+)
 from ..protocol.mq import MessageQueue
 from ..protocol.msgid import new_uniq_id
 from ..protocol.properties import encode_properties
@@ -358,6 +374,8 @@ class Producer:
         if not uniq:
             uniq = new_uniq_id()
             props[Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+            if is_timer(props):  # the 5.x client's HashMap order, as the captures show it
+                props = java_map_order(props)
         body = msg.body
         sys_flag = 0
         if len(body) >= self.config.compress_threshold:  # tryToCompressMessage: ">="
@@ -477,6 +495,8 @@ class Producer:
     ) -> SendResult | None:
         client = self.client
         addr = await client.master_addr(mq.broker_name, mq.topic)
+        if msg is not None and is_timer(msg.properties):
+            await self._check_timer_support(addr)
         left = deadline - time.monotonic()
         if left <= 0:
             raise MQClientError(f"send to {mq} timed out before it could be sent")
@@ -490,6 +510,16 @@ class Producer:
         tracer.after(tc, res)
         return res
 
+    async def _check_timer_support(self, addr: str) -> None:
+        """A timer message goes to 5.x brokers only: a 4.9.8 broker knows no TIMER_* property and
+        would deliver it at once. The broker's version is the one its heartbeat answers carry (a
+        5.x name server routes to 4.x brokers too, so the route's form cannot tell)."""
+        version = await self.client.broker_version(addr)
+        if version < MQ_VERSION_V5_0_0:
+            raise UnsupportedByBrokerError(
+                "timer messages (deliver_at, delay)", addr, version, "RocketMQ 5.0 or later; use delay_level"
+            )
+
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
         """Send without waiting for an answer (no retries, as in Java)."""
         self._check(msg)
@@ -497,7 +527,9 @@ class Producer:
         body, props, sys_flag, uniq = self._prepare(msg, self.compress_type_for(info))
         mq = queue or info.select(next(self._counter), None)
         deadline = time.monotonic() + self.config.send_timeout
-        await self._send_to(mq, self._header(msg, mq, props, sys_flag), body, deadline, uniq, oneway=True)
+        await self._send_to(
+            mq, self._header(msg, mq, props, sys_flag), body, deadline, uniq, oneway=True, msg=msg
+        )
 
     async def send_batch(
         self, msgs: Sequence[Message], *, queue: MessageQueue | None = None, timeout: float | None = None
@@ -514,7 +546,7 @@ class Producer:
             self._check(m)
             if self._ns(m.topic) != topic:
                 raise ClientError(f"a batch must have one topic: {m.topic!r} != {topic!r}")
-            if m.delay_level > 0:
+            if m.delay_level > 0 or is_timer(m.properties):
                 raise ClientError("delayed messages cannot be sent in a batch")
             props = dict(m.properties)
             uniq = props.get(Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or new_uniq_id()
