@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from .protocol.message import Message as Message
     from .protocol.mq import MessageQueue as MessageQueue
     from .protocol.pull import PullStatus as PullStatus
+    from .protocol.reply import create_reply_message as create_reply_message
     from .protocol.stored import MessageExt as MessageExt
     from .protocol.stored import Undecodable as Undecodable
     from .protocol.stored import UndecodableMessageError as UndecodableMessageError
@@ -134,6 +135,7 @@ __all__ = [
     "UndecodableCounts",
     "UndecodableMessageError",
     "UnsupportedByBrokerError",
+    "create_reply_message",
     "select_by_key_hash",
 ]
 
@@ -184,6 +186,7 @@ _LAZY = {
     "Undecodable": ".protocol.stored",
     "UndecodableCounts": ".consumer.health",
     "UndecodableMessageError": ".protocol.stored",
+    "create_reply_message": ".protocol.reply",
     "select_by_key_hash": ".producer.producer",
 }
 

@@ -23,13 +23,14 @@ import anyio
 import anyio.abc
 
 from ..config import ClientConfig
-from ..errors import AuthError, BrokerError, MQClientError, RocketMQError, TopicNotExist
+from ..errors import AuthError, BrokerError, MQClientError, ProtocolError, RocketMQError, TopicNotExist
 from ..lifecycle import Supervisor
 from ..protocol.acl import RequestSigner
 from ..protocol.bodies import ConsumerData, HeartbeatData, ProducerData, TopicRouteData
 from ..protocol.codes import Perm, Prop, RequestCode, ResponseCode, SerializeType
 from ..protocol.command import RemotingCommand
 from ..protocol.mq import MessageQueue
+from ..protocol.reply import ReplyMessageRequestHeader, reply_message_ext
 from ..protocol.stored import BrokenBodyError, MessageExt, decode_messages
 from ..transport.connection import Connection
 from ..transport.pool import ConnectionPool
@@ -187,6 +188,8 @@ class ClientInstance:
         self._producers: set[str] = set()
         #: the transactional producers' check handlers by (wire) group (Java's ``selectProducer``)
         self._tx_checkers: dict[str, TransactionCheckHandler] = {}
+        #: the requests awaiting their reply, by correlation id (Java's ``RequestFutureHolder``)
+        self._replies: dict[str, asyncio.Future[MessageExt]] = {}
         self._extra_topics: set[str] = set()
         self._route_lock = anyio.Lock()
         self._heartbeat_lock = anyio.Lock()
@@ -262,6 +265,16 @@ class ClientInstance:
 
     def unregister_transaction_checker(self, group: str) -> None:
         self._tx_checkers.pop(group, None)
+
+    def expect_reply(self, correlation_id: str) -> asyncio.Future[MessageExt]:
+        """A future the broker's PUSH_REPLY_MESSAGE_TO_CLIENT with ``correlation_id`` resolves; the
+        caller drops it with :meth:`forget_reply` when done (reply or not)."""
+        fut: asyncio.Future[MessageExt] = asyncio.get_running_loop().create_future()
+        self._replies[correlation_id] = fut
+        return fut
+
+    def forget_reply(self, correlation_id: str) -> None:
+        self._replies.pop(correlation_id, None)
 
     def add_topic(self, topic: str) -> None:
         """Keep ``topic``'s route refreshed (producers' topics)."""
@@ -531,6 +544,8 @@ class ClientInstance:
         if cmd.code == RequestCode.CHECK_TRANSACTION_STATE:
             self._check_transaction(conn.addr, cmd)
             return None
+        if cmd.code == RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT:
+            return self._receive_reply(conn.addr, cmd)
         consumer = self._consumers.get(group or "")
         if consumer is None:
             if cmd.is_oneway:
@@ -548,6 +563,24 @@ class ClientInstance:
                 language=self.config.language,
             )
         return resp
+
+    def _receive_reply(self, addr: str, cmd: RemotingCommand) -> RemotingCommand:
+        """``ClientRemotingProcessor.receiveReplyMessage``: the reply goes to the request waiting for
+        its correlation id (a late one, whose request timed out, is dropped, as Java's); answered code
+        0 with nothing else, as Java answers, unless the frame cannot be read (SYSTEM_ERROR)."""
+        try:
+            header = ReplyMessageRequestHeader.from_ext_fields(cmd.ext_fields)
+            msg = reply_message_ext(header, cmd.body or b"")
+        except ProtocolError as exc:
+            log.warning("broker %s: unreadable reply message: %s", addr, exc)
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, str(exc), language=self.config.language)
+        correlation_id = msg.get_property(Prop.CORRELATION_ID)
+        fut = self._replies.get(correlation_id or "")
+        if fut is None or fut.done():
+            log.warning("broker %s: reply %s came for no waiting request (timed out?)", addr, correlation_id)
+        else:
+            fut.set_result(msg)
+        return cmd.make_response(ResponseCode.SUCCESS, language=self.config.language)
 
     def _check_transaction(self, addr: str, cmd: RemotingCommand) -> None:
         """``ClientRemotingProcessor.checkTransactionState``: the half message in the body names its

@@ -28,7 +28,7 @@ from ..config import Timing, parse_delay_levels
 from ..errors import ClientError
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
-from . import admin, admin_ops, clients, delay, pop, pull, send, timer, transaction
+from . import admin, admin_ops, clients, delay, pop, pull, reply, send, timer, transaction
 from .acl import AclChecker, AclConfig, Handle, guard
 from .context import BrokerContext, BrokerSettings, HandlerTable, Wakeup, open_store
 from .groups import ConsumerManager, LockManager, ProducerManager
@@ -55,6 +55,7 @@ _TABLES: tuple[Callable[[BrokerContext], HandlerTable], ...] = (
     admin_ops.handlers,
     pop.handlers,
     transaction.handlers,
+    reply.handlers,
 )
 
 

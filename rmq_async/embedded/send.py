@@ -30,7 +30,7 @@ from .store import PutResult, StoreError, host_bytes, now_ms
 from .timer import TimerRefused, put_timer, recall_handle, timer_out_ms
 from .transaction import put_half
 
-__all__ = ["handlers"]
+__all__ = ["V2_KEYS", "handlers"]
 
 log = logging.getLogger("rmq_async.embedded")
 
@@ -46,7 +46,7 @@ _NOT_ALLOWED_SEND = frozenset(
         "OFFSET_MOVED_EVENT",
     }
 )
-_V2_KEYS = {
+V2_KEYS = {
     "a": "producerGroup",
     "b": "topic",
     "c": "defaultTopic",
@@ -77,7 +77,7 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
 
     def send_message(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         if cmd.code != RequestCode.SEND_MESSAGE:
-            cmd.ext_fields = {_V2_KEYS.get(k, k): v for k, v in cmd.ext_fields.items()}
+            cmd.ext_fields = {V2_KEYS.get(k, k): v for k, v in cmd.ext_fields.items()}
         ext = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
         topic = req_str(cmd, "topic")
         queue_id = req_int(cmd, "queueId")

@@ -28,6 +28,7 @@ from ..errors import (
     ClientError,
     MQClientError,
     RemotingError,
+    RequestTimeoutError,
     TopicNotExist,
     UnsupportedByBrokerError,
 )
@@ -42,6 +43,7 @@ from ..protocol.codes import MQ_VERSION_V5_0_0, Perm, Prop, ResponseCode
 from ..protocol.fastjson import java_map_order
 from ..protocol.filter import java_string_hash
 from ..protocol.message import (
+    TIMER_PROPERTIES,
     CompressionType,
     Message,
     compress_body,
@@ -52,6 +54,8 @@ from ..protocol.message import (
 from ..protocol.mq import MessageQueue
 from ..protocol.msgid import new_uniq_id
 from ..protocol.properties import encode_properties
+from ..protocol.reply import MSG_TYPE_REPLY, new_correlation_id, request_properties
+from ..protocol.stored import MessageExt
 
 __all__ = [
     "MessageQueueSelector",
@@ -81,6 +85,11 @@ _RETRY_CODES = frozenset(
         1500,  # GO_AWAY (5.x: a proxy or broker going away; 5.3.3 retries it)
     }
 )
+
+
+#: messages whose properties go in the Java client's HashMap order once UNIQ_KEY is added (timer
+#: messages and replies, as ``v5-timer.jsonl`` and ``reply.jsonl`` show them)
+_HASHMAP_ORDERED = TIMER_PROPERTIES | {Prop.MESSAGE_TYPE}
 
 
 def select_by_key_hash(queues: Sequence[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
@@ -374,7 +383,7 @@ class Producer:
         if not uniq:
             uniq = new_uniq_id()
             props[Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
-            if is_timer(props):  # the 5.x client's HashMap order, as the captures show it
+            if not _HASHMAP_ORDERED.isdisjoint(props):  # the Java client's order, as captured
                 props = java_map_order(props)
         body = msg.body
         sys_flag = 0
@@ -495,20 +504,73 @@ class Producer:
     ) -> SendResult | None:
         client = self.client
         addr = await client.master_addr(mq.broker_name, mq.topic)
-        if msg is not None and is_timer(msg.properties):
-            await self._check_timer_support(addr)
+        reply = False
+        if msg is not None:
+            props = msg.properties
+            if is_timer(props):
+                await self._check_timer_support(addr)
+            reply = props.get(Prop.MESSAGE_TYPE) == MSG_TYPE_REPLY
         left = deadline - time.monotonic()
         if left <= 0:
             raise MQClientError(f"send to {mq} timed out before it could be sent")
         tracer = self._tracer
         if tracer is None or oneway:
             return await client.api.send(
-                addr, mq, header, body, left, batch=batch, oneway=oneway, msg_id=msg_id
+                addr, mq, header, body, left, batch=batch, oneway=oneway, msg_id=msg_id, reply=reply
             )
         tc = tracer.before(msg, mq.topic, len(body), addr)
-        res = await client.api.send(addr, mq, header, body, left, batch=batch, msg_id=msg_id)
+        res = await client.api.send(addr, mq, header, body, left, batch=batch, msg_id=msg_id, reply=reply)
         tracer.after(tc, res)
         return res
+
+    async def request(
+        self,
+        msg: Message,
+        timeout: float | None = None,
+        *,
+        queue: MessageQueue | None = None,
+        selector: MessageQueueSelector | None = None,
+        arg: Any = None,
+    ) -> MessageExt:
+        """Send ``msg`` as a request and return the reply (Java's ``request(msg, timeout)``): the
+        responder's consumer answers with :func:`~rmq_async.create_reply_message` (or
+        ``PushConsumer.reply``), which the broker pushes back to this client.
+
+        ``timeout`` (default ``send_timeout``) bounds the send and the wait for the reply together,
+        and goes with the request as its TTL. No reply in time: :class:`~rmq_async.RequestTimeoutError`
+        (nothing is cancelled: a late reply is dropped). A failed send raises what :meth:`send`
+        raises. ``queue``/``selector``/``arg`` as for :meth:`send`.
+        """
+        self._check(msg)
+        timeout = timeout or self.config.send_timeout
+        started = time.monotonic()
+        client = self.client
+        correlation_id = new_correlation_id()
+        props = dict(msg.properties)
+        props.setdefault(Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, new_uniq_id())
+        props = request_properties(props, client.client_id, round(timeout * 1000), correlation_id)
+        request = Message(
+            msg.topic, msg.body, properties=props, flag=msg.flag, wait_store_msg_ok=msg.wait_store_msg_ok
+        )
+        reply = client.expect_reply(correlation_id)
+        try:
+            await self.publish_info(self._ns(msg.topic))
+            await self._make_requester_known()
+            await self.send(request, queue=queue, selector=selector, arg=arg, timeout=timeout)
+            with anyio.move_on_after(max(0.0, timeout - (time.monotonic() - started))):
+                return await reply
+            raise RequestTimeoutError(msg.topic, timeout, correlation_id)
+        finally:
+            client.forget_reply(correlation_id)
+
+    async def _make_requester_known(self) -> None:
+        """Heartbeat now when a broker this client routes to has had none from it: the reply comes
+        back on the connection a heartbeat registered (Java heartbeats after a request's first
+        route lookup)."""
+        client = self.client
+        masters = (addrs.get(0) for addrs in client.broker_addrs.values())
+        if any(addr is not None and addr not in client.broker_reach for addr in masters):
+            await client.send_heartbeat_to_all_brokers()
 
     async def _check_timer_support(self, addr: str) -> None:
         """A timer message goes to 5.x brokers only: a 4.9.8 broker knows no TIMER_* property and
