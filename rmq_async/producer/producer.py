@@ -56,6 +56,8 @@ from ..protocol.msgid import new_uniq_id
 from ..protocol.properties import encode_properties
 from ..protocol.reply import MSG_TYPE_REPLY, new_correlation_id, request_properties
 from ..protocol.stored import MessageExt
+from .accumulator import ProduceAccumulator
+from .fault import LatencyFaultTolerance, select_queue
 
 __all__ = [
     "MessageQueueSelector",
@@ -104,15 +106,16 @@ class TopicPublishInfo:
     route: TopicRouteData
     from_default_topic: bool = False
 
-    def select(self, counter: int, last_broker: str | None) -> MessageQueue:
-        """``selectOneMessageQueue``: the next queue, on another broker than ``last_broker`` if possible."""
-        n = len(self.queues)
-        if last_broker is not None:
-            for k in range(n):
-                mq = self.queues[(counter + k) % n]
-                if mq.broker_name != last_broker:
-                    return mq
-        return self.queues[counter % n]
+    def select(
+        self,
+        counter: int,
+        last_broker: str | None,
+        fault: LatencyFaultTolerance | None = None,
+        now: float = 0.0,
+    ) -> MessageQueue:
+        """``selectOneMessageQueue``: the next queue, on another broker than ``last_broker`` if
+        possible, and with ``fault`` on a broker it does not avoid (:func:`.fault.select_queue`)."""
+        return select_queue(self.queues, counter, last_broker, fault, now)
 
 
 def publish_info(topic: str, route: TopicRouteData, *, cap: int | None = None) -> TopicPublishInfo:
@@ -136,6 +139,10 @@ class ProducerInternals:
     tracer: SendTracer | None
     #: OpenTelemetry (set at start when the application has set a provider)
     otel: SendObserver | None
+    #: latency fault tolerance (``send_latency_fault_enable``), else None
+    fault: LatencyFaultTolerance | None = None
+    #: the send accumulator (``auto_batch``), else None
+    accumulator: ProduceAccumulator | None = None
 
 
 class Producer:
@@ -162,6 +169,24 @@ class Producer:
         self._started = False
         self._route_listening = False
         self._life = Supervisor(f"producer {self.group}")
+        cfg = self.config
+        #: ``sendLatencyFaultEnable``: the brokers sends avoid for a while (None: off)
+        self._fault = (
+            LatencyFaultTolerance(cfg.latency_max, cfg.not_available_duration)
+            if cfg.send_latency_fault_enable
+            else None
+        )
+        #: ``autoBatch``: concurrent small sends batched (None: off)
+        self._accumulator = (
+            ProduceAccumulator(
+                self._send_accumulated,
+                max_delay=cfg.batch_max_delay,
+                max_bytes=cfg.batch_max_bytes,
+                total_max_bytes=cfg.total_batch_max_bytes,
+            )
+            if cfg.auto_batch
+            else None
+        )
         #: message trace (``ClientConfig.trace``); never for the inner producers (send-back, trace)
         self._tracer: SendTracer | None = None
         #: OpenTelemetry (set at start when the application has set a provider): send spans, send cost
@@ -176,7 +201,9 @@ class Producer:
 
     def _internals(self) -> ProducerInternals:
         """(for :func:`~rmq_async.internals.internals`)"""
-        return ProducerInternals(tracer=self._tracer, otel=self._otel)
+        return ProducerInternals(
+            tracer=self._tracer, otel=self._otel, fault=self._fault, accumulator=self._accumulator
+        )
 
     @property
     def client(self) -> ClientInstance:
@@ -409,8 +436,11 @@ class Producer:
         """
         self._check(msg)
         timeout = timeout or self.config.send_timeout
-        deadline = time.monotonic() + timeout
         topic = self._ns(msg.topic)
+        acc = self._accumulator
+        if acc is not None and selector is None and acc.takes(msg, topic):
+            return await acc.send(msg, queue, timeout)
+        deadline = time.monotonic() + timeout
         info = await self.publish_info(topic)
         body, props, sys_flag, uniq = self._prepare(msg, self.compress_type_for(info))
         otel = self._otel
@@ -468,19 +498,27 @@ class Producer:
         """Rotate queues, retrying on another broker after a retriable failure, within the deadline."""
         last_broker: str | None = None
         error: Exception | None = None
+        fault = self._fault
         for attempt in range(1 + self.config.retries):
-            mq = info.select(next(self._counter), last_broker)
+            began = time.monotonic()
+            mq = info.select(next(self._counter), last_broker, fault, began)
             try:
                 res = await self._send_to(mq, header_for(mq), body, deadline, msg_id, batch=batch, msg=msg)
                 assert res is not None
+                if fault is not None:
+                    self._note(fault, mq, began, isolation=False, reachable=True)
                 return res
             except AuthError:
                 raise  # the same keys get the same refusal on every broker: not retried (Java retries it)
             except BrokerError as exc:
+                if fault is not None:  # MQBrokerException: isolated, unreachable until a send works
+                    self._note(fault, mq, began, isolation=True, reachable=False)
                 if exc.code not in _RETRY_CODES:
                     raise
                 error = exc
             except (RemotingError, MQClientError) as exc:
+                if fault is not None:  # RemotingException isolates the broker; MQClientException not
+                    self._note(fault, mq, began, isolation=isinstance(exc, RemotingError), reachable=True)
                 error = exc
             last_broker = mq.broker_name
             if time.monotonic() >= deadline:
@@ -489,6 +527,21 @@ class Producer:
             if isinstance(error, BrokerError) and error.code == ResponseCode.TOPIC_NOT_EXIST:
                 info = await self.publish_info(topic, refresh=True)
         raise MQClientError(f"send to topic {topic!r} failed after retries: {error}") from error
+
+    @staticmethod
+    def _note(
+        fault: LatencyFaultTolerance, mq: MessageQueue, began: float, *, isolation: bool, reachable: bool
+    ) -> None:
+        """``updateFaultItem`` after one attempt on ``mq``'s broker."""
+        now = time.monotonic()
+        latency = round((now - began) * 1000)
+        fault.update(mq.broker_name, latency, now, isolation=isolation, reachable=reachable)
+
+    async def _send_accumulated(
+        self, msgs: list[Message], queue: MessageQueue | None, timeout: float
+    ) -> SendResult:
+        """What the accumulator sends a batch with (the namespace is added by :meth:`send_batch`)."""
+        return await self.send_batch(msgs, queue=queue, timeout=timeout)
 
     async def _send_to(
         self,
@@ -587,7 +640,7 @@ class Producer:
         self._check(msg)
         info = await self.publish_info(self._ns(msg.topic))
         body, props, sys_flag, uniq = self._prepare(msg, self.compress_type_for(info))
-        mq = queue or info.select(next(self._counter), None)
+        mq = queue or info.select(next(self._counter), None, self._fault, time.monotonic())
         deadline = time.monotonic() + self.config.send_timeout
         await self._send_to(
             mq, self._header(msg, mq, props, sys_flag), body, deadline, uniq, oneway=True, msg=msg
