@@ -20,10 +20,12 @@ from .errors import MQClientError as MQClientError
 from .errors import ProtocolError as ProtocolError
 from .errors import RemotingError as RemotingError
 from .errors import RequestTimeout as RequestTimeout
+from .errors import RequestTimeoutError as RequestTimeoutError
 from .errors import RocketMQError as RocketMQError
 from .errors import SubscriptionRefused as SubscriptionRefused
 from .errors import TLSError as TLSError
 from .errors import TopicNotExist as TopicNotExist
+from .errors import UnsupportedByBrokerError as UnsupportedByBrokerError
 
 if TYPE_CHECKING:
     from .client.api import PullResult as PullResult
@@ -65,6 +67,7 @@ if TYPE_CHECKING:
     from .protocol.message import Message as Message
     from .protocol.mq import MessageQueue as MessageQueue
     from .protocol.pull import PullStatus as PullStatus
+    from .protocol.reply import create_reply_message as create_reply_message
     from .protocol.stored import MessageExt as MessageExt
     from .protocol.stored import Undecodable as Undecodable
     from .protocol.stored import UndecodableMessageError as UndecodableMessageError
@@ -114,6 +117,7 @@ __all__ = [
     "RebalanceListener",
     "RemotingError",
     "RequestTimeout",
+    "RequestTimeoutError",
     "RocketMQError",
     "Selector",
     "SendResult",
@@ -130,6 +134,8 @@ __all__ = [
     "Undecodable",
     "UndecodableCounts",
     "UndecodableMessageError",
+    "UnsupportedByBrokerError",
+    "create_reply_message",
     "select_by_key_hash",
 ]
 
@@ -180,6 +186,7 @@ _LAZY = {
     "Undecodable": ".protocol.stored",
     "UndecodableCounts": ".consumer.health",
     "UndecodableMessageError": ".protocol.stored",
+    "create_reply_message": ".protocol.reply",
     "select_by_key_hash": ".producer.producer",
 }
 

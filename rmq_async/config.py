@@ -880,6 +880,30 @@ class ProducerConfig(ConfigModel):
     create_topic_key: str = Field(
         default="TBW102", min_length=1, description="the topic whose route auto-creates new topics"
     )
+    #: ``sendLatencyFaultEnable`` (MQFaultStrategy): avoid a broker that was slow or failed for a
+    #: while, by the two tables below (off by default, as in Java)
+    send_latency_fault_enable: bool = Field(
+        default=False, description="avoid slow or failed brokers for a while (MQFaultStrategy)"
+    )
+    latency_max: tuple[int, ...] = Field(
+        default=(50, 100, 550, 1800, 3000, 5000, 15000), description="latency thresholds, ms (latencyMax)"
+    )
+    not_available_duration: tuple[int, ...] = Field(
+        default=(0, 0, 2000, 5000, 6000, 10000, 30000),
+        description="how long a broker at each latency threshold is avoided, ms (notAvailableDuration)",
+    )
+    #: ``autoBatch`` (5.x ProduceAccumulator): concurrent small sends to one topic (and queue, tag,
+    #: WAIT) go out as one batch; each send still returns its own result
+    auto_batch: bool = Field(default=False, description="batch concurrent small sends (autoBatch)")
+    batch_max_delay: float = Field(
+        default=0.01, gt=0, description="how long a batch waits for more sends, s (batchMaxDelayMs 10)"
+    )
+    batch_max_bytes: int = Field(
+        default=32 * 1024, gt=0, description="body bytes that close a batch (batchMaxBytes)"
+    )
+    total_batch_max_bytes: int = Field(
+        default=32 * 1024 * 1024, gt=0, description="body bytes held in batches at once (totalBatchMaxBytes)"
+    )
 
     @field_validator("compress_type", mode="before")
     @classmethod
@@ -890,4 +914,15 @@ class ProducerConfig(ConfigModel):
     def _check_compress_level(self) -> Self:
         if self.compress_type == "ZLIB" and self.compress_level > 9:
             raise ValueError(f"compress_level {self.compress_level} is above zlib's 9")
+        return self
+
+    @model_validator(mode="after")
+    def _check_fault_tables(self) -> Self:
+        both = "ProducerConfig.latency_max and ProducerConfig.not_available_duration"
+        if len(self.latency_max) != len(self.not_available_duration) or not self.latency_max:
+            raise ValueError(f"{both} must be non-empty and as long as each other")
+        if any(v < 0 for v in (*self.latency_max, *self.not_available_duration)):
+            raise ValueError(f"{both} take no negative value")
+        if list(self.latency_max) != sorted(self.latency_max):
+            raise ValueError("ProducerConfig.latency_max must be in ascending order")
         return self

@@ -16,8 +16,10 @@ Callers catch only these. The transport maps ``OSError`` and anyio errors into t
     │   ├── SubscriptionRefused  a broker refused a SQL92 subscription (CHECK_CLIENT_CONFIG, at start)
     │   └── AuthError            refused by ACL: wrong or unknown key, missing permission (not retried)
     ├── ClientError              misuse of the API (not started, closed, wrong state)
+    │   └── UnsupportedByBrokerError  the broker's version lacks the feature (a timer on 4.x)
     ├── ConfigError              invalid configuration (wraps pydantic's ValidationError)
-    └── MQClientError            a client-side operation failed after its retries (no route, ...)
+    ├── MQClientError            a client-side operation failed after its retries (no route, ...)
+    └── RequestTimeoutError      a request was sent, but no reply came in time (request-reply)
 """
 
 from __future__ import annotations
@@ -35,10 +37,12 @@ __all__ = [
     "ProtocolError",
     "RemotingError",
     "RequestTimeout",
+    "RequestTimeoutError",
     "RocketMQError",
     "SubscriptionRefused",
     "TLSError",
     "TopicNotExist",
+    "UnsupportedByBrokerError",
 ]
 
 # Response codes after which the same request may succeed later (ResponseCode.java).
@@ -183,6 +187,18 @@ class ClientError(RocketMQError):
     """The API was used in a state that does not allow it (not started, already closed, ...)."""
 
 
+class UnsupportedByBrokerError(ClientError):
+    """Broker ``addr`` (MQVersion ordinal ``version``) cannot do ``feature``: refused before sending,
+    since the broker would take the request and ignore what it does not know (a 4.9.8 broker delivers
+    a timer message at once)."""
+
+    def __init__(self, feature: str, addr: str, version: int, needs: str) -> None:
+        super().__init__(f"broker {addr} (version {version}) does not support {feature}: it needs {needs}")
+        self.feature = feature
+        self.addr = addr
+        self.version = version
+
+
 class ConfigError(RocketMQError, ValueError):
     """A configuration value is invalid; the message names the field."""
 
@@ -203,3 +219,16 @@ class MQClientError(RocketMQError):
     """A client operation failed after its retries (no route, no broker available, ...)."""
 
     retriable = True
+
+
+class RequestTimeoutError(RocketMQError):
+    """The request message went to ``topic``, but no reply came within ``timeout`` seconds (Java's
+    ``RequestTimeoutException``, code 10006). Not retriable as it is: the request was delivered, a
+    responder may still be at it."""
+
+    def __init__(self, topic: str, timeout: float, correlation_id: str) -> None:
+        ms = round(timeout * 1000)
+        super().__init__(f"send request message to <{topic}> OK, but wait reply message timeout, {ms} ms")
+        self.topic = topic
+        self.timeout = timeout
+        self.correlation_id = correlation_id

@@ -157,9 +157,14 @@ class MQClientAPI:
         batch: bool = False,
         oneway: bool = False,
         msg_id: str | None = None,
+        reply: bool = False,
     ) -> SendResult | None:
-        """SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE. ``msg_id`` is the UNIQ_KEY (comma-joined for a batch)."""
-        code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+        """SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE, or SEND_REPLY_MESSAGE_V2 for a reply (``MSG_TYPE=
+        reply``, as ``sendKernelImpl`` picks it). ``msg_id`` is the UNIQ_KEY (comma-joined for a batch)."""
+        if reply:
+            code = RequestCode.SEND_REPLY_MESSAGE_V2
+        else:
+            code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
         cmd = self._cmd(code, header.to_v2_ext_fields(), body, oneway=oneway)
         if oneway:
             await self.pool.oneway(addr, cmd)

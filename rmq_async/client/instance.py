@@ -23,13 +23,22 @@ import anyio
 import anyio.abc
 
 from ..config import ClientConfig
-from ..errors import AuthError, BrokerError, MQClientError, RocketMQError, TLSError, TopicNotExist
+from ..errors import (
+    AuthError,
+    BrokerError,
+    MQClientError,
+    ProtocolError,
+    RocketMQError,
+    TLSError,
+    TopicNotExist,
+)
 from ..lifecycle import Supervisor
 from ..protocol.acl import RequestSigner
 from ..protocol.bodies import ConsumerData, HeartbeatData, ProducerData, TopicRouteData
 from ..protocol.codes import Perm, Prop, RequestCode, ResponseCode, SerializeType
 from ..protocol.command import RemotingCommand
 from ..protocol.mq import MessageQueue
+from ..protocol.reply import ReplyMessageRequestHeader, reply_message_ext
 from ..protocol.stored import BrokenBodyError, MessageExt, decode_messages
 from ..transport.connection import Connection
 from ..transport.pool import ConnectionPool
@@ -182,12 +191,16 @@ class ClientInstance:
         #: whether each name server answered its last route lookup, and each broker its last heartbeat
         self.namesrv_reach = {addr: Reachability(addr) for addr in self._namesrvs}
         self.broker_reach: dict[str, Reachability] = {}
+        #: each broker's MQVersion ordinal, as the ``version`` of its last heartbeat answer says
+        self.broker_versions: dict[str, int] = {}
         #: topics whose last route lookup found nothing (no cached route), with the reason
         self.route_errors: dict[str, str] = {}
         self._consumers: dict[str, ConsumerHandle] = {}
         self._producers: set[str] = set()
         #: the transactional producers' check handlers by (wire) group (Java's ``selectProducer``)
         self._tx_checkers: dict[str, TransactionCheckHandler] = {}
+        #: the requests awaiting their reply, by correlation id (Java's ``RequestFutureHolder``)
+        self._replies: dict[str, asyncio.Future[MessageExt]] = {}
         self._extra_topics: set[str] = set()
         #: one lookup at a time per topic (different topics are looked up at once: update_routes)
         self._route_locks: dict[str, anyio.Lock] = {}
@@ -264,6 +277,16 @@ class ClientInstance:
 
     def unregister_transaction_checker(self, group: str) -> None:
         self._tx_checkers.pop(group, None)
+
+    def expect_reply(self, correlation_id: str) -> asyncio.Future[MessageExt]:
+        """A future the broker's PUSH_REPLY_MESSAGE_TO_CLIENT with ``correlation_id`` resolves; the
+        caller drops it with :meth:`forget_reply` when done (reply or not)."""
+        fut: asyncio.Future[MessageExt] = asyncio.get_running_loop().create_future()
+        self._replies[correlation_id] = fut
+        return fut
+
+    def forget_reply(self, correlation_id: str) -> None:
+        self._replies.pop(correlation_id, None)
 
     def add_topic(self, topic: str) -> None:
         """Keep ``topic``'s route refreshed (producers' topics)."""
@@ -472,7 +495,8 @@ class ClientInstance:
                         reach = self.broker_reach[addr] = Reachability(addr)
                     try:
                         self._heartbeat_sent = True
-                        await self.api.heartbeat(addr, data, self.timing.request_timeout)
+                        resp = await self.api.heartbeat(addr, data, self.timing.request_timeout)
+                        self.broker_versions[addr] = resp.version
                         reach.ok()
                     except AuthError as exc:
                         reach.ok()  # it answered
@@ -502,6 +526,17 @@ class ClientInstance:
             raise
         except RocketMQError as exc:
             log.debug("TLS check of the name servers inconclusive: %s", exc)
+
+    async def broker_version(self, addr: str) -> int:
+        """The MQVersion ordinal of the broker at ``addr``: what its heartbeat answers say (a
+        RocketMQ server writes its own version in every command). Unknown yet: a heartbeat now, as
+        the next periodic one would send (what a timer message's send asks before it goes)."""
+        version = self.broker_versions.get(addr)
+        if version is None:
+            self._heartbeat_sent = True
+            resp = await self.api.heartbeat(addr, self.heartbeat_data(), self.timing.request_timeout)
+            version = self.broker_versions[addr] = resp.version
+        return version
 
     async def check_access(self, topic: str) -> None:
         """With credentials: heartbeat the masters of ``topic``'s route now, so that a wrong or unknown
@@ -562,6 +597,8 @@ class ClientInstance:
         if cmd.code == RequestCode.CHECK_TRANSACTION_STATE:
             self._check_transaction(conn.addr, cmd)
             return None
+        if cmd.code == RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT:
+            return self._receive_reply(conn.addr, cmd)
         consumer = self._consumers.get(group or "")
         if consumer is None:
             if cmd.is_oneway:
@@ -579,6 +616,24 @@ class ClientInstance:
                 language=self.config.language,
             )
         return resp
+
+    def _receive_reply(self, addr: str, cmd: RemotingCommand) -> RemotingCommand:
+        """``ClientRemotingProcessor.receiveReplyMessage``: the reply goes to the request waiting for
+        its correlation id (a late one, whose request timed out, is dropped, as Java's); answered code
+        0 with nothing else, as Java answers, unless the frame cannot be read (SYSTEM_ERROR)."""
+        try:
+            header = ReplyMessageRequestHeader.from_ext_fields(cmd.ext_fields)
+            msg = reply_message_ext(header, cmd.body or b"")
+        except ProtocolError as exc:
+            log.warning("broker %s: unreadable reply message: %s", addr, exc)
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, str(exc), language=self.config.language)
+        correlation_id = msg.get_property(Prop.CORRELATION_ID)
+        fut = self._replies.get(correlation_id or "")
+        if fut is None or fut.done():
+            log.warning("broker %s: reply %s came for no waiting request (timed out?)", addr, correlation_id)
+        else:
+            fut.set_result(msg)
+        return cmd.make_response(ResponseCode.SUCCESS, language=self.config.language)
 
     def _check_transaction(self, addr: str, cmd: RemotingCommand) -> None:
         """``ClientRemotingProcessor.checkTransactionState``: the half message in the body names its

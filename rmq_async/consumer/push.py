@@ -26,6 +26,7 @@ from typing import Any
 
 import anyio
 
+from ..client.api import SendResult
 from ..client.instance import INNER_PRODUCER_GROUP, ClientInstance, pid_instance_name
 from ..config import (
     CONSUMER_OPTION_DEFAULTS,
@@ -42,6 +43,8 @@ from ..protocol.bodies import ConsumerData, SubscriptionData
 from ..protocol.command import RemotingCommand
 from ..protocol.filter import Selector
 from ..protocol.mq import MessageQueue
+from ..protocol.reply import create_reply_message
+from ..protocol.stored import MessageExt
 from .allocate import strategy_by_name
 from .brokercheck import check_in_brokers, check_while_running
 from .context import ConsumerContext, Subscriptions, subscriptions_of
@@ -373,6 +376,14 @@ class PushConsumer:
         """The max offset of each queue (GET_MAX_OFFSET: the offset its next message gets), asked
         concurrently."""
         return await self._run.control.end_offsets(queues)
+
+    async def reply(self, message: MessageExt, body: bytes) -> SendResult:
+        """Answer the request ``message`` (sent with ``Producer.request``) with ``body``: the reply
+        (:func:`~rmq_async.create_reply_message`: to the request's cluster's reply topic, with its
+        correlation id) goes out through this consumer's inner producer as SEND_REPLY_MESSAGE_V2,
+        and the broker pushes it to the requester. A message that is not a request:
+        :class:`~rmq_async.ClientError`."""
+        return await self._ctx.inner_producer.send(create_reply_message(message, body))
 
     async def commit(self) -> None:
         """Commit every owned queue's offset now and return once its broker has it: the smallest

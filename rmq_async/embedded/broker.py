@@ -28,7 +28,7 @@ from ..config import Timing, parse_delay_levels
 from ..errors import ClientError
 from ..protocol.codes import RequestCode, ResponseCode
 from ..protocol.command import RemotingCommand
-from . import admin, admin_ops, clients, delay, pop, pull, send, transaction
+from . import admin, admin_ops, clients, delay, pop, pull, reply, send, timer, transaction
 from .acl import AclChecker, AclConfig, Handle, guard
 from .context import BrokerContext, BrokerSettings, HandlerTable, Wakeup, open_store
 from .groups import ConsumerManager, LockManager, ProducerManager
@@ -55,6 +55,7 @@ _TABLES: tuple[Callable[[BrokerContext], HandlerTable], ...] = (
     admin_ops.handlers,
     pop.handlers,
     transaction.handlers,
+    reply.handlers,
 )
 
 
@@ -130,6 +131,7 @@ class Broker:
         self._ctx: BrokerContext | None = None
         self._schedule: delay.ScheduleService | None = None
         self._transactions: transaction.TransactionCheckService | None = None
+        self._timers: timer.TimerService | None = None
         self._namesrv = Outbound(namesrv_addr, tls.inner_client_context() if tls is not None else None)
         self._register_now = Wakeup()
         self._stopped = anyio.Event()
@@ -176,6 +178,13 @@ class Broker:
             raise ClientError(f"broker {self.name} has not been started")
         return self._transactions
 
+    @property
+    def timers(self) -> timer.TimerService:
+        """The 5.x timer wheel (``timers.pending``: timer messages not delivered yet)."""
+        if self._timers is None:
+            raise ClientError(f"broker {self.name} has not been started")
+        return self._timers
+
     def spawn(self, fn: Callable[..., Awaitable[object]], /, *args: object) -> None:
         """Run an async job in the broker's task group (requests answered later).
 
@@ -221,6 +230,8 @@ class Broker:
             handlers.update(table(ctx))
         self.handlers, self._ctx, self._schedule = handlers, ctx, schedule
         self._transactions = transaction.TransactionCheckService(ctx)
+        self._timers = timer.TimerService(ctx)
+        self._timers.load()
         return ctx, schedule
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -241,6 +252,7 @@ class Broker:
                 tg.start_soon(self.holds.run, ctx.store, timing.held_pull_check_interval)
                 tg.start_soon(self._housekeeping, ctx, schedule)
                 tg.start_soon(schedule.run)
+                tg.start_soon(self.timers.run)
                 tg.start_soon(self.transactions.run)
                 task_status.started()
                 await self._stopped.wait()
@@ -273,6 +285,7 @@ class Broker:
         self.state.persist(force=s.data_dir is not None)
         pop.persist(ctx)
         schedule.persist()
+        self.timers.persist()
         ctx.store.close()
 
     def stop(self) -> None:
@@ -338,6 +351,7 @@ class Broker:
             self.state.persist()
             pop.persist(ctx)
             schedule.persist()
+            self.timers.persist()
             ctx.store.flush()
 
     # -- dispatch -----------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from .holds import HoldService
 from .jcompat import delay_level, java_ext, java_sized_capacity, props_decode, props_encode, tags_code_of
 from .pop_state import PopState
 from .server import Connection, Reply
-from .state import SCHEDULE_TOPIC, BrokerState, TopicConfig
+from .state import SCHEDULE_TOPIC, TIMER_TOPIC, BrokerState, TopicConfig
 from .store import (
     MAX_TRANSFER_BYTES,
     MAX_TRANSFER_COUNT,
@@ -89,6 +89,9 @@ class BrokerSettings:
     #: what one pull answers at most (this store keeps every message in memory: no "in disk" limits)
     max_transfer_count: int = MAX_TRANSFER_COUNT
     max_transfer_bytes: int = MAX_TRANSFER_BYTES
+    #: ``MessageStoreConfig.timerPrecisionMs`` / ``timerMaxDelaySec`` (5.x timer messages)
+    timer_precision_ms: int = 1000
+    timer_max_delay_sec: int = 3 * 24 * 3600
     version: int = field(init=False)  # the broker's MQVersion, written in every command
     delay_ms: tuple[int, ...] = field(init=False)
 
@@ -116,13 +119,16 @@ class Wakeup:
         self._event = anyio.Event()
 
 
-def recovery_tags_code(delay_ms: tuple[int, ...]) -> TagsCodeFn:
-    """The consume-queue tag code of a recovered message (a delivery time in the schedule topic)."""
+def recovery_tags_code(delay_ms: tuple[int, ...], timer_precision_ms: int = 1000) -> TagsCodeFn:
+    """The consume-queue tag code of a recovered message (a delivery time in the schedule topic
+    and in the timer topic)."""
 
     def tags_code(topic: str, props: str, store_ts: int) -> int:
         p = props_decode(props)
         if topic == SCHEDULE_TOPIC:
             return store_ts + delay_ms[min(int(p.get("DELAY", "1")), len(delay_ms)) - 1]
+        if topic == TIMER_TOPIC:
+            return int(p.get("TIMER_OUT_MS", "0") or 0) + timer_precision_ms
         return tags_code_of(p)
 
     return tags_code
@@ -136,7 +142,7 @@ def open_store(settings: BrokerSettings, port: int) -> tuple[MessageStore, int]:
         max_transfer_count=settings.max_transfer_count,
         max_transfer_bytes=settings.max_transfer_bytes,
     )
-    return store, store.open(recovery_tags_code(settings.delay_ms))
+    return store, store.open(recovery_tags_code(settings.delay_ms, settings.timer_precision_ms))
 
 
 @dataclass(eq=False, slots=True)
@@ -154,6 +160,7 @@ class BrokerContext:
     register: Callable[[], Awaitable[None]]  # REGISTER_BROKER now (raises when the name server fails)
     register_soon: Callable[[], None]  # ask the registration loop to register at once
     delayed: Wakeup = field(default_factory=Wakeup)  # a message was put in the schedule topic
+    timed: Wakeup = field(default_factory=Wakeup)  # a message was put in the timer topic (5.x)
     #: a request to the name server (QUERY_ASSIGNMENT reads the topic's route, as the Java broker's
     #: TopicRouteInfoManager); None: not connected to one
     namesrv_request: Callable[[RemotingCommand, float], Awaitable[RemotingCommand | None]] | None = None

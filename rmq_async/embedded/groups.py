@@ -235,6 +235,14 @@ class ProducerManager:
         for group in list(self.groups):
             self.unregister(group, conn)
 
+    def find_channel(self, client_id: str) -> ClientChannel | None:
+        """``ProducerManager.findChannel``: a live channel of the producer client ``client_id``."""
+        for chans in self.groups.values():
+            for ch in chans.values():
+                if ch.client_id == client_id and not ch.conn.closed:
+                    return ch
+        return None
+
     def scan_idle(self, timeout: float) -> list[Connection]:
         now = time.monotonic()
         gone = []

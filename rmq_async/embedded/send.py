@@ -26,10 +26,11 @@ from .fields import opt_bool, opt_int, opt_str, req_int, req_str
 from .jcompat import faq_suffix, java_ext, java_hashmap_capacity, props_decode, tags_code_of
 from .server import Connection
 from .state import DLQ_PREFIX, RETRY_PREFIX, SCHEDULE_TOPIC, TBW102, TopicConfig
-from .store import PutResult, StoreError, host_bytes
+from .store import PutResult, StoreError, host_bytes, now_ms
+from .timer import TimerRefused, put_timer, recall_handle, timer_out_ms
 from .transaction import put_half
 
-__all__ = ["handlers"]
+__all__ = ["V2_KEYS", "handlers"]
 
 log = logging.getLogger("rmq_async.embedded")
 
@@ -45,7 +46,7 @@ _NOT_ALLOWED_SEND = frozenset(
         "OFFSET_MOVED_EVENT",
     }
 )
-_V2_KEYS = {
+V2_KEYS = {
     "a": "producerGroup",
     "b": "topic",
     "c": "defaultTopic",
@@ -76,7 +77,7 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
 
     def send_message(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         if cmd.code != RequestCode.SEND_MESSAGE:
-            cmd.ext_fields = {_V2_KEYS.get(k, k): v for k, v in cmd.ext_fields.items()}
+            cmd.ext_fields = {V2_KEYS.get(k, k): v for k, v in cmd.ext_fields.items()}
         ext = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
         topic = req_str(cmd, "topic")
         queue_id = req_int(cmd, "queueId")
@@ -140,7 +141,7 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
                 )
             else:
                 res = _put_one(
-                    ctx, cmd, topic, queue_id, props, sys_flag, flag, born_ts, born_host, reconsume, half
+                    ctx, cmd, topic, queue_id, props, sys_flag, flag, born_ts, born_host, reconsume, half, ext
                 )
                 if isinstance(res, RemotingCommand):
                     res.ext_fields = java_ext({**ext, **res.ext_fields})
@@ -149,6 +150,8 @@ def handlers(ctx: BrokerContext) -> HandlerTable:
         except StoreError as exc:
             log.info("%s: message refused: %s", name, exc)
             return respond(cmd, ResponseCode.MESSAGE_ILLEGAL, _ILLEGAL, ext)
+        except TimerRefused as exc:
+            return respond(cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc), ext)
         ext["msgId"] = ",".join(r.msg_id for r in results)
         ext["queueId"] = str(queue_id)
         ext["queueOffset"] = str(results[0].queue_offset)
@@ -189,7 +192,10 @@ def _put_one(
     born_host: bytes,
     reconsume: int,
     half: bool = False,
+    ext: dict[str, str] | None = None,
 ) -> PutResult | RemotingCommand:
+    """One message stored (a half message apart, a 5.x timer message in the timer queue, its
+    ``recallHandle`` put in ``ext``), after ``handleRetryAndDLQ``."""
     if topic.startswith(RETRY_PREFIX):  # handleRetryAndDLQ
         group = topic[len(RETRY_PREFIX) :]
         ctx.find_group(group)
@@ -212,6 +218,15 @@ def _put_one(
             return put_half(
                 ctx, topic, queue_id, cmd.body, flag, props, sys_flag, born_ts, born_host, reconsume
             )
+        s = ctx.settings
+        out = timer_out_ms(props, now_ms(), s.timer_precision_ms, s.timer_max_delay_sec)
+        if out is not None:
+            res = put_timer(
+                ctx, topic, queue_id, cmd.body, flag, props, out, sys_flag, born_ts, born_host, reconsume
+            )
+            if ext is not None and not topic.startswith(RETRY_PREFIX):
+                ext["recallHandle"] = recall_handle(topic, s.name, out, props.get("UNIQ_KEY", ""))
+            return res
         props_str = ctx.encode_props(props)
         return ctx.put(
             topic, queue_id, cmd.body, flag, props, props_str, sys_flag, born_ts, born_host, reconsume

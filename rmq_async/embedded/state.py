@@ -24,6 +24,7 @@ __all__ = [
     "RETRY_PREFIX",
     "SCHEDULE_TOPIC",
     "TBW102",
+    "TIMER_TOPIC",
     "BrokerState",
     "TopicConfig",
     "load_json",
@@ -32,6 +33,8 @@ __all__ = [
 
 TBW102 = "TBW102"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+#: ``TimerMessageStore.TIMER_TOPIC`` (5.x): where timer messages wait (timer.py)
+TIMER_TOPIC = "rmq_sys_wheel_timer"
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 PERM_INHERIT, PERM_WRITE, PERM_READ = 1, 2, 4

@@ -28,8 +28,10 @@ from ..errors import (
     ClientError,
     MQClientError,
     RemotingError,
+    RequestTimeoutError,
     TLSError,
     TopicNotExist,
+    UnsupportedByBrokerError,
 )
 from ..lifecycle import Supervisor
 from ..observability.otel import SendObserver, telemetry
@@ -38,13 +40,26 @@ from ..observability.trace.encoder import GROUP_NAME_PREFIX
 from ..observability.trace.hooks import SendTracer
 from ..protocol import headers as H
 from ..protocol.bodies import TopicRouteData
-from ..protocol.codes import Perm, Prop, ResponseCode
+from ..protocol.codes import MQ_VERSION_V5_0_0, Perm, Prop, ResponseCode
 from ..protocol.commitlog import stored_size
+from ..protocol.fastjson import java_map_order
 from ..protocol.filter import java_string_hash
-from ..protocol.message import CompressionType, Message, compress_body, compression_flag, encode_batch_body
+from ..protocol.message import (
+    TIMER_PROPERTIES,
+    CompressionType,
+    Message,
+    compress_body,
+    compression_flag,
+    encode_batch_body,
+    is_timer,
+)
 from ..protocol.mq import MessageQueue
 from ..protocol.msgid import new_uniq_id
 from ..protocol.properties import encode_properties
+from ..protocol.reply import MSG_TYPE_REPLY, new_correlation_id, request_properties
+from ..protocol.stored import MessageExt
+from .accumulator import ProduceAccumulator
+from .fault import LatencyFaultTolerance, select_queue
 
 __all__ = [
     "MessageQueueSelector",
@@ -76,6 +91,11 @@ _RETRY_CODES = frozenset(
 )
 
 
+#: messages whose properties go in the Java client's HashMap order once UNIQ_KEY is added (timer
+#: messages and replies, as ``v5-timer.jsonl`` and ``reply.jsonl`` show them)
+_HASHMAP_ORDERED = TIMER_PROPERTIES | {Prop.MESSAGE_TYPE}
+
+
 def select_by_key_hash(queues: Sequence[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
     """``SelectMessageQueueByHash``: ``queues[abs(hash(arg)) % n]`` with ints used as they are."""
     value = arg if isinstance(arg, int) else java_string_hash(str(arg))
@@ -88,15 +108,16 @@ class TopicPublishInfo:
     route: TopicRouteData
     from_default_topic: bool = False
 
-    def select(self, counter: int, last_broker: str | None) -> MessageQueue:
-        """``selectOneMessageQueue``: the next queue, on another broker than ``last_broker`` if possible."""
-        n = len(self.queues)
-        if last_broker is not None:
-            for k in range(n):
-                mq = self.queues[(counter + k) % n]
-                if mq.broker_name != last_broker:
-                    return mq
-        return self.queues[counter % n]
+    def select(
+        self,
+        counter: int,
+        last_broker: str | None,
+        fault: LatencyFaultTolerance | None = None,
+        now: float = 0.0,
+    ) -> MessageQueue:
+        """``selectOneMessageQueue``: the next queue, on another broker than ``last_broker`` if
+        possible, and with ``fault`` on a broker it does not avoid (:func:`.fault.select_queue`)."""
+        return select_queue(self.queues, counter, last_broker, fault, now)
 
 
 def publish_info(topic: str, route: TopicRouteData, *, cap: int | None = None) -> TopicPublishInfo:
@@ -120,6 +141,10 @@ class ProducerInternals:
     tracer: SendTracer | None
     #: OpenTelemetry (set at start when the application has set a provider)
     otel: SendObserver | None
+    #: latency fault tolerance (``send_latency_fault_enable``), else None
+    fault: LatencyFaultTolerance | None = None
+    #: the send accumulator (``auto_batch``), else None
+    accumulator: ProduceAccumulator | None = None
 
 
 class Producer:
@@ -151,6 +176,24 @@ class Producer:
         self._started = False
         self._route_listening = False
         self._life = Supervisor(f"producer {self.group}")
+        cfg = self.config
+        #: ``sendLatencyFaultEnable``: the brokers sends avoid for a while (None: off)
+        self._fault = (
+            LatencyFaultTolerance(cfg.latency_max, cfg.not_available_duration)
+            if cfg.send_latency_fault_enable
+            else None
+        )
+        #: ``autoBatch``: concurrent small sends batched (None: off)
+        self._accumulator = (
+            ProduceAccumulator(
+                self._send_accumulated,
+                max_delay=cfg.batch_max_delay,
+                max_bytes=cfg.batch_max_bytes,
+                total_max_bytes=cfg.total_batch_max_bytes,
+            )
+            if cfg.auto_batch
+            else None
+        )
         #: message trace (``ClientConfig.trace``); never for the inner producers (send-back, trace)
         self._tracer: SendTracer | None = None
         #: OpenTelemetry (set at start when the application has set a provider): send spans, send cost
@@ -171,7 +214,9 @@ class Producer:
 
     def _internals(self) -> ProducerInternals:
         """(for :func:`~rmq_async.internals.internals`)"""
-        return ProducerInternals(tracer=self._tracer, otel=self._otel)
+        return ProducerInternals(
+            tracer=self._tracer, otel=self._otel, fault=self._fault, accumulator=self._accumulator
+        )
 
     @property
     def client(self) -> ClientInstance:
@@ -395,6 +440,8 @@ class Producer:
         if not uniq:
             uniq = new_uniq_id()
             props[Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+            if not _HASHMAP_ORDERED.isdisjoint(props):  # the Java client's order, as captured
+                props = java_map_order(props)
         body = msg.body
         sys_flag = 0
         if len(body) >= self.config.compress_threshold:  # tryToCompressMessage: ">="
@@ -419,8 +466,11 @@ class Producer:
         """
         self._check(msg)
         timeout = timeout or self.config.send_timeout
-        deadline = time.monotonic() + timeout
         topic = self._ns(msg.topic)
+        acc = self._accumulator
+        if acc is not None and selector is None and acc.takes(msg, topic):
+            return await acc.send(msg, queue, timeout)
+        deadline = time.monotonic() + timeout
         info = await self.publish_info(topic)
         body, props, sys_flag, uniq = self._prepare(msg, self.compress_type_for(info))
         self._check_stored(topic, body, props)
@@ -479,21 +529,29 @@ class Producer:
         """Rotate queues, retrying on another broker after a retriable failure, within the deadline."""
         last_broker: str | None = None
         error: Exception | None = None
+        fault = self._fault
         for attempt in range(1 + self.config.retries):
-            mq = info.select(next(self._counter), last_broker)
+            began = time.monotonic()
+            mq = info.select(next(self._counter), last_broker, fault, began)
             try:
                 res = await self._send_to(mq, header_for(mq), body, deadline, msg_id, batch=batch, msg=msg)
                 assert res is not None
+                if fault is not None:
+                    self._note(fault, mq, began, isolation=False, reachable=True)
                 return res
             except (AuthError, TLSError):
                 # the same keys get the same refusal on every broker, the same TLS settings the same
                 # failed handshake: not retried (Java retries an ACL refusal)
                 raise
             except BrokerError as exc:
+                if fault is not None:  # MQBrokerException: isolated, unreachable until a send works
+                    self._note(fault, mq, began, isolation=True, reachable=False)
                 if exc.code not in _RETRY_CODES:
                     raise
                 error = exc
             except (RemotingError, MQClientError) as exc:
+                if fault is not None:  # RemotingException isolates the broker; MQClientException not
+                    self._note(fault, mq, began, isolation=isinstance(exc, RemotingError), reachable=True)
                 error = exc
             last_broker = mq.broker_name
             if time.monotonic() >= deadline:
@@ -502,6 +560,21 @@ class Producer:
             if isinstance(error, BrokerError) and error.code == ResponseCode.TOPIC_NOT_EXIST:
                 info = await self.publish_info(topic, refresh=True)
         raise MQClientError(f"send to topic {topic!r} failed after retries: {error}") from error
+
+    @staticmethod
+    def _note(
+        fault: LatencyFaultTolerance, mq: MessageQueue, began: float, *, isolation: bool, reachable: bool
+    ) -> None:
+        """``updateFaultItem`` after one attempt on ``mq``'s broker."""
+        now = time.monotonic()
+        latency = round((now - began) * 1000)
+        fault.update(mq.broker_name, latency, now, isolation=isolation, reachable=reachable)
+
+    async def _send_accumulated(
+        self, msgs: list[Message], queue: MessageQueue | None, timeout: float
+    ) -> SendResult:
+        """What the accumulator sends a batch with (the namespace is added by :meth:`send_batch`)."""
+        return await self.send_batch(msgs, queue=queue, timeout=timeout)
 
     async def _send_to(
         self,
@@ -517,18 +590,81 @@ class Producer:
     ) -> SendResult | None:
         client = self.client
         addr = await client.master_addr(mq.broker_name, mq.topic)
+        reply = False
+        if msg is not None:
+            props = msg.properties
+            if is_timer(props):
+                await self._check_timer_support(addr)
+            reply = props.get(Prop.MESSAGE_TYPE) == MSG_TYPE_REPLY
         left = deadline - time.monotonic()
         if left <= 0:
             raise MQClientError(f"send to {mq} timed out before it could be sent")
         tracer = self._tracer
         if tracer is None or oneway:
             return await client.api.send(
-                addr, mq, header, body, left, batch=batch, oneway=oneway, msg_id=msg_id
+                addr, mq, header, body, left, batch=batch, oneway=oneway, msg_id=msg_id, reply=reply
             )
         tc = tracer.before(msg, mq.topic, len(body), addr)
-        res = await client.api.send(addr, mq, header, body, left, batch=batch, msg_id=msg_id)
+        res = await client.api.send(addr, mq, header, body, left, batch=batch, msg_id=msg_id, reply=reply)
         tracer.after(tc, res)
         return res
+
+    async def request(
+        self,
+        msg: Message,
+        timeout: float | None = None,
+        *,
+        queue: MessageQueue | None = None,
+        selector: MessageQueueSelector | None = None,
+        arg: Any = None,
+    ) -> MessageExt:
+        """Send ``msg`` as a request and return the reply (Java's ``request(msg, timeout)``): the
+        responder's consumer answers with :func:`~rmq_async.create_reply_message` (or
+        ``PushConsumer.reply``), which the broker pushes back to this client.
+
+        ``timeout`` (default ``send_timeout``) bounds the send and the wait for the reply together,
+        and goes with the request as its TTL. No reply in time: :class:`~rmq_async.RequestTimeoutError`
+        (nothing is cancelled: a late reply is dropped). A failed send raises what :meth:`send`
+        raises. ``queue``/``selector``/``arg`` as for :meth:`send`.
+        """
+        self._check(msg)
+        timeout = timeout or self.config.send_timeout
+        started = time.monotonic()
+        client = self.client
+        correlation_id = new_correlation_id()
+        props = dict(msg.properties)
+        props.setdefault(Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, new_uniq_id())
+        props = request_properties(props, client.client_id, round(timeout * 1000), correlation_id)
+        request = Message.with_properties(msg.topic, msg.body, props, flag=msg.flag)
+        reply = client.expect_reply(correlation_id)
+        try:
+            await self.publish_info(self._ns(msg.topic))
+            await self._make_requester_known()
+            await self.send(request, queue=queue, selector=selector, arg=arg, timeout=timeout)
+            with anyio.move_on_after(max(0.0, timeout - (time.monotonic() - started))):
+                return await reply
+            raise RequestTimeoutError(msg.topic, timeout, correlation_id)
+        finally:
+            client.forget_reply(correlation_id)
+
+    async def _make_requester_known(self) -> None:
+        """Heartbeat now when a broker this client routes to has had none from it: the reply comes
+        back on the connection a heartbeat registered (Java heartbeats after a request's first
+        route lookup)."""
+        client = self.client
+        masters = (addrs.get(0) for addrs in client.broker_addrs.values())
+        if any(addr is not None and addr not in client.broker_reach for addr in masters):
+            await client.send_heartbeat_to_all_brokers()
+
+    async def _check_timer_support(self, addr: str) -> None:
+        """A timer message goes to 5.x brokers only: a 4.9.8 broker knows no TIMER_* property and
+        would deliver it at once. The broker's version is the one its heartbeat answers carry (a
+        5.x name server routes to 4.x brokers too, so the route's form cannot tell)."""
+        version = await self.client.broker_version(addr)
+        if version < MQ_VERSION_V5_0_0:
+            raise UnsupportedByBrokerError(
+                "timer messages (deliver_at, delay)", addr, version, "RocketMQ 5.0 or later; use delay_level"
+            )
 
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
         """Send without waiting for an answer (no retries, as in Java)."""
@@ -536,9 +672,11 @@ class Producer:
         info = await self.publish_info(self._ns(msg.topic))
         body, props, sys_flag, uniq = self._prepare(msg, self.compress_type_for(info))
         self._check_stored(self._ns(msg.topic), body, props)
-        mq = queue or info.select(next(self._counter), None)
+        mq = queue or info.select(next(self._counter), None, self._fault, time.monotonic())
         deadline = time.monotonic() + self.config.send_timeout
-        await self._send_to(mq, self._header(msg, mq, props, sys_flag), body, deadline, uniq, oneway=True)
+        await self._send_to(
+            mq, self._header(msg, mq, props, sys_flag), body, deadline, uniq, oneway=True, msg=msg
+        )
 
     async def send_batch(
         self, msgs: Sequence[Message], *, queue: MessageQueue | None = None, timeout: float | None = None
@@ -555,7 +693,7 @@ class Producer:
             self._check(m)
             if self._ns(m.topic) != topic:
                 raise ClientError(f"a batch must have one topic: {m.topic!r} != {topic!r}")
-            if m.delay_level > 0:
+            if m.delay_level > 0 or is_timer(m.properties):
                 raise ClientError("delayed messages cannot be sent in a batch")
             props = dict(m.properties)
             uniq = props.get(Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or new_uniq_id()

@@ -208,10 +208,8 @@ class TransactionProducer(Producer):
         self._check(msg)
         props = dict(msg.properties)
         props.setdefault(Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, new_uniq_id())
-        half = Message(msg.topic, msg.body, flag=msg.flag, wait_store_msg_ok=msg.wait_store_msg_ok)
-        # TRAN_MSG and PGROUP are system properties (Java's MessageAccessor.putProperty), which the
-        # constructor refuses from users: the checked message's properties are set as they are
-        half.properties = half_properties(props, self.group)
+        # TRAN_MSG and PGROUP are system properties (Java's MessageAccessor.putProperty)
+        half = Message.with_properties(msg.topic, msg.body, half_properties(props, self.group), flag=msg.flag)
         res = await self._send_half(half, timeout)
         await self._make_known(res)
         result = TransactionResult.UNKNOWN

@@ -110,6 +110,10 @@ class RequestCode(IntEnum):
     CONSUME_MESSAGE_DIRECTLY = 309
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
+    # request-reply: a reply sent (MSG_TYPE=reply) and the broker's push of it to the requester
+    SEND_REPLY_MESSAGE = 324
+    SEND_REPLY_MESSAGE_V2 = 325
+    PUSH_REPLY_MESSAGE_TO_CLIENT = 326
     # 5.x POP consumption
     QUERY_ASSIGNMENT = 400
     SET_MESSAGE_REQUEST_MODE = 401
@@ -245,4 +249,17 @@ class Prop:
     MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
     CONSUME_START_TIMESTAMP = "CONSUME_START_TIME"
     CLUSTER = "CLUSTER"
+    # 5.x timer messages: what the producer asks for, and what the broker adds to delivered copies
+    TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+    TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+    TIMER_DELAY_MS = "TIMER_DELAY_MS"
+    TIMER_OUT_MS = "TIMER_OUT_MS"
+    TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
+    TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
+    # request-reply (DefaultMQProducer.request, MessageUtil.createReplyMessage)
+    CORRELATION_ID = "CORRELATION_ID"
+    REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
+    MESSAGE_TTL = "TTL"
+    MESSAGE_TYPE = "MSG_TYPE"
+    PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
     KEY_SEPARATOR = " "

@@ -13,9 +13,11 @@ Sans-IO: no asyncio, sockets or clocks here (unique ids come from :mod:`.msgid`)
 
 from __future__ import annotations
 
+import math
 import re
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
 
 from ..errors import InvalidMessageError
 from .codes import SYSTEM_PROPERTIES, Prop
@@ -23,6 +25,7 @@ from .compression import COMPRESSION_TYPES as COMPRESSION_TYPES
 from .compression import CompressionType as CompressionType
 from .compression import compress_body as compress_body
 from .compression import compression_flag as compression_flag
+from .fastjson import java_map_order
 from .msgid import new_uniq_id
 from .properties import PROPERTIES_MAX, check_property, encode_properties
 
@@ -30,12 +33,14 @@ __all__ = [
     "COMPRESSION_TYPES",
     "COMPRESS_THRESHOLD",
     "MAX_MESSAGE_SIZE",
+    "TIMER_PROPERTIES",
     "CompressionType",
     "Message",
     "check_topic",
     "compress_body",
     "compression_flag",
     "encode_batch_body",
+    "is_timer",
 ]
 
 #: ``DefaultMQProducer.compressMsgBodyOverHowmuch``: bodies of at least this size are compressed.
@@ -47,6 +52,53 @@ _TOPIC_RE = re.compile(r"[%|a-zA-Z0-9_-]+", re.ASCII)  # TopicValidator: ^[%|a-z
 _TOPIC_MAX = 127  # Validators.TOPIC_MAX_LENGTH
 _BATCH_HEAD = struct.Struct(">iiiii")  # TOTALSIZE MAGIC(0) BODYCRC(0) FLAG BODYLEN
 _I16 = struct.Struct(">h")
+#: the properties that make a message a 5.x timer message (``HookUtils.checkIfTimerMessage``)
+TIMER_PROPERTIES = frozenset({Prop.TIMER_DELIVER_MS, Prop.TIMER_DELAY_SEC, Prop.TIMER_DELAY_MS})
+
+
+def is_timer(properties: Mapping[str, str]) -> bool:
+    """Whether ``properties`` ask a 5.x broker for a timer (``deliver_at`` or ``delay``)."""
+    return not TIMER_PROPERTIES.isdisjoint(properties)
+
+
+def _seconds(field: str, value: object) -> float:
+    """A ``deliver_at`` or ``delay`` as seconds: a datetime (aware, or local time as
+    ``datetime.timestamp`` reads a naive one), a timedelta, or a finite number."""
+    if isinstance(value, datetime) and field == "deliver_at":
+        return value.timestamp()
+    if isinstance(value, timedelta) and field == "delay":
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        kind = "a datetime or epoch seconds" if field == "deliver_at" else "seconds or a timedelta"
+        raise InvalidMessageError(field, f"must be {kind}, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise InvalidMessageError(field, f"must be finite, got {value!r}")
+    return float(value)
+
+
+def _timer_property(deliver_at: object, delay: object, delay_level: int) -> tuple[str, str] | None:
+    """The one timer property of a message (as the 5.x client's ``setDeliverTimeMs``,
+    ``setDelayTimeSec`` and ``setDelayTimeMs`` write it): whole seconds of ``delay`` go as
+    TIMER_DELAY_SEC, anything finer as TIMER_DELAY_MS, ``deliver_at`` as TIMER_DELIVER_MS."""
+    if deliver_at is None and delay is None:
+        return None
+    if deliver_at is not None and delay is not None:
+        raise InvalidMessageError("delay", "give deliver_at or delay, not both")
+    if delay_level > 0:
+        raise InvalidMessageError(
+            "delay_level", "a timer (deliver_at, delay) and a delay level exclude each other"
+        )
+    if deliver_at is not None:
+        ms = round(_seconds("deliver_at", deliver_at) * 1000)
+        if ms <= 0:
+            raise InvalidMessageError("deliver_at", f"must be after the epoch, got {deliver_at!r}")
+        return Prop.TIMER_DELIVER_MS, str(ms)
+    ms = round(_seconds("delay", delay) * 1000)
+    if ms <= 0:
+        raise InvalidMessageError("delay", f"must be positive, got {delay!r}")
+    if ms % 1000 == 0:
+        return Prop.TIMER_DELAY_SEC, str(ms // 1000)
+    return Prop.TIMER_DELAY_MS, str(ms)
 
 
 def _check_text(field: str, name: str, value: str) -> None:
@@ -95,6 +147,12 @@ class Message:
     body that is not bytes (a str: encode it) or is empty, keys or tags that are not str, a property
     that is not str or holds ``\\x01``/``\\x02``, text that is not UTF-8 (a lone surrogate), a flag
     outside a Java int, a negative delay level.
+
+    Timer messages (5.x brokers): ``deliver_at`` (a datetime or epoch seconds) or ``delay`` (seconds
+    or a timedelta, ms precision) ask the broker to deliver the message then; the broker's wheel
+    works to the second and delivers no earlier. A 4.x broker has no timers: the producer refuses to
+    send such a message to one (:class:`~rmq_async.errors.UnsupportedByBrokerError`). Both, or either
+    with a ``delay_level``, are refused here.
     """
 
     __slots__ = ("body", "flag", "properties", "topic")
@@ -109,6 +167,9 @@ class Message:
         flag: int = 0,
         delay_level: int = 0,
         wait_store_msg_ok: bool = True,
+        *,
+        deliver_at: datetime | float | None = None,
+        delay: timedelta | float | None = None,
     ) -> None:
         try:
             check_topic(topic)
@@ -154,6 +215,10 @@ class Message:
         if tags:
             _check_text("tags", Prop.TAGS, tags)
             props[Prop.TAGS] = tags
+        timer = _timer_property(deliver_at, delay, delay_level)
+        if timer is not None:
+            props[timer[0]] = timer[1]
+            props = java_map_order(props)  # where the 5.x client's HashMap puts the TIMER_* key
         self.topic = topic
         self.body = body
         self.flag = flag
@@ -170,6 +235,21 @@ class Message:
     @property
     def delay_level(self) -> int:
         return int(self.properties.get(Prop.DELAY_TIME_LEVEL, "0"))
+
+    @property
+    def deliver_at(self) -> float | None:
+        """The absolute delivery time asked for (epoch seconds), if any (TIMER_DELIVER_MS)."""
+        ms = self.properties.get(Prop.TIMER_DELIVER_MS)
+        return int(ms) / 1000 if ms and ms.isdigit() else None
+
+    @property
+    def delay(self) -> float | None:
+        """The relative delay asked for (seconds), if any (TIMER_DELAY_SEC or TIMER_DELAY_MS)."""
+        sec = self.properties.get(Prop.TIMER_DELAY_SEC)
+        if sec and sec.isdigit():
+            return float(sec)
+        ms = self.properties.get(Prop.TIMER_DELAY_MS)
+        return int(ms) / 1000 if ms and ms.isdigit() else None
 
     @property
     def wait_store_msg_ok(self) -> bool:
@@ -193,6 +273,22 @@ class Message:
             _check_text("properties", name, value)
             props[name] = value
         props.update(msg.properties)  # WAIT, DELAY: where the stored message had them, else after
+        msg.properties = props
+        return msg
+
+    @classmethod
+    def with_properties(
+        cls, topic: str, body: bytes, properties: dict[str, str], *, flag: int = 0
+    ) -> Message:
+        """A message the client itself builds (a half message, a request, a reply: Java's
+        ``MessageAccessor.putProperty``): ``properties`` exactly as given, in their order, system
+        names included, only the separators checked. Users set properties through the constructor
+        and :meth:`put_property`."""
+        msg = cls(topic, body, flag=flag)
+        props: dict[str, str] = {}
+        for name, value in properties.items():
+            _check_text("properties", name, value)
+            props[name] = value
         msg.properties = props
         return msg
 

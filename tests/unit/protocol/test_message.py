@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import struct
+import time
 from collections import Counter
 
 import pytest
 from support.wire import CAPTURE_FILES, Frame, frames
 
 from rmq_async.errors import InvalidMessageError
-from rmq_async.protocol.codes import MessageSysFlag
+from rmq_async.protocol.codes import MessageSysFlag, Prop
 from rmq_async.protocol.message import (
     COMPRESS_THRESHOLD,
     MAX_MESSAGE_SIZE,
@@ -234,3 +235,21 @@ def test_a_stored_message_sent_again_keeps_its_system_properties() -> None:
     assert list(m.properties) == [*stored, "DELAY"]  # the stored order kept, as before
     with pytest.raises(InvalidMessageError):
         Message.resent("T", b"x", {"a\x01": "v"})
+
+
+def test_bad_timer_arguments_are_refused_when_the_message_is_made() -> None:
+    with pytest.raises(InvalidMessageError, match="not both"):
+        Message("T", b"x", delay=1, deliver_at=time.time() + 1)
+    with pytest.raises(InvalidMessageError, match="exclude"):
+        Message("T", b"x", delay=1, delay_level=2)
+    for bad in (0, -1, float("nan"), "5"):
+        with pytest.raises(InvalidMessageError):
+            Message("T", b"x", delay=bad)  # type: ignore[arg-type]
+    m = Message("T", b"x", delay=0.25, keys="k", tags="t")
+    assert m.delay == 0.25 and m.deliver_at is None and m.properties[Prop.TIMER_DELAY_MS] == "250"
+    assert Message("T", b"x", deliver_at=1796151735.725).deliver_at == 1796151735.725
+    # the 5.x client's HashMap order (v5-timer.jsonl), UNIQ_KEY added by the producer before WAIT
+    assert list(Message("T", b"x", keys="k", tags="t", deliver_at=1.5).properties) == [
+        "KEYS", "TIMER_DELIVER_MS", "WAIT", "TAGS",
+    ]  # fmt: skip
+    assert next(iter(Message("T", b"x", keys="k", tags="t", delay=3).properties)) == "TIMER_DELAY_SEC"
