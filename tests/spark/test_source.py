@@ -189,7 +189,7 @@ def test_commit_listener_commits_the_latest_completed_batch(
         q.awaitTermination(120)
         assert q.exception() is None
         assert listener.wait_committed(ends, 30), listener.committed
-        assert queue_lag(q.lastProgress["sources"][0]) == {"broker-a": {str(i): 0 for i in range(4)}}
+        assert queue_lag(q.lastProgress["sources"][0]) == {topic: {"broker-a": {str(i): 0 for i in range(4)}}}
     finally:
         spark.streams.removeListener(listener)
         listener.close()
