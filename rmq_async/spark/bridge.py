@@ -38,9 +38,9 @@ from typing import Any, TypeVar
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from ..client.admin_api import MQAdminAPI
 from ..client.instance import ClientInstance, pid_instance_name
 from ..config import ClientConfig, Timing
-from ..client.admin_api import MQAdminAPI
 from ..errors import BrokerError, MQClientError, RocketMQError, TopicNotExist
 from ..protocol import headers as H
 from ..protocol.bodies import ConsumerData, SubscriptionData
@@ -135,9 +135,13 @@ class _GroupHandle:
         version = int(time.time() * 1000)
         self._subs = [
             SubscriptionData(
-                topic=topic, sub_string=sub_string, tags_set=tag_list, code_set=codes,
-                sub_version=version, expression_type="TAG" if sql is None else "SQL92",
-            )  # fmt: skip
+                topic=topic,
+                sub_string=sub_string,
+                tags_set=tag_list,
+                code_set=codes,
+                sub_version=version,
+                expression_type="TAG" if sql is None else "SQL92",
+            )
             for topic in topics
         ]
 

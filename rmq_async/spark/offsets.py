@@ -54,8 +54,13 @@ def to_json(offsets: Mapping[QueueKey, int]) -> dict[str, Any]:
 def from_json(data: Mapping[str, Any], topics: Sequence[str] = ()) -> dict[QueueKey, int]:
     """The checkpoint form back; with exactly one topic in ``topics``, the one-topic form of older
     checkpoints (``{"broker": {"qid": offset}}``: numbers two levels down) is read as that topic's."""
-    if len(topics) == 1 and data and all(
-        isinstance(qs, Mapping) and not any(isinstance(o, Mapping) for o in qs.values()) for qs in data.values()
+    if (
+        len(topics) == 1
+        and data
+        and all(
+            isinstance(qs, Mapping) and not any(isinstance(o, Mapping) for o in qs.values())
+            for qs in data.values()
+        )
     ):
         data = {topics[0]: data}
     return {(t, b, int(q)): int(o) for t, bs in data.items() for b, qs in bs.items() for q, o in qs.items()}
@@ -72,16 +77,11 @@ def resolve_start(
     """
     if lo <= start <= hi:
         return start, None
+    where = f"queue {key[0]}/{key[1]}/{key[2]}: requested offset {start}"
     if start < lo:
-        msg = (
-            f"queue {key[0]}/{key[1]}/{key[2]}: requested offset {start} is below the broker's min offset {lo}; "
-            f"{lo - start} messages were deleted"
-        )
+        msg = f"{where} is below the broker's min offset {lo}; {lo - start} messages were deleted"
     else:
-        msg = (
-            f"queue {key[0]}/{key[1]}/{key[2]}: requested offset {start} is past the broker's max offset {hi} "
-            "(the queue was recreated?)"
-        )
+        msg = f"{where} is past the broker's max offset {hi} (the queue was recreated?)"
     if fail_on_data_loss:
         raise DataLossError(
             msg + ". Some data may have been lost. Set the option failOnDataLoss to false to skip ahead "

@@ -28,8 +28,8 @@ from ..errors import ConfigError
 from ..protocol.filter import Selector, parse_tag_expression
 
 __all__ = [
-    "EARLIEST", "LATEST", "QueueKey", "SourceOptions", "credentials_option", "namesrv_option", "parse_offsets_json",
-    "parse_options", "tls_option",
+    "EARLIEST", "LATEST", "QueueKey", "SourceOptions", "credentials_option", "namesrv_option",
+    "parse_offsets_json", "parse_options", "tls_option",
 ]  # fmt: skip
 
 #: a queue of a topic read: (topic, broker name, queue id)
@@ -117,7 +117,8 @@ def _fail(name: str, value: object, why: str) -> ConfigError:
 def parse_offsets_json(
     name: str, text: str, topics: Sequence[str] = (), *, allow_special: bool = True
 ) -> dict[QueueKey, int]:
-    """``{"T": {"broker-a": {"0": 12, "1": -2}}}`` -> ``{("T", "broker-a", 0): 12, ("T", "broker-a", 1): -2}``.
+    """``{"T": {"broker-a": {"0": 12, "1": -2}}}`` -> ``{("T", "broker-a", 0): 12, ("T", "broker-a", 1):
+    -2}``.
 
     When ``topics`` is exactly one topic, the shape of one topic's offsets (``{"broker-a": {"0":
     12}}``, a value two levels down is a number) is read as that topic's."""
@@ -133,7 +134,9 @@ def parse_offsets_json(
     out: dict[QueueKey, int] = {}
     for topic, brokers in raw.items():
         if not isinstance(brokers, dict) or not all(isinstance(q, dict) for q in brokers.values()):
-            raise _fail(name, text, f"topic {topic!r} must map broker names to {{queue id: offset}} ({shape})")
+            raise _fail(
+                name, text, f"topic {topic!r} must map broker names to {{queue id: offset}} ({shape})"
+            )
         for broker, queues in brokers.items():
             for qid, off in queues.items():
                 where = f"queue {topic}/{broker}/{qid}"

@@ -5,9 +5,10 @@ data-loss checks, read limits) runs on the driver through one :class:`Bridge` (a
 each input partition is a :class:`Range` of one queue, read on an executor by :func:`read_range` with
 plain pulls. Offsets in the checkpoint are ``{"<topic>": {"<broker>": {"<queue id>": next offset}}}``
 (keyed by topic as the Kafka source's). Several topics are read with option ``topic`` as a
-comma-separated list or ``topicPattern``; the topics and their queues are looked up at every planning,
-so a stream picks up a new topic (and a new queue) in its next micro-batch, from its first message. Readers and
-partitions hold plain data only, so they pickle; the bridge is rebuilt where needed, never shipped.
+comma-separated list or ``topicPattern``; the topics and their queues are looked up at every
+planning, so a stream picks up a new topic (and a new queue) in its next micro-batch, from its first
+message. Readers and partitions hold plain data only, so they pickle; the bridge is rebuilt where
+needed, never shipped.
 
 Register with ``spark.dataSource.register(RocketMQDataSource)``, then
 ``spark.read.format("rocketmq").option("namesrv", "host:port").option("topic", "T").load()`` or
@@ -41,6 +42,7 @@ from .offsets import (
     trigger_ready,
 )
 from .options import EARLIEST, LATEST, QueueKey, SourceOptions, parse_options
+from .sink import RocketMQStreamWriter, RocketMQWriter, sink_writer, stream_writer
 
 __all__ = ["SCHEMA", "RocketMQBatchReader", "RocketMQDataSource", "RocketMQPartition", "RocketMQStreamReader"]
 
@@ -120,6 +122,12 @@ class RocketMQDataSource(DataSource):
 
     def streamReader(self, schema: Any) -> RocketMQStreamReader:
         return RocketMQStreamReader(parse_options(self.options, streaming=True))
+
+    def writer(self, schema: Any, overwrite: bool) -> RocketMQWriter:
+        return sink_writer(self.options, schema, overwrite)
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> RocketMQStreamWriter:
+        return stream_writer(self.options, schema, overwrite)
 
 
 class RocketMQBatchReader(DataSourceReader):

@@ -46,7 +46,9 @@ def test_json_round_trip() -> None:
 
 
 offsets = st.dictionaries(
-    st.tuples(st.sampled_from("TU"), st.sampled_from("ab"), st.integers(0, 7)), st.integers(0, 100), min_size=1
+    st.tuples(st.sampled_from("TU"), st.sampled_from("ab"), st.integers(0, 7)),
+    st.integers(0, 100),
+    min_size=1,
 )
 
 
@@ -144,7 +146,11 @@ def test_good_options() -> None:
     assert o.starting == {("T", "broker-a", 0): 5, ("T", "broker-a", 1): -2}
     assert o.topics == ("T",) and o.topic_pattern is None and o.subject == "topic T"
     many = parse_options(
-        {"namesrv": "h:1", "topic": "A, B,A", "startingOffsets": '{"A": {"b": {"0": 3}}, "B": {"b": {"1": -1}}}'},
+        {
+            "namesrv": "h:1",
+            "topic": "A, B,A",
+            "startingOffsets": '{"A": {"b": {"0": 3}}, "B": {"b": {"1": -1}}}',
+        },
         streaming=True,
     )
     assert many.topics == ("A", "B") and many.subject == "topics A, B"

@@ -106,7 +106,11 @@ def test_partitions_of_a_worker_share_one_client() -> None:
             opts = parse_options({"namesrv": cluster.namesrv_addr, "topic": "PipeShare"}, streaming=False)
             broker = cluster.brokers[0].name
             try:
-                n = sum(b.num_rows for q in (0, 1) for b in read_range(opts, Range("PipeShare", broker, q, 0, 100)))
+                n = sum(
+                    b.num_rows
+                    for q in (0, 1)
+                    for b in read_range(opts, Range("PipeShare", broker, q, 0, 100))
+                )
                 worker = bridge._worker
                 assert worker is not None and len(worker.sessions) == 1
                 # and one broker connection, idle between the partitions
