@@ -24,7 +24,7 @@ __all__ = ["SinkColumns", "SinkOptions", "check_columns", "parse_sink_options"]
 
 _KNOWN = {
     "namesrv", "topic", "namespace", "group", "sendtimeout", "retries", "batchsize", "sendsinflight",
-    "maxbytesinflight", "failonsenderror", "uniqkeycolumn", "path",
+    "maxbytesinflight", "failonsenderror", "uniqkeycolumn", "path", "checkpointlocation", "queryname",
     "accesskey", "secretkey", "securitytoken",
     "tls", "tlscafile", "tlsinsecure", "tlscertfile", "tlskeyfile", "tlskeypassword", "tlsserverhostname",
 }  # fmt: skip
