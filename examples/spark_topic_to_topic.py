@@ -81,7 +81,9 @@ def run_query(spark: Any, namesrv: str, checkpoint: str) -> int:
 
 def forget_last_commit(checkpoint: str) -> int | None:
     """Delete the checkpoint's last commit: the next run does that micro-batch again."""
-    commits = sorted((p for p in Path(checkpoint, "commits").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    commits = sorted(
+        (p for p in Path(checkpoint, "commits").iterdir() if p.name.isdigit()), key=lambda p: int(p.name)
+    )
     if not commits:
         return None
     last = commits[-1]
@@ -148,7 +150,8 @@ def main() -> None:
                 spark.stop()
     print(json.dumps(summary, indent=1))
     if summary["enriched_distinct_ids"] != summary["events"]:
-        sys.exit(f"expected {summary['events']} distinct messages in {TARGET}, found {summary['enriched_distinct_ids']}")
+        found = summary["enriched_distinct_ids"]
+        sys.exit(f"expected {summary['events']} distinct messages in {TARGET}, found {found}")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from support.spark_cluster import ClusterHandle
+from support.spark_pipeline import check_pipeline
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 
@@ -119,6 +120,4 @@ def test_stream_restart_in_executor_processes(cluster_spark: Any, rmq: ClusterHa
 def test_topic_to_topic_in_executor_processes(cluster_spark: Any, rmq: ClusterHandle, tmp_path: Path) -> None:
     """examples/spark_topic_to_topic.py with executors in their own processes: the sink's producers
     live in the executors' Python workers; every event at least once, exactly once by message id."""
-    from test_topic_to_topic import check_pipeline
-
     check_pipeline(cluster_spark, rmq, tmp_path, 200)

@@ -20,7 +20,10 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
 
 
 def read_topic(spark: Any, namesrv: str, topic: str) -> list[Any]:
-    return spark.read.format("rocketmq").option("namesrv", namesrv).option("topic", topic).load().collect()
+    rows: list[Any] = (
+        spark.read.format("rocketmq").option("namesrv", namesrv).option("topic", topic).load().collect()
+    )
+    return rows
 
 
 def test_batch_write_then_read_back_exactly(spark: Any, rmq: ClusterHandle) -> None:
