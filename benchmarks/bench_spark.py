@@ -28,6 +28,16 @@ built, so the source costs only its pulls.
 
     python benchmarks/bench_spark.py [--messages 200000] [--size 1024] [--queues 8] [--rounds 2]
         [--namesrv HOST:PORT --topic T [--preload]] [--master local[2]] [--json F] [--plot F] [--write]
+
+``--mode write`` measures the sink instead (#44): in each round, ``rmq-async produce`` (a child
+process: one producer, ``--batch`` messages per request, ``--concurrency`` requests in flight) sends
+``--messages`` rows of ``--size`` bytes with keys, then the Spark sink sends the same rows (the same
+body size and keys, made by Spark from ``spark.range``) with the same pipelining (``batchSize``,
+``sendsInFlight``); rows/s of each over the wall time of the send (the sink's: the whole write job),
+and their ratio:
+
+    python benchmarks/bench_spark.py --mode write [--messages 200000] [--rounds 3] [--batch 32]
+        [--concurrency 16] [--master local[2]]
 """
 
 from __future__ import annotations
@@ -738,8 +748,103 @@ def _pin(cpus: set[int]) -> None:
         os.sched_setaffinity(int(tid), cpus)
 
 
+def produce_cli(namesrv: str, topic: str, n: int, size: int, batch: int, concurrency: int) -> float:
+    """``rmq-async produce`` of ``n`` rows in a child process; its msgs/s."""
+    import subprocess
+
+    cmd = [
+        sys.executable, "-m", "rmq_async", "produce", "--namesrv", namesrv, "--topic", topic,
+        "--count", str(n), "--size", str(size), "--batch", str(batch), "--concurrency", str(concurrency),
+        "--quiet",
+    ]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    if got["failed"]:
+        raise SystemExit(f"rmq-async produce: {got['failed']} sends failed")
+    return float(got["msgs_per_s"])
+
+
+def sink_write(
+    spark: Any, namesrv: str, topic: str, n: int, size: int, batch: int, concurrency: int
+) -> float:
+    """The Spark sink writing ``n`` rows like those of ``rmq-async produce`` (key ``k-<i>``, a body
+    of ``size`` bytes that starts with it); rows/s over the write job."""
+    df = spark.range(n).selectExpr(
+        "concat('k-', id) as keys", f"cast(rpad(concat('k-', id, ':'), {size}, 'x') as binary) as body"
+    )
+    t0 = time.perf_counter()
+    (
+        df.write.format("rocketmq")
+        .option("namesrv", namesrv)
+        .option("topic", topic)
+        .option("batchSize", str(batch))
+        .option("sendsInFlight", str(concurrency))
+        .mode("append")
+        .save()
+    )
+    return n / (time.perf_counter() - t0)
+
+
+def write_mode(args: argparse.Namespace) -> None:
+    """``--mode write``: the sink against ``rmq-async produce`` with the same pipelining, in turn."""
+    with start_blocking_portal() as portal:
+        cluster = EmbeddedCluster(brokers=1, queues=args.queues, timing=Timing(), process=True)
+        with portal.wrap_async_context_manager(cluster):
+            ns = cluster.namesrv_addr
+            for t in ("BenchSinkCli", "BenchSinkSpark"):
+                portal.call(cluster.create_topic, t, args.queues)
+            spark, started = start_spark(args.master, Path(tempfile.mkdtemp(prefix="bench_sink_")) / "p.log")
+            spark.dataSource.register(RocketMQDataSource)
+            print(f"session start {started:.1f} s", flush=True)
+            cli: list[float] = []
+            sink: list[float] = []
+            try:
+                sink_write(spark, ns, "BenchSinkSpark", 2000, args.size, args.batch, args.concurrency)  # warm
+                for r in range(args.rounds):
+                    cli.append(
+                        produce_cli(
+                            ns, "BenchSinkCli", args.messages, args.size, args.batch, args.concurrency
+                        )
+                    )
+                    sink.append(
+                        sink_write(
+                            spark,
+                            ns,
+                            "BenchSinkSpark",
+                            args.messages,
+                            args.size,
+                            args.batch,
+                            args.concurrency,
+                        )
+                    )
+                    print(
+                        f"round {r + 1}: produce {cli[-1]:,.0f} rows/s, sink {sink[-1]:,.0f} rows/s",
+                        flush=True,
+                    )
+            finally:
+                spark.stop()
+    mc, ms = statistics.median(cli), statistics.median(sink)
+    print(
+        f"| writer | rows/s (median) | best |\n|---|---|---|\n"
+        f"| `rmq-async produce` | {mc:,.0f} | {max(cli):,.0f} |\n"
+        f"| Spark sink | {ms:,.0f} | {max(sink):,.0f} |\n\n"
+        f"sink / produce: {ms / mc:.2f} (median of the rounds; per round "
+        f"{', '.join(f'{b / a:.2f}' for a, b in zip(cli, sink, strict=True))}); {args.messages:,} rows of "
+        f"{args.size} B, --batch {args.batch} --concurrency {args.concurrency}, {args.queues} queues, "
+        f"Spark {args.master}, pyspark {__import__('pyspark').__version__}, {platform.machine()}"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="rocketmq Spark source vs in-memory ceiling vs lite pull")
+    ap.add_argument(
+        "--mode",
+        choices=("read", "write"),
+        default="read",
+        help="read: the source (default); write: the sink",
+    )
+    ap.add_argument("--batch", type=int, default=32, help="--mode write: messages per send request")
+    ap.add_argument("--concurrency", type=int, default=16, help="--mode write: send requests in flight")
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument(
@@ -797,6 +902,9 @@ def main() -> None:
         "--source-opt pullBatchSize=N, pulls of N messages",
     )
     args = ap.parse_args()
+    if args.mode == "write":
+        write_mode(args)
+        return
     if args.write and args.free_build:
         ap.error("--free-build is a bound, not the source: it does not go to RESULTS.md")
     if args.broker_cpus and args.namesrv:

@@ -73,8 +73,8 @@ def read_all(namesrv: str, topic: str, extra: dict[str, str]) -> tuple[int, floa
     opts, bounds = plan(namesrv, topic, extra)
     rows = 0
     c0, t0 = time.process_time(), time.perf_counter()
-    for (broker, q), (lo, hi) in sorted(bounds.items()):
-        for batch in bridge.read_range(opts, Range(broker, q, lo, hi)):
+    for (t, broker, q), (lo, hi) in sorted(bounds.items()):
+        for batch in bridge.read_range(opts, Range(t, broker, q, lo, hi)):
             rows += batch.num_rows
     return rows, time.process_time() - c0, time.perf_counter() - t0
 
@@ -94,10 +94,10 @@ def phases(namesrv: str, topic: str, extra: dict[str, str]) -> tuple[int, float,
     worker = bridge._this_worker()
     pulled: list[tuple[str, list[Chunk]]] = []
     c0 = time.process_time()
-    for (broker, q), (lo, hi) in sorted(bounds.items()):
-        r = Range(broker, q, lo, hi)
+    for (t, broker, q), (lo, hi) in sorted(bounds.items()):
+        r = Range(t, broker, q, lo, hi)
         key, session = worker.session(opts)
-        addr = worker.portal.call(session._addr, (broker, q))
+        addr = worker.portal.call(session._addr, (t, broker, q))
         chunks: list[Chunk] = []
         gen = pull_range(
             lambda: worker.take_socket(key, session, addr), lambda c: worker.give_socket(key, c),  # noqa: B023

@@ -1,7 +1,9 @@
 """PySpark data source ``rocketmq`` (needs the ``spark`` extra: pyspark >= 4.2 and pyarrow).
 
 ``spark.dataSource.register(RocketMQDataSource)`` then ``spark.read.format("rocketmq")`` or
-``spark.readStream.format("rocketmq")`` with options ``namesrv`` and ``topic`` (see the README).
+``spark.readStream.format("rocketmq")`` with options ``namesrv`` and ``topic`` (or ``topicPattern``),
+and ``df.write.format("rocketmq")`` / ``df.writeStream.format("rocketmq")`` (the sink, :mod:`.sink`;
+see docs/guides/spark.md).
 
 The names that need pyspark (the data source, its schema, the offset listener) are imported on first
 use, so the pyspark-free parts (``rmq_async.spark.options``, ``rmq_async.spark.offsets``) import
@@ -17,6 +19,8 @@ from typing import Any
 from .offsets import DataLossError as DataLossError
 from .options import SourceOptions as SourceOptions
 from .options import parse_options as parse_options
+from .sink_options import SinkOptions as SinkOptions
+from .sink_options import parse_sink_options as parse_sink_options
 
 #: the names that need pyspark, and the module of each
 _LAZY = {
@@ -24,11 +28,13 @@ _LAZY = {
     "queue_lag": ".listener",
     "SCHEMA": ".source",
     "RocketMQDataSource": ".source",
+    "SinkCommit": ".sink",
+    "SinkSendError": ".sink",
 }
 
 __all__ = [
-    "SCHEMA", "DataLossError", "OffsetCommitListener", "RocketMQDataSource", "SourceOptions", "parse_options",
-    "queue_lag",
+    "SCHEMA", "DataLossError", "OffsetCommitListener", "RocketMQDataSource", "SinkCommit", "SinkOptions",
+    "SinkSendError", "SourceOptions", "parse_options", "parse_sink_options", "queue_lag",
 ]  # fmt: skip
 
 

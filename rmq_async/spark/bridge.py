@@ -38,9 +38,10 @@ from typing import Any, TypeVar
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from ..client.admin_api import MQAdminAPI
 from ..client.instance import ClientInstance, pid_instance_name
 from ..config import ClientConfig, Timing
-from ..errors import BrokerError, RocketMQError
+from ..errors import BrokerError, MQClientError, RocketMQError, TopicNotExist
 from ..protocol import headers as H
 from ..protocol.bodies import ConsumerData, SubscriptionData
 from ..protocol.codes import Perm, PullSysFlag, ResponseCode
@@ -109,17 +110,40 @@ async def _each(keys: Sequence[_K], ask: Callable[[_K], Awaitable[_V]]) -> dict[
     return {key: got[key] for key in keys}
 
 
+#: ``TopicValidator.SYSTEM_TOPIC_SET``: never read by a topicPattern (nor are ``rmq_sys_*`` topics)
+_SYSTEM_TOPICS = frozenset(
+    {
+        "TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
+        "CHECKPOINT_TOPIC",
+    }
+)  # fmt: skip
+
+
+def _system_topic(topic: str) -> bool:
+    """A topic no pattern read takes: system (``TopicValidator.isSystemTopic``), retry, dead letters."""
+    return topic in _SYSTEM_TOPICS or topic.startswith(("rmq_sys_", "%RETRY%", "%DLQ%"))
+
+
 class _GroupHandle:
     """The commit group in one heartbeat (CONSUME_ACTIVELY): how a broker that has not seen the group
     yet creates it (5.x brokers refuse offsets of an unknown group, code 26)."""
 
-    def __init__(self, group: str, topic: str, tags: str, sql: str | None = None) -> None:
+    def __init__(self, group: str, topics: Sequence[str], tags: str, sql: str | None = None) -> None:
         self.group = group
         sub_string, tag_list, codes = parse_tag_expression(tags) if sql is None else (sql, [], [])
-        self._sub = SubscriptionData(
-            topic=topic, sub_string=sub_string, tags_set=tag_list, code_set=codes,
-            sub_version=int(time.time() * 1000), expression_type="TAG" if sql is None else "SQL92",
-        )  # fmt: skip
+        version = int(time.time() * 1000)
+        self._subs = [
+            SubscriptionData(
+                topic=topic,
+                sub_string=sub_string,
+                tags_set=tag_list,
+                code_set=codes,
+                sub_version=version,
+                expression_type="TAG" if sql is None else "SQL92",
+            )
+            for topic in topics
+        ]
 
     def _consumer_data(self) -> ConsumerData:
         return ConsumerData(
@@ -127,11 +151,11 @@ class _GroupHandle:
             consume_type="CONSUME_ACTIVELY",
             message_model="CLUSTERING",
             consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-            subscription_data_set=[self._sub],
+            subscription_data_set=list(self._subs),
         )
 
     def _subscribed_topics(self) -> set[str]:
-        return {self._sub.topic}
+        return {sub.topic for sub in self._subs}
 
     def rebalance_now(self) -> None:
         return None
@@ -141,7 +165,7 @@ class _GroupHandle:
 
 
 class Session:
-    """Async access to one topic through a stream client instance (use ``async with``)."""
+    """Async access to the topics of a query through a stream client instance (use ``async with``)."""
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
@@ -161,7 +185,7 @@ class Session:
 
     def template(self, r: Range) -> PullTemplate:
         """The pull request template of ``r``'s queue (made once per queue)."""
-        key = (r.broker_name, r.queue_id)
+        key = (r.topic, r.broker_name, r.queue_id)
         template = self._templates.get(key)
         if template is None:
             template = self._templates[key] = self._template(r)
@@ -185,7 +209,7 @@ class Session:
         language, version, header type and stream mark), as a template."""
         o = self.opts
         header = H.PullMessageRequestHeader(
-            consumer_group=o.group, topic=o.topic, queue_id=r.queue_id, queue_offset=0, max_msg_nums=1,
+            consumer_group=o.group, topic=r.topic, queue_id=r.queue_id, queue_offset=0, max_msg_nums=1,
             sys_flag=PullSysFlag.build(commit_offset=False, suspend=False, subscription=True),
             commit_offset=0, suspend_timeout_millis=0, sub_version=0, subscription=self.sub_string,
             expression_type=self.expression_type, bname=r.broker_name,
@@ -199,29 +223,56 @@ class Session:
     async def __aexit__(self, *exc: Any) -> None:
         await self.client.__aexit__(None, None, None)
 
-    def _mq(self, key: QueueKey) -> MessageQueue:
-        return MessageQueue(self.opts.topic, key[0], key[1])
+    @staticmethod
+    def _mq(key: QueueKey) -> MessageQueue:
+        return MessageQueue(key[0], key[1], key[2])
 
     async def _addr(self, key: QueueKey) -> str:
         """The broker's master, or a slave while the master is down (slaves answer pulls and offset
         look-ups; Java consumers read from them then too)."""
-        return await self.client.master_or_any_addr(key[0], self.opts.topic)
+        return await self.client.master_or_any_addr(key[1], key[0])
+
+    async def topics(self) -> list[str]:
+        """The topics read: those of option topic, or those of the name server's topic list
+        (GET_ALL_TOPIC_LIST_FROM_NAMESERVER, on the first name server that answers) whose whole name
+        matches option topicPattern, retry, dead-letter and system topics left out."""
+        o = self.opts
+        if o.topic_pattern is None:
+            return list(o.topics)
+        admin = MQAdminAPI.sharing(self.client.api)
+        last: RocketMQError | None = None
+        for ns in self.client.config.namesrv_list():
+            try:
+                names = await admin.get_all_topic_list(ns, o.request_timeout)
+            except RocketMQError as exc:
+                last = exc
+                continue
+            return sorted(t for t in set(names) if not _system_topic(t) and o.matches(t))
+        raise MQClientError(f"no name server answered the topic list ({o.subject}): {last}") from last
 
     async def queues(self) -> list[QueueKey]:
-        """The readable queues of the topic, from a fresh route."""
-        route = await self.client.update_route(self.opts.topic)
+        """The readable queues of the topics, from fresh routes. A topic named by option topic that
+        does not exist fails the query (:class:`TopicNotExist`); one matched by topicPattern that is
+        gone by the time its route is asked is left out."""
         out: list[QueueKey] = []
-        for qd in route.queue_datas:
-            if qd.perm & Perm.READ:
-                out.extend((qd.broker_name, i) for i in range(qd.read_queue_nums))
+        for topic in await self.topics():
+            try:
+                route = await self.client.update_route(topic)
+            except TopicNotExist:
+                if self.opts.topic_pattern is None:
+                    raise
+                continue
+            for qd in route.queue_datas:
+                if qd.perm & Perm.READ:
+                    out.extend((topic, qd.broker_name, i) for i in range(qd.read_queue_nums))
         return sorted(out)
 
     async def _addrs(self, keys: Sequence[QueueKey]) -> dict[str, str]:
         """The address of each broker of ``keys`` (one lookup per broker, before requests fan out)."""
         out: dict[str, str] = {}
-        for broker, qid in keys:
-            if broker not in out:
-                out[broker] = await self._addr((broker, qid))
+        for key in keys:
+            if key[1] not in out:
+                out[key[1]] = await self._addr(key)
         return out
 
     async def bounds(self, keys: list[QueueKey]) -> dict[QueueKey, tuple[int, int]]:
@@ -233,7 +284,7 @@ class Session:
         async def ask(job: tuple[QueueKey, bool]) -> int:
             key, lowest = job
             get = api.get_min_offset if lowest else api.get_max_offset
-            return await get(addrs[key[0]], self._mq(key), t)
+            return await get(addrs[key[1]], self._mq(key), t)
 
         got = await _each([(key, lowest) for key in keys for lowest in (True, False)], ask)
         return {key: (got[(key, True)], got[(key, False)]) for key in keys}
@@ -250,12 +301,12 @@ class Session:
         t = self.opts.request_timeout
         off = await self.client.api.search_offset(addr, self._mq(key), timestamp_ms, t)
         header = H.PullMessageRequestHeader(
-            consumer_group=self.opts.group, topic=self.opts.topic, queue_id=key[1], queue_offset=off,
+            consumer_group=self.opts.group, topic=key[0], queue_id=key[2], queue_offset=off,
             max_msg_nums=1, sys_flag=PullSysFlag.build(commit_offset=False, suspend=False, subscription=True),
             commit_offset=0, suspend_timeout_millis=0, sub_version=0, subscription="*",
-            expression_type="TAG", bname=key[0],
+            expression_type="TAG", bname=key[1],
         )  # fmt: skip
-        res = await self.client.api.pull(addr, header, t, broker_name=key[0])
+        res = await self.client.api.pull(addr, header, t, broker_name=key[1])
         if res.status is PullStatus.FOUND and res.messages and res.messages[0].store_timestamp < timestamp_ms:
             off = res.messages[0].queue_offset + 1
         return off
@@ -270,12 +321,12 @@ class Session:
 
         async def write(key: QueueKey) -> BrokerError | None:
             h = H.UpdateConsumerOffsetRequestHeader(
-                consumer_group=self.opts.group, topic=self.opts.topic, queue_id=key[1],
-                commit_offset=offsets[key], bname=key[0],
+                consumer_group=self.opts.group, topic=key[0], queue_id=key[2],
+                commit_offset=offsets[key], bname=key[1],
             )  # fmt: skip
             try:
                 await self.client.api.update_consumer_offset(
-                    addrs[key[0]], h, self.opts.request_timeout, oneway=False
+                    addrs[key[1]], h, self.opts.request_timeout, oneway=False
                 )
             except BrokerError as exc:
                 if exc.code != ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST:
@@ -288,17 +339,18 @@ class Session:
             return
         if self._group_made:
             raise next(iter(refused.values()))
-        await self._make_group()
+        await self._make_group(sorted({k[0] for k in keys}))
         again = {k: e for k, e in (await _each(list(refused), write)).items() if e is not None}
         if again:
             raise next(iter(again.values()))
 
-    async def _make_group(self) -> None:
+    async def _make_group(self, topics: Sequence[str]) -> None:
         self._group_made = True
-        handle = _GroupHandle(self.opts.group, self.opts.topic, self.opts.tags, self.opts.sql)
+        handle = _GroupHandle(self.opts.group, topics, self.opts.tags, self.opts.sql)
         self.client.register_consumer(handle)
         try:
-            await self.client.update_route(self.opts.topic)
+            for topic in topics:
+                await self.client.update_route(topic)
             await self.client.send_heartbeat_to_all_brokers()
         finally:
             self.client.unregister_consumer_local(self.opts.group)
@@ -309,12 +361,12 @@ class Session:
         """Messages of ``r`` from ``offset`` (up to about ``max_rows``) and the offset to go on from;
         the returned offset is ``r.end`` when the range is done."""
         o = self.opts
-        key = (r.broker_name, r.queue_id)
+        key = (r.topic, r.broker_name, r.queue_id)
         addr = await self._addr(key)
         out: list[MessageExt] = []
         while offset < r.end and len(out) < max_rows:
             header = H.PullMessageRequestHeader(
-                consumer_group=o.group, topic=o.topic, queue_id=r.queue_id, queue_offset=offset,
+                consumer_group=o.group, topic=r.topic, queue_id=r.queue_id, queue_offset=offset,
                 max_msg_nums=min(o.pull_batch_size, r.end - offset),
                 sys_flag=PullSysFlag.build(commit_offset=False, suspend=False, subscription=True),
                 commit_offset=0, suspend_timeout_millis=0, sub_version=0, subscription=self.sub_string,
@@ -593,7 +645,7 @@ def _batches(opts: SourceOptions, r: Range) -> Generator[Any, None, None]:
     """The batches of ``r``, pulled and built in the calling thread."""
     worker = _this_worker()
     skey, session = worker.session(opts)
-    addr = worker.portal.call(session._addr, (r.broker_name, r.queue_id))
+    addr = worker.portal.call(session._addr, (r.topic, r.broker_name, r.queue_id))
     bodies = pull_range(
         lambda: worker.take_socket(skey, session, addr),
         lambda conn: worker.give_socket(skey, conn),
@@ -609,7 +661,7 @@ def _batches(opts: SourceOptions, r: Range) -> Generator[Any, None, None]:
     def build(chunks: list[Chunk]) -> Any:
         return build_batch(
             chunks,
-            opts.topic,
+            r.topic,
             r.broker_name,
             tags=session.tags,
             properties=opts.include_properties,

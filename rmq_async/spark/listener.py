@@ -26,7 +26,7 @@ from typing import Any
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from .bridge import Bridge
-from .offsets import from_json
+from .offsets import from_json, to_json
 from .options import QueueKey, parse_options
 
 __all__ = ["OffsetCommitListener", "queue_lag"]
@@ -45,16 +45,16 @@ def _offsets(value: Any) -> dict[QueueKey, int] | None:
         return None
 
 
-def queue_lag(source_progress: Mapping[str, Any]) -> dict[str, dict[str, int]] | None:
-    """Messages behind the queues' max offsets after a micro-batch, per broker and queue id, from
-    one entry of ``query.lastProgress["sources"]``; None when it holds no rocketmq offsets."""
+def queue_lag(source_progress: Mapping[str, Any]) -> dict[str, dict[str, dict[str, int]]] | None:
+    """Messages behind the queues' max offsets after a micro-batch, per topic, broker and queue id
+    (the checkpoint's shape), from one entry of ``query.lastProgress["sources"]``; None when it holds
+    no rocketmq offsets."""
     latest = _offsets(source_progress.get("latestOffset"))
     end = _offsets(source_progress.get("endOffset"))
     if latest is None or end is None:
         return None
-    out: dict[str, dict[str, int]] = {}
-    for (broker, qid), hi in sorted(latest.items()):
-        out.setdefault(broker, {})[str(qid)] = max(hi - end.get((broker, qid), hi), 0)
+    lag = {key: max(hi - end.get(key, hi), 0) for key, hi in latest.items()}
+    out: dict[str, dict[str, dict[str, int]]] = to_json(lag)
     return out
 
 
@@ -105,7 +105,7 @@ class OffsetCommitListener(StreamingQueryListener):
             self._bridge.commit(end)
         except Exception as exc:
             log.warning(
-                "committing offsets of %s to group %s failed: %s", self.opts.topic, self.opts.group, exc
+                "committing offsets of %s to group %s failed: %s", self.opts.subject, self.opts.group, exc
             )
             return
         with self._changed:

@@ -1,6 +1,8 @@
 """Offset decisions of the Spark source, as pure functions (no I/O, hypothesis-testable).
 
-* :func:`to_json` / :func:`from_json`: the checkpoint form ``{"broker": {"qid": offset}}``;
+* :func:`to_json` / :func:`from_json`: the checkpoint form ``{"topic": {"broker": {"qid": offset}}}``
+  (keyed by topic as the Kafka source's; a one-topic query also reads ``{"broker": {"qid": offset}}``,
+  its checkpoints before several topics could be read);
 * :func:`resolve_start`: the start offset of one queue against the broker's [min, max] range, with
   ``failOnDataLoss`` semantics (fail, or skip ahead / reset and log, like the Kafka source);
 * :func:`limit_offsets`: the end offsets of one micro-batch under ``maxRecordsPerTrigger``, shared out
@@ -14,7 +16,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +37,7 @@ class DataLossError(ClientError):
 class Range:
     """Offsets [start, end) of one queue: one Spark input partition."""
 
+    topic: str
     broker_name: str
     queue_id: int
     start: int
@@ -42,14 +45,25 @@ class Range:
 
 
 def to_json(offsets: Mapping[QueueKey, int]) -> dict[str, Any]:
-    out: dict[str, dict[str, int]] = {}
-    for (broker, qid), off in sorted(offsets.items()):
-        out.setdefault(broker, {})[str(qid)] = off
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for (topic, broker, qid), off in sorted(offsets.items()):
+        out.setdefault(topic, {}).setdefault(broker, {})[str(qid)] = off
     return out
 
 
-def from_json(data: Mapping[str, Any]) -> dict[QueueKey, int]:
-    return {(b, int(q)): int(o) for b, qs in data.items() for q, o in qs.items()}
+def from_json(data: Mapping[str, Any], topics: Sequence[str] = ()) -> dict[QueueKey, int]:
+    """The checkpoint form back; with exactly one topic in ``topics``, the one-topic form of older
+    checkpoints (``{"broker": {"qid": offset}}``: numbers two levels down) is read as that topic's."""
+    if (
+        len(topics) == 1
+        and data
+        and all(
+            isinstance(qs, Mapping) and not any(isinstance(o, Mapping) for o in qs.values())
+            for qs in data.values()
+        )
+    ):
+        data = {topics[0]: data}
+    return {(t, b, int(q)): int(o) for t, bs in data.items() for b, qs in bs.items() for q, o in qs.items()}
 
 
 def resolve_start(
@@ -63,16 +77,11 @@ def resolve_start(
     """
     if lo <= start <= hi:
         return start, None
+    where = f"queue {key[0]}/{key[1]}/{key[2]}: requested offset {start}"
     if start < lo:
-        msg = (
-            f"queue {key[0]}/{key[1]}: requested offset {start} is below the broker's min offset {lo}; "
-            f"{lo - start} messages were deleted"
-        )
+        msg = f"{where} is below the broker's min offset {lo}; {lo - start} messages were deleted"
     else:
-        msg = (
-            f"queue {key[0]}/{key[1]}: requested offset {start} is past the broker's max offset {hi} "
-            "(the queue was recreated?)"
-        )
+        msg = f"{where} is past the broker's max offset {hi} (the queue was recreated?)"
     if fail_on_data_loss:
         raise DataLossError(
             msg + ". Some data may have been lost. Set the option failOnDataLoss to false to skip ahead "
@@ -115,7 +124,7 @@ def split_range(r: Range, max_records: int | None) -> list[Range]:
     if max_records is None or r.end - r.start <= max_records:
         return [r]
     return [
-        Range(r.broker_name, r.queue_id, s, min(s + max_records, r.end))
+        Range(r.topic, r.broker_name, r.queue_id, s, min(s + max_records, r.end))
         for s in range(r.start, r.end, max_records)
     ]
 
@@ -138,7 +147,7 @@ def split_for_min_partitions(ranges: list[Range], min_partitions: int | None) ->
             remaining -= this
             end = min(start + this, r.end)
             if end > start:
-                out.append(Range(r.broker_name, r.queue_id, start, end))
+                out.append(Range(r.topic, r.broker_name, r.queue_id, start, end))
             start = end
     return out
 

@@ -3,14 +3,21 @@
 Strategy: Spark hands options over as a case-insensitive map of strings; :func:`parse_options` turns
 them into a frozen, picklable :class:`SourceOptions` and raises :class:`ConfigError` naming the option
 and the value for anything wrong, before any query runs. Offsets given as JSON use the checkpoint's
-own shape, ``{"<broker name>": {"<queue id>": offset}}``, with -2 for earliest and -1 for latest (as
-the Kafka source).
+own shape, keyed by topic as the Kafka source's: ``{"<topic>": {"<broker name>": {"<queue id>":
+offset}}}``, with -2 for earliest and -1 for latest; a query of one topic also takes the shape of a
+single topic's offsets, ``{"<broker name>": {"<queue id>": offset}}`` (what its checkpoints held before
+several topics could be read).
+
+The topics read: ``topic`` (one, or a comma-separated list) or ``topicPattern`` (a regular expression
+that must match a whole topic name, Kafka's ``subscribePattern``), resolved against the name server's
+topic list when a query is planned.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -20,15 +27,18 @@ from ..config import ClientConfig, Credentials, TLSConfig
 from ..errors import ConfigError
 from ..protocol.filter import Selector, parse_tag_expression
 
-__all__ = ["EARLIEST", "LATEST", "QueueKey", "SourceOptions", "parse_offsets_json", "parse_options"]
+__all__ = [
+    "EARLIEST", "LATEST", "QueueKey", "SourceOptions", "credentials_option", "namesrv_option",
+    "parse_offsets_json", "parse_options", "tls_option",
+]  # fmt: skip
 
-#: a queue of the topic: (broker name, queue id)
-QueueKey = tuple[str, int]
+#: a queue of a topic read: (topic, broker name, queue id)
+QueueKey = tuple[str, str, int]
 EARLIEST = -2
 LATEST = -1
 
 _KNOWN = {
-    "namesrv", "topic", "startingoffsets", "endingoffsets", "startingoffsetsbytimestamp",
+    "namesrv", "topic", "topicpattern", "startingoffsets", "endingoffsets", "startingoffsetsbytimestamp",
     "startingtimestamp", "maxrecordspertrigger", "maxrecordsperpartition", "failondataloss", "tags",
     "group", "commitoffsets", "pullbatchsize", "requesttimeout", "path", "pullsinflight", "includeproperties",
     "minpartitions", "minoffsetspertrigger", "maxtriggerdelay", "sql", "onundecodable",
@@ -42,7 +52,10 @@ class SourceOptions:
     """Everything a reader needs, on the driver and on executors (plain data: picklable)."""
 
     namesrv: str
-    topic: str
+    #: the topics named by option topic (empty with topicPattern)
+    topics: tuple[str, ...]
+    #: option topicPattern: topics whose whole name matches it, looked up at each planning
+    topic_pattern: str | None
     starting: str | dict[QueueKey, int]  # "earliest" | "latest" | per queue
     ending: str | dict[QueueKey, int]
     starting_by_timestamp: dict[QueueKey, int] | None
@@ -83,30 +96,63 @@ class SourceOptions:
     #: worker allocated since (see :func:`~rmq_async.spark.bridge.freeze_worker_heap`)
     gc_freeze: bool = True
 
+    @property
+    def subject(self) -> str:
+        """The topics read, for messages: ``topic A``, ``topics A, B`` or ``topics matching 're'``."""
+        if self.topic_pattern is not None:
+            return f"topics matching {self.topic_pattern!r}"
+        return ("topic " if len(self.topics) == 1 else "topics ") + ", ".join(self.topics)
+
+    def matches(self, topic: str) -> bool:
+        """``topic`` is one of those this query reads."""
+        if self.topic_pattern is None:
+            return topic in self.topics
+        return re.fullmatch(self.topic_pattern, topic) is not None
+
 
 def _fail(name: str, value: object, why: str) -> ConfigError:
     return ConfigError(f"rocketmq source option '{name}': {why} (got {value!r})")
 
 
-def parse_offsets_json(name: str, text: str, *, allow_special: bool = True) -> dict[QueueKey, int]:
-    """``{"broker-a": {"0": 12, "1": -2}}`` -> ``{("broker-a", 0): 12, ("broker-a", 1): -2}``."""
+def parse_offsets_json(
+    name: str, text: str, topics: Sequence[str] = (), *, allow_special: bool = True
+) -> dict[QueueKey, int]:
+    """``{"T": {"broker-a": {"0": 12, "1": -2}}}`` -> ``{("T", "broker-a", 0): 12, ("T", "broker-a", 1):
+    -2}``.
+
+    When ``topics`` is exactly one topic, the shape of one topic's offsets (``{"broker-a": {"0":
+    12}}``, a value two levels down is a number) is read as that topic's."""
     try:
         raw = json.loads(text)
     except ValueError as exc:
         raise _fail(name, text, f"not valid JSON ({exc})") from None
+    shape = '{"<topic>": {"<broker name>": {"<queue id>": <offset>}}}'
     if not isinstance(raw, dict) or not raw:
-        raise _fail(name, text, 'expected {"<broker name>": {"<queue id>": <offset>}}')
+        raise _fail(name, text, f"expected {shape}")
+    if len(topics) == 1 and _one_topic_shape(raw):
+        raw = {topics[0]: raw}
     out: dict[QueueKey, int] = {}
-    for broker, queues in raw.items():
-        if not isinstance(queues, dict):
-            raise _fail(name, text, f"broker {broker!r} must map queue ids to offsets")
-        for qid, off in queues.items():
-            if not str(qid).isdigit() or isinstance(off, bool) or not isinstance(off, int):
-                raise _fail(name, text, f"queue {broker}/{qid}: ids and offsets must be integers")
-            if off < (EARLIEST if allow_special else 0):
-                raise _fail(name, text, f"queue {broker}/{qid}: offset {off} is invalid")
-            out[(str(broker), int(qid))] = off
+    for topic, brokers in raw.items():
+        if not isinstance(brokers, dict) or not all(isinstance(q, dict) for q in brokers.values()):
+            raise _fail(
+                name, text, f"topic {topic!r} must map broker names to {{queue id: offset}} ({shape})"
+            )
+        for broker, queues in brokers.items():
+            for qid, off in queues.items():
+                where = f"queue {topic}/{broker}/{qid}"
+                if not str(qid).isdigit() or isinstance(off, bool) or not isinstance(off, int):
+                    raise _fail(name, text, f"{where}: ids and offsets must be integers")
+                if off < (EARLIEST if allow_special else 0):
+                    raise _fail(name, text, f"{where}: offset {off} is invalid")
+                out[(str(topic), str(broker), int(qid))] = off
     return out
+
+
+def _one_topic_shape(raw: Mapping[str, object]) -> bool:
+    """``{"broker": {"qid": offset}}``: every value a dict of non-dicts."""
+    return all(
+        isinstance(v, dict) and v and not any(isinstance(x, dict) for x in v.values()) for v in raw.values()
+    )
 
 
 def _positive_int(opts: Mapping[str, str], name: str) -> int | None:
@@ -133,41 +179,53 @@ def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
 
 
 def _offsets(
-    opts: Mapping[str, str], name: str, default: str, allowed: tuple[str, ...]
+    opts: Mapping[str, str], name: str, default: str, allowed: tuple[str, ...], topics: Sequence[str]
 ) -> str | dict[QueueKey, int]:
     value = opts.get(name.lower(), default).strip()
     if value.lower() in allowed:
         return value.lower()
     if value.startswith("{"):
-        return parse_offsets_json(name, value)
+        return parse_offsets_json(name, value, topics)
     raise _fail(name, value, f"expected {' or '.join(repr(a) for a in allowed)} or a JSON object per queue")
 
 
-def _credentials(opts: Mapping[str, str]) -> Credentials | None:
+def namesrv_option(opts: Mapping[str, str], who: str = "source") -> str:
+    """Option namesrv (keys lower-cased), checked as a client's name server list."""
+    namesrv = opts.get("namesrv")
+    if not namesrv:
+        raise ConfigError(f"rocketmq {who} option 'namesrv' is required (host:port of a name server)")
+    try:
+        ClientConfig(namesrv_addr=namesrv)
+    except ConfigError as exc:
+        raise ConfigError(f"rocketmq {who} option 'namesrv': {exc} (got {namesrv!r})") from None
+    return namesrv
+
+
+def credentials_option(opts: Mapping[str, str], who: str = "source") -> Credentials | None:
     """accessKey + secretKey (+ securityToken); errors name the options, never their values."""
     ak, sk, token = opts.get("accesskey"), opts.get("secretkey"), opts.get("securitytoken")
     if not ak:
         if sk or token:
-            raise ConfigError("rocketmq source option 'secretKey'/'securityToken' needs 'accessKey'")
+            raise ConfigError(f"rocketmq {who} option 'secretKey'/'securityToken' needs 'accessKey'")
         return None
     if not sk:
-        raise ConfigError("rocketmq source option 'accessKey' needs 'secretKey'")
+        raise ConfigError(f"rocketmq {who} option 'accessKey' needs 'secretKey'")
     try:
         return Credentials(
             access_key=ak, secret_key=SecretStr(sk), security_token=SecretStr(token) if token else None
         )
     except ConfigError as exc:
-        raise ConfigError(f"rocketmq source ACL options: {exc}") from None
+        raise ConfigError(f"rocketmq {who} ACL options: {exc}") from None
 
 
-def _tls(opts: Mapping[str, str]) -> TLSConfig | Literal[False] | None:
+def tls_option(opts: Mapping[str, str], who: str = "source") -> TLSConfig | Literal[False] | None:
     """The TLS options; any ``tls*`` option but ``tls=false`` turns TLS on. The key password is never
     echoed (it reaches the executors as a SecretStr)."""
     names = ("tlscafile", "tlsinsecure", "tlscertfile", "tlskeyfile", "tlskeypassword", "tlsserverhostname")
     on = _bool(opts, "tls", False) if "tls" in opts else None
     if on is False:
         if any(n in opts for n in names):
-            raise ConfigError("rocketmq source option 'tls' is false but other tls* options are set")
+            raise ConfigError(f"rocketmq {who} option 'tls' is false but other tls* options are set")
         return False
     if not on and not any(n in opts for n in names):
         return None
@@ -181,7 +239,7 @@ def _tls(opts: Mapping[str, str]) -> TLSConfig | Literal[False] | None:
             server_hostname=opts.get("tlsserverhostname") or None,
         )
     except ConfigError as exc:
-        raise ConfigError(f"rocketmq source TLS options: {exc}") from None
+        raise ConfigError(f"rocketmq {who} TLS options: {exc}") from None
 
 
 def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -190,26 +248,18 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     unknown = sorted(set(opts) - _KNOWN)
     if unknown:
         raise ConfigError(f"rocketmq source: unknown option(s) {unknown}")
-    namesrv = opts.get("namesrv")
-    if not namesrv:
-        raise ConfigError("rocketmq source option 'namesrv' is required (host:port of a name server)")
-    try:
-        ClientConfig(namesrv_addr=namesrv)
-    except ConfigError as exc:
-        raise _fail("namesrv", namesrv, str(exc)) from None
-    topic = opts.get("topic")
-    if not topic:
-        raise ConfigError("rocketmq source option 'topic' is required")
+    namesrv = namesrv_option(opts)
+    topics, pattern = _topics(opts)
     starting = _offsets(
-        opts, "startingOffsets", "latest" if streaming else "earliest", ("earliest", "latest")
+        opts, "startingOffsets", "latest" if streaming else "earliest", ("earliest", "latest"), topics
     )
     if streaming and "endingoffsets" in opts:
         raise _fail("endingOffsets", opts["endingoffsets"], "is for batch reads only")
-    ending = _offsets(opts, "endingOffsets", "latest", ("latest",))
+    ending = _offsets(opts, "endingOffsets", "latest", ("latest",), topics)
     by_ts = None
     if "startingoffsetsbytimestamp" in opts:
         by_ts = parse_offsets_json(
-            "startingOffsetsByTimestamp", opts["startingoffsetsbytimestamp"], allow_special=False
+            "startingOffsetsByTimestamp", opts["startingoffsetsbytimestamp"], topics, allow_special=False
         )
     ts_value = opts.get("startingtimestamp")
     starting_ts = None
@@ -257,7 +307,8 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         raise _fail("pullsInFlight", inflight, "must be at most 64")
     return SourceOptions(
         namesrv=namesrv,
-        topic=topic,
+        topics=topics,
+        topic_pattern=pattern,
         starting=starting,
         ending=ending,
         starting_by_timestamp=by_ts,
@@ -270,8 +321,8 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         commit_offsets=_bool(opts, "commitOffsets", False),
         pull_batch_size=batch,
         request_timeout=timeout,
-        credentials=_credentials(opts),
-        tls=_tls(opts),
+        credentials=credentials_option(opts),
+        tls=tls_option(opts),
         pulls_in_flight=inflight,
         include_properties=_bool(opts, "includeProperties", True),
         min_partitions=_positive_int(opts, "minPartitions"),
@@ -281,6 +332,25 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         on_undecodable=_undecodable_policy(opts),
         gc_freeze=_bool(opts, "gcFreeze", True),
     )
+
+
+def _topics(opts: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:
+    """Options topic (a comma-separated list) and topicPattern: exactly one of them."""
+    topic, pattern = opts.get("topic"), opts.get("topicpattern")
+    if topic is not None and pattern is not None:
+        raise ConfigError("rocketmq source options 'topic' and 'topicPattern' cannot be combined")
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise _fail("topicPattern", pattern, f"not a regular expression ({exc})") from None
+        if not pattern:
+            raise _fail("topicPattern", pattern, "is empty")
+        return (), pattern
+    names = tuple(dict.fromkeys(t.strip() for t in (topic or "").split(",") if t.strip()))
+    if not names:
+        raise ConfigError("rocketmq source option 'topic' (or 'topicPattern') is required")
+    return names, None
 
 
 def _undecodable_policy(opts: Mapping[str, str]) -> Literal["fail", "skip"]:

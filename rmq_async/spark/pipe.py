@@ -239,7 +239,7 @@ def pull_range(
 
     New pulls go out together once at most a quarter of ``depth`` is still in flight (fewer, larger
     writes on both ends of the connection; the broker still has those to answer meanwhile)."""
-    key = (r.broker_name, r.queue_id)
+    key = (r.topic, r.broker_name, r.queue_id)
     slots: collections.deque[_Slot] = collections.deque()
     inflight: dict[int, tuple[_Slot, int, int]] = {}  # opaque -> slot, offset and count asked
     queued: list[_Slot] = []  # slots whose next pull is due

@@ -3,8 +3,12 @@
 Strategy: the driver plans, executors read. Planning (queues, min/max offsets, timestamp searches,
 data-loss checks, read limits) runs on the driver through one :class:`Bridge` (a blocking portal);
 each input partition is a :class:`Range` of one queue, read on an executor by :func:`read_range` with
-plain pulls. Offsets in the checkpoint are ``{"<broker>": {"<queue id>": next offset}}``. Readers and
-partitions hold plain data only, so they pickle; the bridge is rebuilt where needed, never shipped.
+plain pulls. Offsets in the checkpoint are ``{"<topic>": {"<broker>": {"<queue id>": next offset}}}``
+(keyed by topic as the Kafka source's). Several topics are read with option ``topic`` as a
+comma-separated list or ``topicPattern``; the topics and their queues are looked up at every
+planning, so a stream picks up a new topic (and a new queue) in its next micro-batch, from its first
+message. Readers and partitions hold plain data only, so they pickle; the bridge is rebuilt where
+needed, never shipped.
 
 Register with ``spark.dataSource.register(RocketMQDataSource)``, then
 ``spark.read.format("rocketmq").option("namesrv", "host:port").option("topic", "T").load()`` or
@@ -38,6 +42,7 @@ from .offsets import (
     trigger_ready,
 )
 from .options import EARLIEST, LATEST, QueueKey, SourceOptions, parse_options
+from .sink import RocketMQStreamWriter, RocketMQWriter, sink_writer, stream_writer
 
 __all__ = ["SCHEMA", "RocketMQBatchReader", "RocketMQDataSource", "RocketMQPartition", "RocketMQStreamReader"]
 
@@ -87,7 +92,7 @@ def _starting(
 def _checked(opts: SourceOptions, key: QueueKey, start: int, lo: int, hi: int) -> int:
     begin, warning = resolve_start(key, start, lo, hi, fail_on_data_loss=opts.fail_on_data_loss)
     if warning:
-        log.warning("topic %s: %s", opts.topic, warning)
+        log.warning("topic %s: %s", key[0], warning)
     return begin
 
 
@@ -99,7 +104,8 @@ def _partitions(opts: SourceOptions, ranges: list[Range]) -> list[RocketMQPartit
 
 
 class RocketMQDataSource(DataSource):
-    """The ``rocketmq`` format: batch and streaming reads of one topic."""
+    """The ``rocketmq`` format: batch and streaming reads of one or more topics, and writes
+    (:mod:`.sink`)."""
 
     @classmethod
     def name(cls) -> str:
@@ -116,6 +122,12 @@ class RocketMQDataSource(DataSource):
 
     def streamReader(self, schema: Any) -> RocketMQStreamReader:
         return RocketMQStreamReader(parse_options(self.options, streaming=True))
+
+    def writer(self, schema: Any, overwrite: bool) -> RocketMQWriter:
+        return sink_writer(self.options, schema, overwrite)
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> RocketMQStreamWriter:
+        return stream_writer(self.options, schema, overwrite)
 
 
 class RocketMQBatchReader(DataSourceReader):
@@ -147,7 +159,7 @@ class RocketMQBatchReader(DataSourceReader):
                 end = opts.ending.get(key, LATEST)
                 end = hi if end == LATEST else lo if end == EARLIEST else min(end, hi)
             begin = _checked(opts, key, start[key], lo, hi)
-            ranges.append(Range(key[0], key[1], begin, end))
+            ranges.append(Range(*key, begin, end))
         return _partitions(opts, ranges)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -204,7 +216,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         bounds = self._bounds()
         self._latest = {k: hi for k, (_, hi) in bounds.items()}
-        old = from_json(start)
+        old = from_json(start, self.opts.topics)
         begin = {}
         for key, (lo, hi) in bounds.items():
             # a queue not in the checkpoint is new: read it from its beginning (as Kafka does)
@@ -230,14 +242,14 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return to_json(self._latest) if self._latest is not None else None
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[RocketMQPartition]:
-        s, e = from_json(start), from_json(end)
+        s, e = from_json(start, self.opts.topics), from_json(end, self.opts.topics)
         ranges = []
         for key, stop in sorted(e.items()):
             begin = s.get(key)
             if begin is None or begin > stop:
                 # new queue, or reset by latestOffset's data-loss handling: [min offset, stop)
                 begin = self.bridge.bounds([key])[key][0] if stop > 0 else 0
-            ranges.append(Range(key[0], key[1], begin, stop))
+            ranges.append(Range(*key, begin, stop))
         return _partitions(self.opts, ranges)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -250,13 +262,10 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         each batch as soon as it completes."""
         if self.opts.commit_offsets:
             try:
-                self.bridge.commit(from_json(end))
+                self.bridge.commit(from_json(end, self.opts.topics))
             except Exception as exc:  # lag reporting only: never fail the query for it
                 log.warning(
-                    "committing offsets of topic %s to group %s failed: %s",
-                    self.opts.topic,
-                    self.opts.group,
-                    exc,
+                    "committing offsets of %s to group %s failed: %s", self.opts.subject, self.opts.group, exc
                 )
 
     def stop(self) -> None:

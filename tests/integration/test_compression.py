@@ -184,17 +184,17 @@ async def test_spark_source_read_path(
     async def read(r: Range, *, skip: bool = False) -> Any:
         async with Session(opts) as s:
             chunks = await pull_chunks(s, opts, r, 2)
-            return build_batch(chunks, opts.topic, r.broker_name, tags=s.tags, skip_undecodable=skip)
+            return build_batch(chunks, r.topic, r.broker_name, tags=s.tags, skip_undecodable=skip)
 
-    batch = await read(Range(mq.broker_name, mq.queue_id, 0, N))
+    batch = await read(Range(mq.topic, mq.broker_name, mq.queue_id, 0, N))
     assert batch.column("queue_offset").to_pylist() == list(range(N))
     assert batch.column("body").to_pylist() == [body_of(i) for i in range(N)]
     cluster5.brokers[0].store.corrupt(topic, mq.queue_id, 17)
     with pytest.raises(UndecodableMessageError, match="offset 17"):
-        await read(Range(mq.broker_name, mq.queue_id, 0, N))
+        await read(Range(mq.topic, mq.broker_name, mq.queue_id, 0, N))
     # onUndecodable=skip: the others in order, the bad one left out with an ERROR record naming it
     with caplog.at_level(logging.ERROR, logger="rmq_async.spark"):
-        batch = await read(Range(mq.broker_name, mq.queue_id, 0, N), skip=True)
+        batch = await read(Range(mq.topic, mq.broker_name, mq.queue_id, 0, N), skip=True)
     assert batch.column("queue_offset").to_pylist() == [i for i in range(N) if i != 17]
     assert batch.column("body").to_pylist() == [body_of(i) for i in range(N) if i != 17]
     assert any(

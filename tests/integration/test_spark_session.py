@@ -41,8 +41,8 @@ async def test_spark_executor_reads_a_broker_whose_master_is_down(
         opts = parse_options({"namesrv": ns.addr, "topic": topic, "requestTimeout": "3"}, streaming=False)
         async with Session(opts) as s:
             keys = await s.queues()
-            broker_name = keys[0][0]
-            msgs, nxt = await s.read_chunk(Range(broker_name, 0, 0, 2), 0, 100)
+            broker_name = keys[0][1]
+            msgs, nxt = await s.read_chunk(Range(topic, broker_name, 0, 0, 2), 0, 100)
     assert [m.queue_offset for m in msgs] == [0, 1] and nxt == 2
 
 
@@ -75,7 +75,7 @@ async def test_spark_commit_writes_offsets_without_joining_the_group(
                 assert exc.code == 1, exc
                 members = []
             assert members == [], f"the Spark driver stayed a member of {group}: {members}"
-            for _broker, qid in keys:
+            for _topic, _broker, qid in keys:
                 assert await query_offset(addr, group, topic, qid) == 2
 
 
@@ -112,7 +112,7 @@ async def test_spark_planning_requests_of_all_queues_go_out_together(
             t0 = anyio.current_time()
             bounds = await s.bounds(keys)
             took = anyio.current_time() - t0
-            assert bounds == {k: (0, per_queue.get(k[1], 0)) for k in keys}
+            assert bounds == {k: (0, per_queue.get(k[2], 0)) for k in keys}
             assert hold <= took < 16 * hold / 2, f"bounds of 8 queues took {took:.2f} s"
 
             faults.delay(RequestCode.UPDATE_CONSUMER_OFFSET, hold)
@@ -122,7 +122,7 @@ async def test_spark_planning_requests_of_all_queues_go_out_together(
             assert hold <= took < 8 * hold / 2, f"a commit of 8 queues took {took:.2f} s"
             faults.clear()
             addr = cluster.brokers[0].addr
-            for _broker, qid in keys:
+            for _topic, _broker, qid in keys:
                 assert await query_offset(addr, group, topic, qid) == 1
 
 

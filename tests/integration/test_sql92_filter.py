@@ -413,9 +413,9 @@ async def test_spark_source_option_sql(timing: Timing) -> None:
         opts = parse_options({"namesrv": ns, "topic": topic, "sql": SQL1}, streaming=False)
         got: list[str] = []
         async with Session(opts) as session:
-            for broker_name, queue_id in await session.queues():
-                end = (await session.bounds([(broker_name, queue_id)]))[(broker_name, queue_id)][1]
-                offset, r = 0, Range(broker_name, queue_id, 0, end)
+            for key in await session.queues():
+                end = (await session.bounds([key]))[key][1]
+                offset, r = 0, Range(*key, 0, end)
                 while offset < end:
                     msgs, offset = await session.read_chunk(r, offset, 1000)
                     got.extend(m.body.decode() for m in msgs)

@@ -512,10 +512,10 @@ def test_spark_executor_pulls_over_verified_tls(run: Run, certs: Certs, timing: 
                 streaming=False,
             )
             async with Session(opts) as s:
-                chunks = await pull_chunks(s, opts, Range(broker, 0, 0, 40))
+                chunks = await pull_chunks(s, opts, Range("TlsSpark", broker, 0, 0, 40))
                 got = build_batch(chunks, "TlsSpark", broker)
                 assert got.column("keys").to_pylist() == [f"k{i}" for i in range(40)]
-                addr = await s._addr((broker, 0))
+                addr = await s._addr(("TlsSpark", broker, 0))
                 s.client.tls = certs.client_tls(ca_file=certs.wrong_ca)  # the sockets' settings
                 s._ssl = None
                 with pytest.raises(TLSError, match="verification failed"):

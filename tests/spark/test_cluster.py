@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from support.spark_cluster import ClusterHandle
+from support.spark_pipeline import check_pipeline
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 
@@ -113,3 +114,10 @@ def test_stream_restart_in_executor_processes(cluster_spark: Any, rmq: ClusterHa
     assert last["latestOffset"] is not None  # reportLatestOffset: lag = latestOffset - endOffset
     keys = [r.keys for r in spark.read.parquet(str(out)).select("keys").collect()]
     assert len(keys) == 240 and set(keys) == {f"k-{i}" for i in range(240)}
+
+
+@pytest.mark.slow
+def test_topic_to_topic_in_executor_processes(cluster_spark: Any, rmq: ClusterHandle, tmp_path: Path) -> None:
+    """examples/spark_topic_to_topic.py with executors in their own processes: the sink's producers
+    live in the executors' Python workers; every event at least once, exactly once by message id."""
+    check_pipeline(cluster_spark, rmq, tmp_path, 200)

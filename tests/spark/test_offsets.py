@@ -22,7 +22,7 @@ from rmq_async.spark.offsets import (
 )
 from rmq_async.spark.options import parse_options
 
-K = ("broker-a", 0)
+K = ("T", "broker-a", 0)
 
 
 def test_resolve_start() -> None:
@@ -37,19 +37,24 @@ def test_resolve_start() -> None:
 
 
 def test_json_round_trip() -> None:
-    offs = {("broker-a", 0): 3, ("broker-b", 12): 0}
-    assert to_json(offs) == {"broker-a": {"0": 3}, "broker-b": {"12": 0}}
+    offs = {("T", "broker-a", 0): 3, ("T", "broker-b", 12): 0, ("U", "broker-a", 1): 7}
+    assert to_json(offs) == {"T": {"broker-a": {"0": 3}, "broker-b": {"12": 0}}, "U": {"broker-a": {"1": 7}}}
     assert from_json(to_json(offs)) == offs
+    assert from_json(to_json(offs), ["T"]) == offs  # the shape of several topics is never re-read
+    # a one-topic query's checkpoint before several topics could be read
+    assert from_json({"broker-a": {"0": 3}}, ["T"]) == {("T", "broker-a", 0): 3}
 
 
 offsets = st.dictionaries(
-    st.tuples(st.sampled_from("ab"), st.integers(0, 7)), st.integers(0, 100), min_size=1
+    st.tuples(st.sampled_from("TU"), st.sampled_from("ab"), st.integers(0, 7)),
+    st.integers(0, 100),
+    min_size=1,
 )
 
 
 @given(offsets, st.data(), st.one_of(st.none(), st.integers(1, 300)))
 def test_limit_offsets_bounds_rows(
-    start: dict[tuple[str, int], int], data: st.DataObject, limit: int | None
+    start: dict[tuple[str, str, int], int], data: st.DataObject, limit: int | None
 ) -> None:
     latest = {k: v + data.draw(st.integers(0, 50)) for k, v in start.items()}
     ends = limit_offsets(start, latest, limit)
@@ -60,15 +65,15 @@ def test_limit_offsets_bounds_rows(
 
 
 def test_split_range() -> None:
-    r = Range("broker-a", 1, 10, 35)
+    r = Range("T", "broker-a", 1, 10, 35)
     assert split_range(r, None) == [r]
     parts = split_range(r, 10)
     assert [(p.start, p.end) for p in parts] == [(10, 20), (20, 30), (30, 35)]
 
 
 def test_split_for_min_partitions_as_kafka() -> None:
-    a, b = Range("broker-a", 0, 0, 100), Range("broker-a", 1, 50, 60)
-    assert split_for_min_partitions([a, b, Range("broker-a", 2, 7, 7)], None) == [a, b]
+    a, b = Range("T", "broker-a", 0, 0, 100), Range("T", "broker-a", 1, 50, 60)
+    assert split_for_min_partitions([a, b, Range("T", "broker-a", 2, 7, 7)], None) == [a, b]
     assert split_for_min_partitions([a, b], 2) == [a, b]
     parts = split_for_min_partitions([a, b], 8)  # 100/110*8 -> 7 pieces, 10/110*8 -> 1
     assert [(p.queue_id, p.start, p.end) for p in parts] == [
@@ -84,7 +89,7 @@ ranges = st.lists(
 
 @given(ranges, st.integers(1, 40))
 def test_split_for_min_partitions_covers_each_range_once(rs: list[tuple[int, int, int]], k: int) -> None:
-    given_ranges = [Range("b", i, s, s + n) for i, (_, s, n) in enumerate(rs)]  # one range per queue
+    given_ranges = [Range("T", "b", i, s, s + n) for i, (_, s, n) in enumerate(rs)]  # one range per queue
     parts = split_for_min_partitions(given_ranges, k)
     for r in given_ranges:
         mine = sorted((p.start, p.end) for p in parts if p.queue_id == r.queue_id)
@@ -108,7 +113,11 @@ def test_trigger_ready() -> None:
     [
         ({"topic": "T"}, "'namesrv' is required"),
         ({"namesrv": "nohost", "topic": "T"}, "'namesrv'"),
-        ({"namesrv": "h:1"}, "'topic' is required"),
+        ({"namesrv": "h:1"}, "'topic' .or 'topicPattern'. is required"),
+        ({"namesrv": "h:1", "topic": " , "}, "'topic' .or 'topicPattern'. is required"),
+        ({"namesrv": "h:1", "topic": "T", "topicPattern": "T.*"}, "cannot be combined"),
+        ({"namesrv": "h:1", "topicPattern": "T(["}, "'topicPattern': not a regular expression"),
+        ({"namesrv": "h:1", "topic": "T,U", "startingOffsets": '{"b": {"0": 1}}'}, "must map broker names"),
         ({"namesrv": "h:1", "topic": "T", "maxRecordsPerTrigger": "0"}, "'maxRecordsPerTrigger'"),
         ({"namesrv": "h:1", "topic": "T", "startingOffsets": "{bad"}, "'startingOffsets': not valid JSON"),
         ({"namesrv": "h:1", "topic": "T", "startingOffsets": '{"b": {"x": 1}}'}, "must be integers"),
@@ -134,7 +143,21 @@ def test_good_options() -> None:
          "failOnDataLoss": "False", "maxRecordsPerTrigger": "100", "tags": "A || B"},
         streaming=True,
     )  # fmt: skip
-    assert o.starting == {("broker-a", 0): 5, ("broker-a", 1): -2}
+    assert o.starting == {("T", "broker-a", 0): 5, ("T", "broker-a", 1): -2}
+    assert o.topics == ("T",) and o.topic_pattern is None and o.subject == "topic T"
+    many = parse_options(
+        {
+            "namesrv": "h:1",
+            "topic": "A, B,A",
+            "startingOffsets": '{"A": {"b": {"0": 3}}, "B": {"b": {"1": -1}}}',
+        },
+        streaming=True,
+    )
+    assert many.topics == ("A", "B") and many.subject == "topics A, B"
+    assert many.starting == {("A", "b", 0): 3, ("B", "b", 1): -1}
+    pat = parse_options({"namesrv": "h:1", "topicPattern": "Orders-.*"}, streaming=False)
+    assert pat.topics == () and pat.matches("Orders-eu") and not pat.matches("xOrders-eu")
+    assert not pat.matches("Orders")  # the whole name must match (Kafka's subscribePattern)
     assert not o.fail_on_data_loss and o.max_records_per_trigger == 100 and o.tags == "A || B"
     assert parse_options({"namesrv": "h:1", "topic": "T"}, streaming=False).starting == "earliest"
     o = parse_options(

@@ -130,7 +130,7 @@ def test_answers_out_of_order_and_short_come_out_in_offset_order() -> None:
     # follow-up pulls, and slots finish out of order
     broker = Broker(lambda reqs: [answer(q, short=5) for q in reversed(reqs)])
     try:
-        chunks, closed, released = read(broker, Range("b", 0, 10, 210))
+        chunks, closed, released = read(broker, Range("T", "b", 0, 10, 210))
     finally:
         broker.close()
     los = [c.lo for c in chunks]
@@ -177,7 +177,7 @@ def test_pulls_in_flight_when_a_write_fails_are_sent_again() -> None:
 
     try:
         gen = pull_range(
-            connect, lambda c: None, template(), Range("b", 0, 0, 32 * 40), depth=16, batch=32,
+            connect, lambda c: None, template(), Range("T", "b", 0, 0, 32 * 40), depth=16, batch=32,
             filtered=False, fail_on_data_loss=True, warn=lambda w: None,
         )  # fmt: skip
         started = time.monotonic()
@@ -201,7 +201,7 @@ def test_a_connection_closed_by_the_broker_is_replaced_and_the_pulls_sent_again(
 
     broker = Broker(script)
     try:
-        chunks, closed, released = read(broker, Range("b", 0, 0, 1000), depth=2)
+        chunks, closed, released = read(broker, Range("T", "b", 0, 0, 1000), depth=2)
     finally:
         broker.close()
     assert [c.lo for c in chunks] == list(range(0, 1000, 32))
@@ -212,7 +212,7 @@ def test_a_broker_that_keeps_closing_fails_the_read() -> None:
     broker = Broker(lambda reqs: None)
     try:
         with pytest.raises(ConnectionClosed, match="failed 4 times"):
-            read(broker, Range("b", 0, 0, 100))
+            read(broker, Range("T", "b", 0, 0, 100))
     finally:
         broker.close()
     assert broker.connections == 4
@@ -223,7 +223,7 @@ def test_a_broker_that_never_answers_times_out() -> None:
     t0 = time.monotonic()
     try:
         with pytest.raises(RequestTimeout, match=r"no response within 0\.300s"):
-            read(broker, Range("b", 0, 0, 100), timeout=0.3)
+            read(broker, Range("T", "b", 0, 0, 100), timeout=0.3)
     finally:
         broker.close()
     assert time.monotonic() - t0 < 5
@@ -232,7 +232,7 @@ def test_a_broker_that_never_answers_times_out() -> None:
 def test_the_queue_ending_before_the_plan_ends_the_read() -> None:
     broker = Broker(lambda reqs: [answer(q, end=70) for q in reqs])
     try:
-        chunks, closed, released = read(broker, Range("b", 0, 0, 200))
+        chunks, closed, released = read(broker, Range("T", "b", 0, 0, 200))
     finally:
         broker.close()
     assert [c.lo for c in chunks] == [0, 32, 64]
@@ -250,7 +250,7 @@ def test_a_read_abandoned_half_way_closes_its_connection() -> None:
             return conn[-1]
 
         gen = pull_range(
-            connect, released.append, template(), Range("b", 0, 0, 10_000), depth=4, batch=32,
+            connect, released.append, template(), Range("T", "b", 0, 0, 10_000), depth=4, batch=32,
             filtered=False, fail_on_data_loss=True, warn=lambda w: None,
         )  # fmt: skip
         next(gen)

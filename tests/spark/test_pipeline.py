@@ -29,7 +29,7 @@ pytestmark = pytest.mark.timeout(60)
 async def read(opts: Any, r: Range, depth: int = 4) -> Any:
     async with Session(opts) as s:
         chunks = await pull_chunks(s, opts, r, depth)
-        return build_batch(chunks, opts.topic, r.broker_name, tags=s.tags) if chunks else None
+        return build_batch(chunks, r.topic, r.broker_name, tags=s.tags) if chunks else None
 
 
 async def test_a_planned_range_that_now_crosses_the_min_offset() -> None:
@@ -37,7 +37,7 @@ async def test_a_planned_range_that_now_crosses_the_min_offset() -> None:
         await cluster.create_topic("PipeHead", 1)
         await produce(cluster.namesrv_addr, "PipeHead", 1300)
         broker = cluster.brokers[0].name
-        r = Range(broker, 0, 0, 1300)  # planned before retention deleted the head
+        r = Range("PipeHead", broker, 0, 0, 1300)  # planned before retention deleted the head
         cluster.truncate_head("PipeHead", 700)
         opts = parse_options(
             {"namesrv": cluster.namesrv_addr, "topic": "PipeHead", "failOnDataLoss": "false"}, streaming=False
@@ -67,8 +67,8 @@ async def test_tag_filter_and_compressed_bodies() -> None:
         rows: dict[str, bytes] = {}
         async with Session(opts) as s:
             bounds = await s.bounds(await s.queues())
-        for (b, q), (lo, hi) in bounds.items():
-            got = await read(opts, Range(b, q, lo, hi), depth=3)
+        for (t, b, q), (lo, hi) in bounds.items():
+            got = await read(opts, Range(t, b, q, lo, hi), depth=3)
             for row in got.to_pylist() if got is not None else []:
                 assert row["keys"] not in rows
                 rows[row["keys"]] = row["body"]
@@ -82,7 +82,7 @@ async def test_a_client_writing_binary_headers_pulls_with_binary_frames() -> Non
     async with EmbeddedCluster(queues=1, timing=Timing.fast()) as cluster:
         await cluster.create_topic("PipeBinary", 1)
         await produce(cluster.namesrv_addr, "PipeBinary", 300)
-        r = Range(cluster.brokers[0].name, 0, 0, 300)
+        r = Range("PipeBinary", cluster.brokers[0].name, 0, 0, 300)
         opts = parse_options({"namesrv": cluster.namesrv_addr, "topic": "PipeBinary"}, streaming=False)
         async with Session(opts) as s:
             api = s.client.api
@@ -90,7 +90,7 @@ async def test_a_client_writing_binary_headers_pulls_with_binary_frames() -> Non
             assert s.template(r).base.serialize_type == SerializeType.ROCKETMQ
             assert s.template(r).frame(0, 32, 1)[4] == SerializeType.ROCKETMQ  # the header type byte
             chunks = await pull_chunks(s, opts, r)
-        got = build_batch(chunks, opts.topic, r.broker_name, tags=frozenset())
+        got = build_batch(chunks, r.topic, r.broker_name, tags=frozenset())
         assert got.column("queue_offset").to_pylist() == list(range(300))
 
 
@@ -106,16 +106,20 @@ def test_partitions_of_a_worker_share_one_client() -> None:
             opts = parse_options({"namesrv": cluster.namesrv_addr, "topic": "PipeShare"}, streaming=False)
             broker = cluster.brokers[0].name
             try:
-                n = sum(b.num_rows for q in (0, 1) for b in read_range(opts, Range(broker, q, 0, 100)))
+                n = sum(
+                    b.num_rows
+                    for q in (0, 1)
+                    for b in read_range(opts, Range("PipeShare", broker, q, 0, 100))
+                )
                 worker = bridge._worker
                 assert worker is not None and len(worker.sessions) == 1
                 # and one broker connection, idle between the partitions
                 assert [len(v) for v in worker.idle.values()] == [1]
                 # a partition abandoned half way (Spark's limit) leaves the client usable
-                gen = read_range(opts, Range(broker, 0, 0, 100))
+                gen = read_range(opts, Range("PipeShare", broker, 0, 0, 100))
                 next(gen)
                 gen.close()  # type: ignore[attr-defined]
-                again = sum(b.num_rows for b in read_range(opts, Range(broker, 1, 0, 100)))
+                again = sum(b.num_rows for b in read_range(opts, Range("PipeShare", broker, 1, 0, 100)))
             finally:
                 bridge._close_worker()
     assert n == 80 and again > 0
@@ -143,7 +147,7 @@ def test_a_worker_freezes_its_heap_once_after_its_first_partition() -> None:
             on = parse_options(base, streaming=False)
             off = parse_options({**base, "gcFreeze": "false"}, streaming=False)
             assert on.gc_freeze and not off.gc_freeze
-            part = InputPartition(Range(cluster.brokers[0].name, 0, 0, 40))
+            part = InputPartition(Range("PipeFreeze", cluster.brokers[0].name, 0, 0, 40))
             before = gc.get_freeze_count()
             try:
                 assert rows(off, part) == 40

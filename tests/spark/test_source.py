@@ -167,7 +167,7 @@ def test_commit_listener_commits_the_latest_completed_batch(
     rmq.create_topic(topic)
     sent = rmq.produce(topic, 24)
     ends = {
-        ("broker-a", q): 1 + max(r.queue_offset for r in sent if r.message_queue.queue_id == q)
+        (topic, "broker-a", q): 1 + max(r.queue_offset for r in sent if r.message_queue.queue_id == q)
         for q in range(4)
     }
     listener = OffsetCommitListener(rmq.namesrv, topic, "spark_listener_cg", query_name="commit_q")
@@ -189,11 +189,11 @@ def test_commit_listener_commits_the_latest_completed_batch(
         q.awaitTermination(120)
         assert q.exception() is None
         assert listener.wait_committed(ends, 30), listener.committed
-        assert queue_lag(q.lastProgress["sources"][0]) == {"broker-a": {str(i): 0 for i in range(4)}}
+        assert queue_lag(q.lastProgress["sources"][0]) == {topic: {"broker-a": {str(i): 0 for i in range(4)}}}
     finally:
         spark.streams.removeListener(listener)
         listener.close()
-    assert rmq.committed("spark_listener_cg", topic) == {q: off for (_, q), off in ends.items()}
+    assert rmq.committed("spark_listener_cg", topic) == {q: off for (_, _, q), off in ends.items()}
 
 
 @pytest.mark.parametrize(
@@ -209,3 +209,42 @@ def test_bad_option_fails_naming_it(spark: Any, rmq: ClusterHandle, option: str,
     )
     with pytest.raises(Exception, match=option):
         reader.load()
+
+
+def test_several_topics_by_list_and_by_pattern(spark: Any, rmq: ClusterHandle, tmp_path: Path) -> None:
+    """topic as a list and topicPattern (a whole-name match) read the same rows, each with its topic;
+    a pattern stream restarted on its checkpoint picks up a topic made since, from its first message,
+    and its offsets are keyed by topic."""
+    for t in ("MultiA", "MultiB", "MultiAB-not"):
+        rmq.create_topic(t, 2)
+    rmq.produce("MultiA", 20)
+    rmq.produce("MultiB", 10, start=100)
+    rmq.produce("MultiAB-not", 5, start=900)
+
+    def batch(**opts: str) -> list[tuple[str, str]]:
+        reader = spark.read.format("rocketmq").option("namesrv", rmq.namesrv)
+        for k, v in opts.items():
+            reader = reader.option(k, v)
+        return sorted((r.topic, r.keys) for r in reader.load().collect())
+
+    want = sorted([("MultiA", f"k-{i}") for i in range(20)] + [("MultiB", f"k-{i}") for i in range(100, 110)])
+    assert batch(topic="MultiA, MultiB") == want
+    assert batch(topicPattern="Multi[AB]") == want
+    # a stream of a pattern: MultiP2 appears between two runs on one checkpoint
+    rmq.create_topic("MultiP1", 2)
+    rmq.produce("MultiP1", 8)
+    opts = {"namesrv": rmq.namesrv, "topicPattern": "MultiP[0-9]", "startingOffsets": "earliest"}
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    run_available_now(spark, opts, out, ckpt)
+    rmq.create_topic("MultiP2", 2)
+    rmq.produce("MultiP2", 6, start=500)
+    rmq.produce("MultiP1", 3, start=8)
+    run_available_now(spark, opts, out, ckpt)
+    got = sorted((r.topic, r.keys) for r in spark.read.parquet(str(out)).select("topic", "keys").collect())
+    assert got == sorted(
+        [("MultiP1", f"k-{i}") for i in range(11)] + [("MultiP2", f"k-{i}") for i in range(500, 506)]
+    )
+    last = max((p for p in (ckpt / "offsets").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    offsets = json.loads(last.read_text().splitlines()[-1])
+    assert set(offsets) == {"MultiP1", "MultiP2"} and set(offsets["MultiP2"]) == {"broker-a"}
+    assert sum(offsets["MultiP2"]["broker-a"].values()) == 6

@@ -15,7 +15,7 @@ from rmq_async.spark.pipe import BrokerSocket, pull_range
 
 async def pull_chunks(s: Session, opts: Any, r: Range, depth: int = 4) -> list[Chunk]:
     """The undecoded bodies of ``r``, as an executor pulls them; every connection closed after."""
-    addr = await s._addr((r.broker_name, r.queue_id))
+    addr = await s._addr((r.topic, r.broker_name, r.queue_id))
     conns: list[BrokerSocket] = []
 
     def connect() -> BrokerSocket:
