@@ -324,7 +324,9 @@ class PushConsumer:
         """Stop pulling topics (every queue of them, those assigned later too) and queues, until
         :meth:`resume` (Java's ``suspend()``, aiokafka's ``pause``): their cached messages are still
         consumed, a pull already out is not applied; heartbeats and rebalancing go on and the queues
-        stay owned. Kept across a stop and start."""
+        stay owned. Kept across a stop and start. POP-consumed topics pause their pop loops (what a
+        pop already out brings is consumed); one queue of a broker popped as a whole (queue id -1)
+        is refused (:class:`~rmq_async.ConfigError`)."""
         self._run.control.pause(targets)
 
     def resume(self, targets: Target | Iterable[Target]) -> None:
