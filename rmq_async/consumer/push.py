@@ -34,6 +34,7 @@ from ..config import (
     ConsumerConfig,
     MessageModel,
     Timing,
+    client_settings,
 )
 from ..errors import ClientError, ConfigError, MQClientError
 from ..lifecycle import Supervisor
@@ -150,12 +151,10 @@ class PushConsumer:
         if config is not None and changed:
             raise ConfigError(f"pass options either in config= or as keywords, not both: {changed}")
         self.config = config or ConsumerConfig(group=group, **options)
-        if client_config is None:
-            client_config = ClientConfig(namesrv_addr=namesrv_addr, timing=timing or Timing())
-        elif timing is not None:
-            client_config = client_config.model_copy(update={"timing": timing})
-        if instance_name is not None:
-            client_config = client_config.model_copy(update={"instance_name": instance_name})
+        # the client settings from the keywords, by the rule the producer and the lite consumer use
+        client_config = client_settings(
+            client_config, namesrv_addr=namesrv_addr, timing=timing, instance_name=instance_name
+        )
         self.client_config = client_config
         self.timing = client_config.timing
         # a namespace (Java's ``withNamespace``) prefixes the group and the topics on the wire: ``ns%G``,
