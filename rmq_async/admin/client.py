@@ -28,6 +28,7 @@ from ..protocol.bodies import (
     SubscriptionGroupConfig,
     TopicRouteData,
 )
+from ..protocol.codes import NAMESPACE_ORDER_TOPIC_CONFIG
 from ..protocol.mq import MessageQueue
 from ..protocol.stored import MessageExt
 from . import messages
@@ -42,6 +43,7 @@ from .models import (
     QueueStatus,
     TraceRecord,
 )
+from .order_conf import cluster_order_conf, merged_order_conf
 from .session import Session
 
 __all__ = ["Admin", "set_consume_mode"]
@@ -135,26 +137,45 @@ class Admin:
         order: bool = False,
     ) -> list[str]:
         """``updateTopic``: UPDATE_AND_CREATE_TOPIC (17) to every master of ``cluster`` (None: the only,
-        else the first cluster by name), or to ``broker_addr`` alone; the addresses written. (``order``
-        is the topic config's flag; mqadmin's ``-o`` also writes the name server's order config,
-        which this does not.)"""
+        else the first cluster by name), or to ``broker_addr`` alone; the addresses written.
+
+        ``order`` (mqadmin ``-o true``) sets the topic config's flag and then writes the name servers'
+        order config (PUT_KV_CONFIG, :data:`~rmq_async.protocol.codes.NAMESPACE_ORDER_TOPIC_CONFIG`,
+        key the topic, ``brokerName:writeQueues`` per broker): for a cluster, each of its brokers
+        (what was there is replaced); for ``broker_addr``, that broker's entry merged into the
+        config the name server has (``createOrUpdateOrderConf``)."""
         for name, value in (("read_queues", read_queues), ("write_queues", write_queues)):
             if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 1024:
                 raise ConfigError(f"{name} must be 1..1024, not {value!r}")
         if isinstance(perm, bool) or perm not in range(8):
             raise ConfigError(f"perm must be 0..7 (2 write, 4 read, 6 both), not {perm!r}")
         s = self._s()
-        addrs = [broker_addr] if broker_addr is not None else (await s.masters(cluster))[1]
+        wire = s.wire(topic)
+        conf: str | None = None  # the order config to write
+        if broker_addr is not None:
+            addrs = [broker_addr]
+            if order:  # the broker's name first (fetchBrokerNameByAddr), so nothing is half done
+                broker = await s.broker_name_of(broker_addr)
+                conf = merged_order_conf(
+                    await s.kv_config(NAMESPACE_ORDER_TOPIC_CONFIG, wire), broker, write_queues
+                )
+        else:
+            name, addrs = await s.masters(cluster)
+            if order:  # fetchBrokerNameByClusterName
+                names = (await s.cluster_info()).cluster_addr_table.get(name, [])
+                conf = cluster_order_conf(names, write_queues)
         for addr in addrs:
             await s.api.update_and_create_topic(
                 addr,
-                s.wire(topic),
+                wire,
                 read_queues=read_queues,
                 write_queues=write_queues,
                 perm=perm,
                 order=order,
                 timeout=s.timeout,
             )
+        if conf is not None:
+            await s.put_kv_config(NAMESPACE_ORDER_TOPIC_CONFIG, wire, conf)
         return addrs
 
     async def delete_topic(self, topic: str, *, cluster: str | None = None) -> None:

@@ -82,3 +82,28 @@ class Session:
             if addr is not None:
                 out.append((bd.broker_name, addr))
         return out
+
+    async def broker_name_of(self, addr: str) -> str:
+        """The name of the broker at ``addr`` in the cluster table (``CommandUtil.fetchBrokerNameByAddr``);
+        :class:`ConfigError` when no broker has that address."""
+        info = await self.cluster_info()
+        for name, bd in info.broker_addr_table.items():
+            if addr in bd.broker_addrs.values():
+                return name
+        raise ConfigError(f"no broker at {addr} in the name server's cluster table")
+
+    async def kv_config(self, namespace: str, key: str) -> str | None:
+        """GET_KV_CONFIG (101) of a name server (the first that answers); None when it has no value."""
+        return await self.on_namesrv(lambda ns: self.api.get_kv_config(ns, namespace, key, self.timeout))
+
+    async def put_kv_config(self, namespace: str, key: str, value: str) -> None:
+        """PUT_KV_CONFIG (100) to every name server (``putKVConfigValue``): a refusal is raised once
+        all were asked."""
+        refused: BrokerError | None = None
+        for ns in self.namesrvs:
+            try:
+                await self.api.put_kv_config(ns, namespace, key, value, self.timeout)
+            except BrokerError as exc:
+                refused = exc
+        if refused is not None:
+            raise refused

@@ -92,8 +92,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         command(topic, name, f"the topic's {name} ({what})").add_argument("--topic", required=True)
 
     group = sub.add_parser(
-        "group", help="consumer groups: list, progress, connections, reset"
-    ).add_subparsers(dest="group_command", required=True, metavar="{list,progress,connections,reset}")
+        "group", help="consumer groups: list, progress, connections, running-info, reset"
+    ).add_subparsers(
+        dest="group_command", required=True, metavar="{list,progress,connections,running-info,reset}"
+    )
     command(group, "list", "groups with a %%RETRY%% topic (as mqadmin consumerProgress without -g)")
     pg = command(group, "progress", "offsets and lag per queue (mqadmin consumerProgress -g)")
     pg.add_argument("--group", required=True)
@@ -101,6 +103,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     command(group, "connections", "the group's members (mqadmin consumerConnection)").add_argument(
         "--group", required=True
     )
+    ri = command(
+        group,
+        "running-info",
+        "one member's running info, through the broker: its settings, subscriptions and queues "
+        "(mqadmin consumerStatus -g G -i ID)",
+    )
+    ri.add_argument("--group", required=True)
+    ri.add_argument("--client-id", required=True, metavar="ID", help="as 'group connections' lists it")
     rs = command(
         group,
         "reset",
@@ -123,8 +133,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="these queues to these offsets (the broker may be left out when the topic has one)",
     )
 
-    message = sub.add_parser("message", help="messages: get, query, trace").add_subparsers(
-        dest="message_command", required=True, metavar="{get,query,trace}"
+    message = sub.add_parser("message", help="messages: get, query, trace, resend").add_subparsers(
+        dest="message_command", required=True, metavar="{get,query,trace,resend}"
     )
     get = command(message, "get", "a message by offset id or UNIQ_KEY (mqadmin queryMsgById)")
     get.add_argument("--id", required=True, help="offset message id, or UNIQ_KEY (then --topic)")
@@ -137,6 +147,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tr = command(message, "trace", "the trace records of a message (mqadmin queryMsgTraceById)")
     tr.add_argument("--id", required=True, help="the message's msg id (UNIQ_KEY)")
     tr.add_argument("--trace-topic", default="RMQ_SYS_TRACE_TOPIC")
+    rd = command(
+        message,
+        "resend",
+        "hand one stored message to one member's handler now, through the broker, and print its "
+        "answer (mqadmin queryMsgById -g G -d ID -i MSGID)",
+    )
+    rd.add_argument("--group", required=True)
+    rd.add_argument("--client-id", required=True, metavar="ID", help="as 'group connections' lists it")
+    rd.add_argument("--id", required=True, help="offset message id, or UNIQ_KEY (then --topic)")
+    rd.add_argument("--topic", default=None)
 
     sc = command(
         sub,
@@ -330,6 +350,30 @@ async def _group_connections(admin: Admin, args: argparse.Namespace) -> Result:
     return _plain(c), (title, ("client id", "address", "language", "version"), rows)
 
 
+async def _group_running_info(admin: Admin, args: argparse.Namespace) -> Result:
+    info = await admin.running_info(args.group, args.client_id)
+    props = info.properties
+    queues = sorted(info.mq_table.items())
+    rows = [
+        (mq.topic, mq.broker_name, mq.queue_id, q.commit_offset, q.cached_msg_count, q.locked,
+         q.last_pull_timestamp, q.last_consume_timestamp)
+        for mq, q in queues
+    ]  # fmt: skip
+    kind = " ".join(p for p in (props.get("messageModel"), props.get("PROP_CONSUME_TYPE")) if p)
+    return {
+        "group": args.group,
+        "client_id": args.client_id,
+        "properties": dict(sorted(props.items())),
+        "subscriptions": {sd.topic: sd.sub_string for sd in info.subscription_set},
+        "queues": [{**_mq(mq), **q.to_bean()} for mq, q in queues],
+        "status": {t: st.to_bean() for t, st in sorted(info.status_table.items())},
+    }, (
+        f"{args.client_id} of {args.group}: {kind}".rstrip(": "),
+        ("topic", "broker", "queue", "commit offset", "cached", "locked", "last pull ms", "last consume ms"),
+        rows,
+    )
+
+
 async def _queues(
     admin: Admin, topic: str, wanted: Sequence[tuple[str | None, int, int]]
 ) -> dict[MessageQueue, int]:
@@ -411,6 +455,24 @@ async def _message_trace(admin: Admin, args: argparse.Namespace) -> Result:
     )
 
 
+async def _message_resend(admin: Admin, args: argparse.Namespace) -> Result:
+    r = await admin.consume_directly(args.group, args.client_id, args.id, topic=args.topic)
+    return {
+        "group": args.group,
+        "client_id": args.client_id,
+        "msg_id": args.id,
+        "consume_result": r.consume_result,
+        "order": r.order,
+        "auto_commit": r.auto_commit,
+        "remark": r.remark,
+        "spent_ms": r.spent_time_mills,
+    }, (
+        f"{args.id} consumed by {args.client_id}",
+        ("result", "order", "auto commit", "spent ms", "remark"),
+        [(r.consume_result, r.order, r.auto_commit, r.spent_time_mills, r.remark)],
+    )
+
+
 _COMMANDS: dict[tuple[str, str | None], Command] = {
     ("cluster", None): _cluster,
     ("topic", "list"): _topic_list,
@@ -421,10 +483,12 @@ _COMMANDS: dict[tuple[str, str | None], Command] = {
     ("group", "list"): _group_list,
     ("group", "progress"): _group_progress,
     ("group", "connections"): _group_connections,
+    ("group", "running-info"): _group_running_info,
     ("group", "reset"): _group_reset,
     ("message", "get"): _message_get,
     ("message", "query"): _message_query,
     ("message", "trace"): _message_trace,
+    ("message", "resend"): _message_resend,
 }
 
 

@@ -10,11 +10,10 @@ carries what is found wrong later to :func:`rmq_async.cli.main`, which prints it
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from typing import NoReturn
 
-from ..config import consume_timestamp
+from ..config import consume_timestamp, namesrv_addresses
 
 __all__ = [
     "Parser",
@@ -95,16 +94,11 @@ def epoch_ms(text: str) -> int | str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-_HOST_PORT = re.compile(r"^\[?[A-Za-z0-9_.:%-]+\]?:(\d{1,5})$")
-
-
 def namesrv_addr(text: str) -> str:
-    """``host:port`` or several separated by ``;`` (Java's ``namesrvAddr``)."""
-    parts = [p.strip() for p in text.split(";") if p.strip()]
-    if not parts:
-        raise argparse.ArgumentTypeError("empty name server address")
-    for p in parts:
-        m = _HOST_PORT.match(p)
-        if m is None or not 0 < int(m.group(1)) < 65536:
-            raise argparse.ArgumentTypeError(f"{p!r} is not host:port (e.g. 127.0.0.1:9876)")
-    return ";".join(parts)
+    """``host:port`` or several separated by ``;`` (Java's ``namesrvAddr``), or Java's
+    ``http://host:port`` endpoint: the client's own rule (:func:`~rmq_async.config.namesrv_addresses`),
+    so the command line refuses what a client would and says it the same way."""
+    try:
+        return ";".join(namesrv_addresses(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

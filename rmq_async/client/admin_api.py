@@ -66,6 +66,26 @@ class MQAdminAPI(MQClientAPI):
         ext = java_map_order({"topic": topic, "clusterName": cluster})
         await self._expect_ok(namesrv, self._cmd(RequestCode.DELETE_TOPIC_IN_NAMESRV, ext), timeout)
 
+    async def put_kv_config(self, namesrv: str, namespace: str, key: str, value: str, timeout: float) -> None:
+        """PUT_KV_CONFIG (100) ``{namespace, key, value}`` (``putKVConfigValue``; the caller asks
+        every name server, as Java does)."""
+        h = H.PutKVConfigRequestHeader(namespace=namespace, key=key, value=value)
+        await self._expect_ok(namesrv, self._cmd(RequestCode.PUT_KV_CONFIG, h.to_ext_fields()), timeout)
+
+    async def get_kv_config(self, namesrv: str, namespace: str, key: str, timeout: float) -> str | None:
+        """GET_KV_CONFIG (101) ``{namespace, key}``: the value, None when the name server answers 22
+        QUERY_NOT_FOUND (it has none)."""
+        cmd = self._cmd(
+            RequestCode.GET_KV_CONFIG,
+            H.GetKVConfigRequestHeader(namespace=namespace, key=key).to_ext_fields(),
+        )
+        resp = await self._call(namesrv, cmd, timeout)
+        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+            return None
+        if resp.code != ResponseCode.SUCCESS:
+            raise self._fail(resp, cmd, namesrv)
+        return H.GetKVConfigResponseHeader.from_ext_fields(resp.ext_fields).value
+
     # -- brokers: runtime, topics ------------------------------------------------------------------
 
     async def get_broker_runtime_info(self, addr: str, timeout: float) -> dict[str, str]:

@@ -7,7 +7,12 @@ Pausing marks the owned process queues of a topic or a queue: their pull loops w
 a threshold (no poll, no sleep) until resumed; what they cached is still consumed, a pull answered
 after the pause is not applied, heartbeats and rebalancing go on and the queues stay owned. What is
 paused is kept in the context (:class:`~.pauses.Pauses`): a queue assigned later for a paused topic,
-or in a later run, starts paused.
+or in a later run, starts paused. POP-consumed topics (``client_rebalance=False``) pause the same way:
+their pop loops await before the next pop (:class:`~.pop.PopService`); the messages of a pop already
+out when paused are consumed and acked as usual (Java's ``popMessage`` checks ``isPause()`` before
+each pop too): the broker made them invisible to the group's other members already, so leaving them
+would only delay them by the invisible time. A queue of a broker popped as a whole (queue id -1)
+cannot be paused alone (:class:`~rmq_async.ConfigError`).
 
 A seek replaces the queue's process queue (:meth:`~.queues.QueueTable.restart`: the old one's
 handlers, still running, commit nowhere), commits the new offset to the broker at once (a member
@@ -27,6 +32,7 @@ from ..protocol.mq import MessageQueue
 from .broker_offsets import BrokerOffsets
 from .context import ConsumerContext
 from .pauses import Target
+from .pop import PopService
 from .process_queue import ProcessQueue
 from .queues import QueueTable
 
@@ -39,14 +45,21 @@ Queues = MessageQueue | Iterable[MessageQueue] | str | None
 
 
 class PushControl:
-    """``start_pull``: start a queue's pull loop (after a seek). Topics and queues are taken as the
-    user names them or as the broker does (the namespace added when missing)."""
+    """``start_pull``: start a queue's pull loop (after a seek); ``pop``: the run's POP service, if
+    any. Topics and queues are taken as the user names them or as the broker does (the namespace
+    added when missing)."""
 
     def __init__(
-        self, ctx: ConsumerContext, table: QueueTable, *, start_pull: Callable[[ProcessQueue], None]
+        self,
+        ctx: ConsumerContext,
+        table: QueueTable,
+        *,
+        start_pull: Callable[[ProcessQueue], None],
+        pop: PopService | None,
     ) -> None:
         self.ctx = ctx
         self.table = table
+        self.pop = pop  # [pop] its pop loops pause as the pull loops do
         self._in = ctx.client_config.with_namespace
         self._start_pull = start_pull
 
@@ -69,10 +82,15 @@ class PushControl:
 
     def pause(self, targets: Target | Iterable[Target]) -> None:
         pauses = self.ctx.pauses
-        pauses.pause(self._targets(targets))
+        items = self._targets(targets)
+        if self.pop is not None:
+            self.pop.check_pause(items)
+        pauses.pause(items)
         for pq in self.table.pqs.values():
             if not pq.paused and pauses.covers(pq.mq):
                 pq.set_paused(True)
+        if self.pop is not None:
+            self.pop.apply_pauses()
 
     def resume(self, targets: Target | Iterable[Target]) -> None:
         pauses = self.ctx.pauses
@@ -80,6 +98,8 @@ class PushControl:
         for pq in self.table.pqs.values():
             if pq.paused and not pauses.covers(pq.mq):
                 pq.set_paused(False)
+        if self.pop is not None:
+            self.pop.apply_pauses()
 
     def paused(self) -> set[Target]:
         return self.ctx.pauses.snapshot()

@@ -31,7 +31,7 @@ import anyio
 import anyio.abc
 
 from ..client.instance import ClientInstance, pid_instance_name
-from ..config import ClientConfig, LitePullConfig, Timing, unwrap_namespace, wrap_namespace
+from ..config import ClientConfig, LitePullConfig, Timing, client_settings, unwrap_namespace, wrap_namespace
 from ..errors import AuthError, ClientError, ConfigError, MQClientError, RocketMQError
 from ..lifecycle import Supervisor
 from ..producer.producer import trace_producer
@@ -121,14 +121,11 @@ class LitePullConsumer:
         self.on_undecodable = options.on_undecodable
         # start() fails when no name server answers (default: look in the background, as Java)
         self.require_namesrv = require_namesrv
-        if client_config is None:
-            client_config = ClientConfig(namesrv_addr=namesrv_addr, timing=timing or Timing())
-        elif timing is not None:
-            client_config = client_config.model_copy(update={"timing": timing})
-        update: dict[str, Any] = {"stream": True}
-        if instance_name is not None:
-            update["instance_name"] = instance_name
-        self.client_config = client_config.model_copy(update=update)
+        # the client settings from the keywords, by the rule of the other clients; a lite consumer's
+        # requests are a stream client's (``ReqT``)
+        self.client_config = client_settings(
+            client_config, namesrv_addr=namesrv_addr, timing=timing, instance_name=instance_name
+        ).model_copy(update={"stream": True})
         self.timing = self.client_config.timing
         # a namespace (Java's withNamespace): the group, topics and queues go on the wire as ``ns%name``;
         # every method takes and returns the plain names, as Java's DefaultLitePullConsumer does

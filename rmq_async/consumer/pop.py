@@ -7,11 +7,12 @@ queues the broker assigns in POP mode get one pop loop each (queue id -1: any qu
 the PULL ones go back to the rebalancer and are pulled as before (the group's ``%RETRY%`` topic always
 is); a broker that does not know the request (4.x) makes the topic fall back to client-side
 rebalancing, as Java. A pop loop awaits room (at most ``pop_threshold`` popped messages not settled
-per queue, Java's popThresholdForQueue 96), pops (200050: 32 messages, invisible time
-``Timing.pop_invisible_time``, poll time ``Timing.suspend_timeout``, init mode MIN for
-CONSUME_FROM_FIRST_OFFSET else MAX), gives every message its receipt handle (``POP_CK``, built from
-the answer's header unless the broker put one on a revived message) and hands the batches to the
-workers; 210 (nothing in the poll time) pops again at once, errors back off ``pull_error_delay``.
+per queue, Java's popThresholdForQueue 96; none while the user paused it, ``PushConsumer.pause``),
+pops (200050: 32 messages, invisible time ``Timing.pop_invisible_time``, poll time
+``Timing.suspend_timeout``, init mode MIN for CONSUME_FROM_FIRST_OFFSET else MAX), gives every
+message its receipt handle (``POP_CK``, built from the answer's header unless the broker put one on
+a revived message) and hands the batches to the workers; 210 (nothing in the poll time) pops again
+at once, errors back off ``pull_error_delay``.
 
 A worker runs the handler through the same path as the concurrent service (hooks, consume deadline,
 what it raises or returns; :mod:`.outcome` reads the answer, as for the concurrent service) and settles
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 
 import anyio
 
-from ..errors import BrokerError, RocketMQError
+from ..errors import BrokerError, ConfigError, RocketMQError
 from ..protocol.mq import MessageQueue
 from ..protocol.pop import (
     FIRST_POP_TIME,
@@ -52,6 +53,7 @@ from .context import ConsumerContext
 from .flow import FlowControl, Step
 from .invoke import Invoker
 from .outcome import settle_plan
+from .pauses import Target
 from .types import ConsumeContext, ConsumeResult, Handler
 
 __all__ = ["PopService", "PopStats"]
@@ -87,20 +89,56 @@ class PopStats:
 
 
 class _PopQueue:
-    """One POP-mode assignment: its loop's cancel scope and its flow control."""
+    """One POP-mode assignment: its loop's cancel scope and its flow control (popped messages not
+    settled, the user's pause), which its loop awaits as a pull loop awaits its process queue's room."""
 
-    __slots__ = ("inflight", "mq", "room", "scope")
+    __slots__ = ("_parked", "_waiting", "inflight", "mq", "paused", "room", "scope")
 
-    def __init__(self, mq: MessageQueue) -> None:
+    def __init__(self, mq: MessageQueue, *, paused: bool) -> None:
         self.mq = mq
         self.inflight = 0
+        #: paused by the user (``PushConsumer.pause``): no pop until resumed
+        self.paused = paused
         self.room = anyio.Event()
         self.scope = anyio.CancelScope()
+        self._waiting = False
+        self._parked: anyio.Event | None = None  # made by wait_parked, set when the loop parks
+
+    def full(self) -> bool:
+        return self.paused or self.inflight >= POP_THRESHOLD
+
+    def _wake(self) -> None:
+        self.room.set()
+        self.room = anyio.Event()
 
     def settled(self, n: int) -> None:
         self.inflight -= n
-        self.room.set()
-        self.room = anyio.Event()
+        self._wake()
+
+    def set_paused(self, paused: bool) -> None:
+        """Pause or resume popping; resuming wakes the loop at once."""
+        self.paused = paused
+        if not paused:
+            self._wake()
+
+    async def wait_for_room(self) -> None:
+        self._waiting = True
+        if self._parked is not None:
+            self._parked.set()
+            self._parked = None
+        try:
+            await self.room.wait()
+        finally:
+            self._waiting = False
+
+    async def wait_parked(self) -> None:
+        """Return once this queue's loop waits (paused or full): it pops no more until woken. For
+        tests and monitoring (as :meth:`~.process_queue.ProcessQueue.wait_parked`)."""
+        if self._waiting:
+            return
+        if self._parked is None:
+            self._parked = anyio.Event()
+        await self._parked.wait()
 
 
 def _now_ms() -> int:
@@ -112,8 +150,6 @@ class PopService:
 
     def __init__(self, ctx: ConsumerContext, handler: Handler | None, timeout: Callable[[], float]) -> None:
         if handler is None:
-            from ..errors import ConfigError
-
             raise ConfigError("client_rebalance=False (POP) needs a handler")
         self.c = ctx
         self.handler = handler
@@ -163,8 +199,15 @@ class PopService:
     def _apply(self, topic: str, pop: set[MessageQueue]) -> None:
         for mq in [mq for mq in self.queues if mq.topic == topic and mq not in pop]:
             self.queues.pop(mq).scope.cancel()  # popped messages not consumed come back after invisible time
+        pauses = self.c.pauses
         for mq in sorted(pop - self.queues.keys()):
-            pq = self.queues[mq] = _PopQueue(mq)
+            pq = self.queues[mq] = _PopQueue(mq, paused=pauses.covers(mq))
+            if (
+                mq.queue_id < 0
+                and not pq.paused
+                and any(q.topic == mq.topic and q.broker_name == mq.broker_name for q in pauses.queues)
+            ):
+                log.warning("%s is popped as a whole: its queues paused one by one are popped too", mq)
             if not self.c.start_soon(self._pop_loop, pq):
                 del self.queues[mq]
             else:
@@ -173,6 +216,27 @@ class PopService:
     def drop_topics(self, keep: set[str]) -> None:
         for mq in [mq for mq in self.queues if mq.topic not in keep]:
             self.queues.pop(mq).scope.cancel()
+
+    # -- pause (consumer/control.py) ---------------------------------------------------------------
+
+    def check_pause(self, targets: list[Target]) -> None:
+        """A queue of a topic popped from its broker as a whole (queue id -1: the broker picks the
+        queue of each pop) cannot be paused alone: :class:`ConfigError` naming what can."""
+        whole = {(mq.topic, mq.broker_name) for mq in self.queues if mq.queue_id < 0}
+        for t in targets:
+            if isinstance(t, MessageQueue) and t.queue_id >= 0 and (t.topic, t.broker_name) in whole:
+                raise ConfigError(
+                    f"{t} is popped with every queue of {t.broker_name} at once (POP, queue id -1): "
+                    f"pause the topic {t.topic!r} or {MessageQueue(t.topic, t.broker_name, -1)}"
+                )
+
+    def apply_pauses(self) -> None:
+        """Pause and resume the pop loops as the context's pauses say now (Java checks ``isPause()``
+        before each pop): a pop already out is consumed as usual."""
+        pauses = self.c.pauses
+        for mq, pq in self.queues.items():
+            if pq.paused != (covered := pauses.covers(mq)):
+                pq.set_paused(covered)
 
     def close(self) -> None:
         """Stop popping (shutdown): what was popped and not consumed comes back after invisible time."""
@@ -232,9 +296,9 @@ class PopService:
         c = self.c
         flow = FlowControl(c.timing.pull_error_delay)  # the pull loop's: room, back-off
         with pq.scope:
-            while (room := flow.room(c.stopping, pq.inflight >= POP_THRESHOLD)) is not Step.STOP:
+            while (room := flow.room(c.stopping, pq.full())) is not Step.STOP:
                 if room is Step.WAIT:
-                    await pq.room.wait()
+                    await pq.wait_for_room()
                     continue
                 try:
                     msgs, pop_time, invisible = await self._pop(pq.mq)

@@ -35,6 +35,7 @@ from ..config import (
     ConsumerConfig,
     MessageModel,
     Timing,
+    client_settings,
 )
 from ..errors import ClientError, ConfigError, MQClientError
 from ..lifecycle import Supervisor
@@ -153,12 +154,10 @@ class PushConsumer:
         if config is not None and changed:
             raise ConfigError(f"pass options either in config= or as keywords, not both: {changed}")
         self.config = config or ConsumerConfig(group=group, **options)
-        if client_config is None:
-            client_config = ClientConfig(namesrv_addr=namesrv_addr, timing=timing or Timing())
-        elif timing is not None:
-            client_config = client_config.model_copy(update={"timing": timing})
-        if instance_name is not None:
-            client_config = client_config.model_copy(update={"instance_name": instance_name})
+        # the client settings from the keywords, by the rule the producer and the lite consumer use
+        client_config = client_settings(
+            client_config, namesrv_addr=namesrv_addr, timing=timing, instance_name=instance_name
+        )
         self.client_config = client_config
         self.timing = client_config.timing
         # a namespace (Java's ``withNamespace``) prefixes the group and the topics on the wire: ``ns%G``,
@@ -327,7 +326,9 @@ class PushConsumer:
         """Stop pulling topics (every queue of them, those assigned later too) and queues, until
         :meth:`resume` (Java's ``suspend()``, aiokafka's ``pause``): their cached messages are still
         consumed, a pull already out is not applied; heartbeats and rebalancing go on and the queues
-        stay owned. Kept across a stop and start."""
+        stay owned. Kept across a stop and start. POP-consumed topics pause their pop loops (what a
+        pop already out brings is consumed); one queue of a broker popped as a whole (queue id -1)
+        is refused (:class:`~rmq_async.ConfigError`)."""
         self._run.control.pause(targets)
 
     def resume(self, targets: Target | Iterable[Target]) -> None:

@@ -99,5 +99,5 @@ def build_push_run(
         orderly_handler=cast(OrderlyHandler | None, handler) if orderly else None,
         pop_props=pop_service.running_props if pop_service is not None else None,
     )
-    control = PushControl(ctx, table, start_pull=start_pull)
+    control = PushControl(ctx, table, start_pull=start_pull, pop=pop_service)
     return PushRun(table, service, puller, rebalancer, pop_service, admin, locks, control)

@@ -116,6 +116,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="create the message trace topic RMQ_SYS_TRACE_TOPIC at start (traceTopicEnable)",
     )
     parser.add_argument(
+        "--order-message-enable",
+        action="store_true",
+        help="put each topic's order config (mqadmin updateTopic -o true) in its route (orderMessageEnable)",
+    )
+    parser.add_argument(
         "--max-transfer-count",
         type=_positive,
         default=MAX_TRANSFER_COUNT,
@@ -220,6 +225,7 @@ async def run(args: argparse.Namespace) -> int:
         enable_property_filter=args.enable_property_filter,
         filter_support_retry=args.filter_support_retry,
         trace_topic_enable=args.trace_topic_enable,
+        order_message_enable=args.order_message_enable,
         max_transfer_count=args.max_transfer_count,
         max_transfer_bytes=args.max_transfer_bytes,
         acl=_acl(args),

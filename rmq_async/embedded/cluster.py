@@ -115,6 +115,7 @@ class EmbeddedCluster:
         trace_topic_enable: bool = False,
         max_transfer_count: int = MAX_TRANSFER_COUNT,
         max_transfer_bytes: int = MAX_TRANSFER_BYTES,
+        order_message_enable: bool = False,
     ) -> None:
         _check_args(flavour, brokers, queues, port, max_transfer_count, max_transfer_bytes)
         self.broker_count = brokers
@@ -136,6 +137,9 @@ class EmbeddedCluster:
         #: what one pull answers at most (Java's defaults, 32 messages and 256 KiB)
         self.max_transfer_count = max_transfer_count
         self.max_transfer_bytes = max_transfer_bytes
+        #: the name server's ``orderMessageEnable``: routes carry the order config ``mqadmin updateTopic
+        #: -o true`` wrote (``orderTopicConf``)
+        self.order_message_enable = order_message_enable
         #: ACL accounts every broker enforces (None: off); a path is read as a ``plain_acl.yml``
         self.acl = AclConfig.coerce(acl) if acl is not None else None
         self.namesrv_addr = ""
@@ -220,10 +224,13 @@ class EmbeddedCluster:
         tg = self._need_tg()
         if self._namesrv_done is not None and not self._namesrv_done.is_set():
             return
-        ns = NameServer(self.timing, flavour=self.flavour, tls=self.tls)
+        ns = NameServer(
+            self.timing, flavour=self.flavour, tls=self.tls, order_message_enable=self.order_message_enable
+        )
         if self.namesrv is not None:
             ns.faults = self.namesrv.faults
             ns.server.faults = ns.faults
+            ns.kv = self.namesrv.kv  # Java keeps it in kvConfig.json
         self.namesrv = ns
         self._namesrv_done = anyio.Event()
         await tg.start(self._run_namesrv, ns, self._namesrv_done)
@@ -424,6 +431,8 @@ class EmbeddedCluster:
             args.append("--filter-support-retry")
         if self.trace_topic_enable:
             args.append("--trace-topic-enable")
+        if self.order_message_enable:
+            args.append("--order-message-enable")
         if self.max_transfer_count != MAX_TRANSFER_COUNT:
             args += ["--max-transfer-count", str(self.max_transfer_count)]
         if self.max_transfer_bytes != MAX_TRANSFER_BYTES:

@@ -7,7 +7,10 @@ its registering connection closes, or when it has not registered for ``timing.br
 (checked by a periodic scan, as ``scanNotActiveBroker``). GET_ROUTEINFO_BY_TOPIC (105) answers with
 the route body the real name server writes: standard JSON (quoted ``brokerAddrs`` keys, non-ASCII
 escaped) for clients at V4_9_4 or later or asking ``acceptStandardJsonOnly``, the fastjson form with
-unquoted integer keys for older ones.
+unquoted integer keys for older ones. PUT_KV_CONFIG (100) and GET_KV_CONFIG (101) keep the
+``KVConfigManager`` table (kept across a restart, as Java's ``kvConfig.json``); with
+``order_message_enable`` (``orderMessageEnable``, off by default as in Java) a route carries its
+topic's ``ORDER_TOPIC_CONFIG`` value as ``orderTopicConf`` (``getRouteInfoByTopic``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,13 @@ from typing import Any
 import anyio
 
 from ..config import Timing
-from ..protocol.codes import MQ_VERSION_V4_9_8, MQ_VERSION_V5_3_3, RequestCode, ResponseCode
+from ..protocol.codes import (
+    MQ_VERSION_V4_9_8,
+    MQ_VERSION_V5_3_3,
+    NAMESPACE_ORDER_TOPIC_CONFIG,
+    RequestCode,
+    ResponseCode,
+)
 from ..protocol.command import RemotingCommand
 from .fields import opt_bool, opt_int, opt_str, req_int, req_str
 from .jcompat import faq_suffix, java_hashmap_order
@@ -79,17 +88,33 @@ def _broker_json(bd: _BrokerData, *, standard: bool, flavour: int) -> str:
 
 
 def route_body(
-    brokers: list[_BrokerData], queues: list[tuple[str, _QueueData]], *, standard: bool, flavour: int
+    brokers: list[_BrokerData],
+    queues: list[tuple[str, _QueueData]],
+    *,
+    standard: bool,
+    flavour: int,
+    order_topic_conf: str | None = None,
 ) -> bytes:
-    """TopicRouteData as the name server writes it."""
+    """TopicRouteData as the name server writes it (fastjson: fields by name, a null one left out)."""
     bds = [_broker_json(bd, standard=standard, flavour=flavour) for bd in brokers]
     qds = [
         f'{{"brokerName":{json.dumps(name, ensure_ascii=standard)},"perm":{q.perm},"readQueueNums":{q.read},'
         f'"topicSysFlag":{q.sys_flag},"writeQueueNums":{q.write}}}'
         for name, q in queues
     ]
+    order = (
+        ""
+        if order_topic_conf is None
+        else f'"orderTopicConf":{json.dumps(order_topic_conf, ensure_ascii=standard)},'
+    )
     text = (
-        '{"brokerDatas":[' + ",".join(bds) + '],"filterServerTable":{},"queueDatas":[' + ",".join(qds) + "]}"
+        '{"brokerDatas":['
+        + ",".join(bds)
+        + '],"filterServerTable":{},'
+        + order
+        + '"queueDatas":['
+        + ",".join(qds)
+        + "]}"
     )
     return text.encode("utf-8")
 
@@ -97,8 +122,19 @@ def route_body(
 class NameServer:
     """Routes and broker registrations, served on 127.0.0.1."""
 
-    def __init__(self, timing: Timing, *, flavour: int = 4, tls: ServerTLS | None = None) -> None:
+    def __init__(
+        self,
+        timing: Timing,
+        *,
+        flavour: int = 4,
+        tls: ServerTLS | None = None,
+        order_message_enable: bool = False,
+    ) -> None:
         self.timing = timing
+        #: ``NamesrvConfig.orderMessageEnable``: routes carry the topic's order config (``orderTopicConf``)
+        self.order_message_enable = order_message_enable
+        #: ``KVConfigManager``: namespace -> key -> value (PUT_KV_CONFIG, GET_KV_CONFIG)
+        self.kv: dict[str, dict[str, str]] = {}
         self.flavour = flavour
         self.version = MQ_VERSION_V5_3_3 if flavour == 5 else MQ_VERSION_V4_9_8
         self.server = Server(self, "namesrv", version=self.version, tls=tls)
@@ -211,6 +247,11 @@ class NameServer:
             # a Java HashSet of the topic table's names, strict JSON (no extFields)
             body = json.dumps({"topicList": java_hashmap_order(self.topics)}, separators=(",", ":"))
             return cmd.make_response(ResponseCode.SUCCESS, None, None, body.encode(), version=self.version)
+        if code == RequestCode.PUT_KV_CONFIG:
+            self.kv.setdefault(req_str(cmd, "namespace"), {})[req_str(cmd, "key")] = req_str(cmd, "value")
+            return cmd.make_response(ResponseCode.SUCCESS, None, None, version=self.version)
+        if code == RequestCode.GET_KV_CONFIG:
+            return self._get_kv(cmd)
         if code == RequestCode.DELETE_TOPIC_IN_NAMESRV:
             self._delete_topic(req_str(cmd, "topic"), opt_str(cmd, "clusterName"))
             return cmd.make_response(ResponseCode.SUCCESS, None, None, version=self.version)
@@ -220,6 +261,18 @@ class NameServer:
             None,
             version=self.version,
         )
+
+    def _get_kv(self, cmd: RemotingCommand) -> RemotingCommand:
+        namespace, key = req_str(cmd, "namespace"), req_str(cmd, "key")
+        value = self.kv.get(namespace, {}).get(key)
+        if value is None:
+            return cmd.make_response(
+                ResponseCode.QUERY_NOT_FOUND,
+                f"No config item, Namespace: {namespace} Key: {key}",
+                {},
+                version=self.version,
+            )
+        return cmd.make_response(ResponseCode.SUCCESS, None, {"value": value}, version=self.version)
 
     def _delete_topic(self, topic: str, cluster: str | None) -> None:
         """``RouteInfoManager.deleteTopic``: the topic's queues on the cluster's brokers (every broker
@@ -275,7 +328,10 @@ class NameServer:
                 version=self.version,
             )
         standard = cmd.version >= MQ_VERSION_V4_9_4 or opt_bool(cmd, "acceptStandardJsonOnly")
-        body = route_body(route[0], route[1], standard=standard, flavour=self.flavour)
+        order = (
+            self.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, {}).get(topic) if self.order_message_enable else None
+        )
+        body = route_body(route[0], route[1], standard=standard, flavour=self.flavour, order_topic_conf=order)
         return cmd.make_response(ResponseCode.SUCCESS, None, None, body, version=self.version)
 
     def _cluster_info(self, cmd: RemotingCommand) -> RemotingCommand:

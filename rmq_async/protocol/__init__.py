@@ -54,6 +54,7 @@ from .bodies import UnlockBatchRequestBody as UnlockBatchRequestBody
 from .codes import MQ_VERSION_V4_9_8 as MQ_VERSION_V4_9_8
 from .codes import MQ_VERSION_V5_0_0 as MQ_VERSION_V5_0_0
 from .codes import MQ_VERSION_V5_3_3 as MQ_VERSION_V5_3_3
+from .codes import NAMESPACE_ORDER_TOPIC_CONFIG as NAMESPACE_ORDER_TOPIC_CONFIG
 from .codes import LanguageCode as LanguageCode
 from .codes import MessageSysFlag as MessageSysFlag
 from .codes import Perm as Perm
@@ -92,6 +93,8 @@ from .headers import GetConsumerRunningInfoRequestHeader as GetConsumerRunningIn
 from .headers import GetConsumerStatusRequestHeader as GetConsumerStatusRequestHeader
 from .headers import GetEarliestMsgStoretimeRequestHeader as GetEarliestMsgStoretimeRequestHeader
 from .headers import GetEarliestMsgStoretimeResponseHeader as GetEarliestMsgStoretimeResponseHeader
+from .headers import GetKVConfigRequestHeader as GetKVConfigRequestHeader
+from .headers import GetKVConfigResponseHeader as GetKVConfigResponseHeader
 from .headers import GetMaxOffsetRequestHeader as GetMaxOffsetRequestHeader
 from .headers import GetMaxOffsetResponseHeader as GetMaxOffsetResponseHeader
 from .headers import GetMinOffsetRequestHeader as GetMinOffsetRequestHeader
@@ -101,6 +104,7 @@ from .headers import Header as Header
 from .headers import NotifyConsumerIdsChangedRequestHeader as NotifyConsumerIdsChangedRequestHeader
 from .headers import PullMessageRequestHeader as PullMessageRequestHeader
 from .headers import PullMessageResponseHeader as PullMessageResponseHeader
+from .headers import PutKVConfigRequestHeader as PutKVConfigRequestHeader
 from .headers import QueryConsumerOffsetRequestHeader as QueryConsumerOffsetRequestHeader
 from .headers import QueryConsumerOffsetResponseHeader as QueryConsumerOffsetResponseHeader
 from .headers import RegisterBrokerRequestHeader as RegisterBrokerRequestHeader
@@ -179,6 +183,7 @@ __all__ = [
     "MQ_VERSION_V4_9_8",
     "MQ_VERSION_V5_0_0",
     "MQ_VERSION_V5_3_3",
+    "NAMESPACE_ORDER_TOPIC_CONFIG",
     "NAME_ONLY_STRATEGIES",
     "NAME_VALUE_SEPARATOR",
     "PROPERTIES_MAX",
@@ -221,6 +226,8 @@ __all__ = [
     "GetConsumerStatusRequestHeader",
     "GetEarliestMsgStoretimeRequestHeader",
     "GetEarliestMsgStoretimeResponseHeader",
+    "GetKVConfigRequestHeader",
+    "GetKVConfigResponseHeader",
     "GetMaxOffsetRequestHeader",
     "GetMaxOffsetResponseHeader",
     "GetMinOffsetRequestHeader",
@@ -252,6 +259,7 @@ __all__ = [
     "PullSysFlag",
     "PullTemplate",
     "PulledMessages",
+    "PutKVConfigRequestHeader",
     "QueryConsumerOffsetRequestHeader",
     "QueryConsumerOffsetResponseHeader",
     "QueueData",

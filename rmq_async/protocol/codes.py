@@ -16,6 +16,7 @@ __all__ = [
     "MQ_VERSION_V4_9_8",
     "MQ_VERSION_V5_0_0",
     "MQ_VERSION_V5_3_3",
+    "NAMESPACE_ORDER_TOPIC_CONFIG",
     "SYSTEM_PROPERTIES",
     "LanguageCode",
     "MessageSysFlag",
@@ -35,6 +36,11 @@ MQ_VERSION_V5_3_3 = 479
 #: ``MQVersion.Version.V5_0_0.ordinal()``: a broker at least this new resets one queue's offset (222
 #: with ``queueId``/``offset``)
 MQ_VERSION_V5_0_0 = 413
+
+#: ``NamesrvUtil.NAMESPACE_ORDER_TOPIC_CONFIG``: the name server's KV namespace of the order configs
+#: (key: the topic, value ``brokerName:writeQueueNums;...``), which ``mqadmin updateTopic -o true``
+#: writes and a name server with ``orderMessageEnable`` puts in the topic's route (``orderTopicConf``)
+NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 
 
 class SerializeType(IntEnum):
@@ -88,6 +94,8 @@ class RequestCode(IntEnum):
     GET_ALL_CONSUMER_OFFSET = 43
     GET_ALL_DELAY_OFFSET = 45
     CHECK_CLIENT_CONFIG = 46
+    PUT_KV_CONFIG = 100
+    GET_KV_CONFIG = 101
     REGISTER_BROKER = 103
     UNREGISTER_BROKER = 104
     GET_ROUTEINFO_BY_TOPIC = 105

@@ -39,6 +39,8 @@ __all__ = [
     "GetConsumerStatusRequestHeader",
     "GetEarliestMsgStoretimeRequestHeader",
     "GetEarliestMsgStoretimeResponseHeader",
+    "GetKVConfigRequestHeader",
+    "GetKVConfigResponseHeader",
     "GetMaxOffsetRequestHeader",
     "GetMaxOffsetResponseHeader",
     "GetMinOffsetRequestHeader",
@@ -48,6 +50,7 @@ __all__ = [
     "NotifyConsumerIdsChangedRequestHeader",
     "PullMessageRequestHeader",
     "PullMessageResponseHeader",
+    "PutKVConfigRequestHeader",
     "QueryConsumerOffsetRequestHeader",
     "QueryConsumerOffsetResponseHeader",
     "RegisterBrokerRequestHeader",
@@ -241,6 +244,31 @@ class GetRouteInfoRequestHeader(Header):
 
     topic: str
     accept_standard_json_only: bool | None = None
+
+
+@dataclass(slots=True)
+class PutKVConfigRequestHeader(Header):
+    """PUT_KV_CONFIG (100): a value in the name server's KV config (``KVConfigManager``)."""
+
+    namespace: str
+    key: str
+    value: str
+
+
+@dataclass(slots=True)
+class GetKVConfigRequestHeader(Header):
+    """GET_KV_CONFIG (101); the answer is :class:`GetKVConfigResponseHeader`, or 22
+    QUERY_NOT_FOUND when the name server has no such value."""
+
+    namespace: str
+    key: str
+
+
+@dataclass(slots=True)
+class GetKVConfigResponseHeader(Header):
+    """GET_KV_CONFIG's answer."""
+
+    value: str | None = None
 
 
 @dataclass(slots=True)
@@ -602,6 +630,8 @@ REQUEST_HEADERS: Mapping[int, type[Header]] = types.MappingProxyType(
         RequestCode.REGISTER_BROKER: RegisterBrokerRequestHeader,
         RequestCode.UNREGISTER_BROKER: UnregisterBrokerRequestHeader,
         RequestCode.GET_ROUTEINFO_BY_TOPIC: GetRouteInfoRequestHeader,
+        RequestCode.PUT_KV_CONFIG: PutKVConfigRequestHeader,
+        RequestCode.GET_KV_CONFIG: GetKVConfigRequestHeader,
         RequestCode.RESET_CONSUMER_CLIENT_OFFSET: ResetOffsetRequestHeader,
         RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT: GetConsumerStatusRequestHeader,
         RequestCode.GET_CONSUMER_RUNNING_INFO: GetConsumerRunningInfoRequestHeader,
@@ -622,5 +652,6 @@ RESPONSE_HEADERS: Mapping[int, type[Header]] = types.MappingProxyType(
         RequestCode.GET_MIN_OFFSET: GetMinOffsetResponseHeader,
         RequestCode.GET_EARLIEST_MSG_STORETIME: GetEarliestMsgStoretimeResponseHeader,
         RequestCode.REGISTER_BROKER: RegisterBrokerResponseHeader,
+        RequestCode.GET_KV_CONFIG: GetKVConfigResponseHeader,
     }
 )

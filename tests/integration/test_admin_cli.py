@@ -95,6 +95,53 @@ async def test_group_and_message_commands(
     assert code == 1 and "RMQ_SYS_TRACE_TOPIC" in err  # this cluster has no trace topic
 
 
+async def test_running_info_and_resend_of_a_live_member(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``group running-info`` (mqadmin consumerStatus -g -i) and ``message resend`` (queryMsgById -g
+    -d -i), over Admin.running_info and Admin.consume_directly."""
+    topic, group = names
+    ns = ["--namesrv", cluster.namesrv_addr]
+    await cluster.create_topic(topic, 2)
+    sent = await produce(cluster.namesrv_addr, topic, 3)
+    col = Collector()
+    async with consumer(cluster, group, topic, col, timing) as c:
+        await col.wait_unique(3)
+        member = ["--group", group, "--client-id", c.client_id]
+        code, obj, err = await _cli(capsys, "group", "running-info", *ns, *member)
+        assert code == 0, err
+        assert obj["client_id"] == c.client_id and obj["properties"]["consumerGroup"] == group
+        assert obj["subscriptions"] == {topic: "*", f"%RETRY%{group}": "*"}
+        mine = [q for q in obj["queues"] if q["topic"] == topic]
+        assert [q["queue"] for q in mine] == [0, 1] and all("commitOffset" in q for q in mine)
+        # by offset id, and by UNIQ_KEY with the topic: the member's handler gets it again
+        code, obj, err = await _cli(capsys, "message", "resend", *ns, *member, "--id", sent[1].offset_msg_id)
+        assert (
+            code == 0 and obj["consume_result"] == "CR_SUCCESS" and obj["msg_id"] == sent[1].offset_msg_id
+        ), err
+        await col.wait_until(lambda: col.seen["k-1"] == 2)
+        code, obj, _ = await _cli(
+            capsys, "message", "resend", *ns, *member, "--id", sent[2].msg_id, "--topic", topic
+        )
+        assert code == 0 and obj["consume_result"] == "CR_SUCCESS"
+        await col.wait_until(lambda: col.seen["k-2"] == 2)
+        # refused by the broker (no such member): exit 1, one line
+        nobody = ["--group", group, "--client-id", "127.0.0.1@nobody"]
+        code, obj, err = await _cli(capsys, "group", "running-info", *ns, *nobody)
+        assert code == 1 and obj is None and err.count("\n") == 1 and "group running-info failed" in err
+        code, obj, err = await _cli(capsys, "message", "resend", *ns, *nobody, "--id", sent[0].offset_msg_id)
+        assert code == 1 and obj is None and err.count("\n") == 1 and "message resend failed" in err
+        # bad input: exit 2, one line (a UNIQ_KEY without its topic, a missing flag)
+        for argv in (
+            ["message", "resend", *ns, *member, "--id", sent[0].msg_id],
+            ["message", "resend", *ns, "--group", group, "--id", sent[0].offset_msg_id],
+            ["group", "running-info", *ns, "--group", group],
+        ):
+            code, obj, err = await _cli(capsys, *argv)
+            assert code == 2 and obj is None and err.count("\n") == 1, (argv, err)
+    assert col.seen["k-0"] == 1  # nothing was handed over for the refused ones
+
+
 async def test_bad_input_is_one_line_and_exit_2(
     cluster: EmbeddedCluster, names: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -294,3 +294,51 @@ async def test_explicit_offsets_move_a_running_group_on_a_5x_broker(
             await col.wait_until(lambda: all(col.seen[k] == 2 for k in on_q0))
             assert on_q0
             assert all(col.seen[k] == 1 for k in col.seen if k not in on_q0)  # queue 1 stayed where it was
+
+
+async def test_an_order_topic_writes_the_name_servers_order_config(
+    names: tuple[str, str], timing: Timing
+) -> None:
+    """``updateTopic -o true``: PUT_KV_CONFIG (100) of ``ORDER_TOPIC_CONFIG``/topic, the cluster's
+    brokers in Java's HashSet order (bucket 8 "broker-b" before bucket 11 "broker-a"); ``-b`` merges
+    one broker's entry into what GET_KV_CONFIG (101) answers; a name server with orderMessageEnable
+    puts it in the route."""
+    topic, _ = names
+    async with EmbeddedCluster(brokers=2, timing=timing, order_message_enable=True) as cluster:
+        assert cluster.namesrv is not None
+        async with _admin(cluster, timing) as admin:
+            with cluster.namesrv_faults.recording() as seen:
+                await admin.create_topic(topic, read_queues=4, write_queues=4, order=True)
+            puts = [c for c in seen if c.code == 100]
+            assert [list(c.ext_fields.items()) for c in puts] == [
+                [("namespace", "ORDER_TOPIC_CONFIG"), ("value", "broker-b:4;broker-a:4"), ("key", topic)]
+            ]  # the keys in the HashMap order Java writes them
+            assert (await admin.route(topic)).order_topic_conf == "broker-b:4;broker-a:4"
+            b = cluster.brokers[1]
+            with cluster.namesrv_faults.recording() as seen:
+                await admin.create_topic(topic, write_queues=2, broker_addr=b.registered_addr, order=True)
+            assert [c.code for c in seen if c.code in (100, 101)] == [101, 100]
+            assert (await admin.route(topic)).order_topic_conf == "broker-b:2;broker-a:4"
+            # a topic the name server has no order config of (101 answers 22): this broker alone
+            other = f"{topic}O"
+            await admin.create_topic(other, broker_addr=b.registered_addr, order=True)
+            assert (await admin.route(other)).order_topic_conf == "broker-b:8"
+            with pytest.raises(ConfigError, match=r"no broker at 127\.0\.0\.1:1 "):
+                await admin.create_topic(f"{topic}N", broker_addr="127.0.0.1:1", order=True)
+            assert f"{topic}N" not in await admin.topics()  # refused before anything was written
+        assert cluster.namesrv.kv["ORDER_TOPIC_CONFIG"] == {
+            topic: "broker-b:2;broker-a:4",
+            other: "broker-b:8",
+        }
+
+
+async def test_without_order_message_enable_the_route_has_no_order_config(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, _ = names
+    async with _admin(cluster, timing) as admin:
+        await admin.create_topic(topic, write_queues=3, order=True)
+        assert (await admin.route(topic)).order_topic_conf is None  # Java's default: off
+        await admin.create_topic(f"{topic}P", write_queues=3)  # not ordered: nothing written
+    assert cluster.namesrv is not None
+    assert cluster.namesrv.kv == {"ORDER_TOPIC_CONFIG": {topic: f"{cluster.brokers[0].name}:3"}}

@@ -11,7 +11,15 @@ import anyio
 import pytest
 from support.integration import Collector, consumer, produce, until
 
-from rmq_async import ConsumeContext, ConsumeResult, MessageExt, PushConsumer, Timing
+from rmq_async import (
+    ConfigError,
+    ConsumeContext,
+    ConsumeResult,
+    MessageExt,
+    MessageQueue,
+    PushConsumer,
+    Timing,
+)
 from rmq_async.admin import set_consume_mode
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.embedded.pop import pop_state
@@ -22,6 +30,10 @@ from rmq_async.internals import internals
 async def cluster5(timing: Timing) -> AsyncIterator[EmbeddedCluster]:
     async with EmbeddedCluster(brokers=1, queues=4, timing=timing, flavour=5) as c:
         yield c
+
+
+def by_topic(col: Collector) -> Counter[str]:
+    return Counter(m.topic for m in col.msgs)
 
 
 async def _pop_mode(cluster: EmbeddedCluster, topic: str, group: str, share: int = 0) -> None:
@@ -207,6 +219,65 @@ async def test_members_join_leave_and_crash_nothing_lost(
             await until(lambda: len(seen) >= 120)
     assert set(seen) == {f"k-{i}" for i in range(120)}
     assert pop_state(cluster5.brokers[0].context).revived > 0  # the crashed member's, popped again
+
+
+async def popped_queues(c: PushConsumer, topic: str) -> list[MessageQueue]:
+    """The pop queues of ``topic`` once the consumer pops it."""
+    pop = internals(c).pop
+    assert pop is not None
+    with anyio.fail_after(15):
+        await until(lambda: any(mq.topic == topic for mq in pop.queues))
+    return sorted(mq for mq in pop.queues if mq.topic == topic)
+
+
+async def pops_parked(c: PushConsumer, mqs: list[MessageQueue]) -> None:
+    """Every pop loop of ``mqs`` waits (a pop out when paused answered first)."""
+    pop = internals(c).pop
+    assert pop is not None
+    with anyio.fail_after(10):
+        for mq in mqs:
+            await pop.queues[mq].wait_parked()
+
+
+async def test_a_paused_pop_topic_is_not_popped_while_another_flows_and_resume_loses_nothing(
+    cluster5: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    topic, group = names
+    held, flowing = f"{topic}H", f"{topic}F"
+    await _pop_mode(cluster5, held, group)
+    await _pop_mode(cluster5, flowing, group)
+    col = Collector()
+    c = consumer(cluster5, group, held, col, timing, client_rebalance=False)
+    c.subscribe(flowing)
+    c.pause(held)  # before start: its pop loops start paused
+    await produce(cluster5.namesrv_addr, held, 20)
+    await produce(cluster5.namesrv_addr, flowing, 20, start=100)
+    async with c:
+        hq = await popped_queues(c, held)
+        fq = await popped_queues(c, flowing)
+        await col.wait_until(lambda: by_topic(col)[flowing] == 20)
+        assert by_topic(col)[held] == 0
+        await pops_parked(c, hq)
+        pop = internals(c).pop
+        assert pop is not None and all(pop.queues[mq].paused for mq in hq)
+        c.resume(held)
+        await col.wait_until(lambda: by_topic(col)[held] == 20)
+        # paused while running, a long poll out: what it brings is consumed, then no pop
+        c.pause(flowing)
+        await pops_parked(c, fq)
+        before = by_topic(col)[flowing]
+        await produce(cluster5.namesrv_addr, flowing, 10, start=200)
+        await produce(cluster5.namesrv_addr, held, 10, start=300)
+        await col.wait_until(lambda: by_topic(col)[held] == 30)
+        assert by_topic(col)[flowing] == before == 20
+        # the broker pops the queue of each pop itself (queue id -1): one queue cannot be paused alone
+        with pytest.raises(ConfigError, match="pause the topic"):
+            c.pause(MessageQueue(flowing, fq[0].broker_name, 0))
+        c.resume(flowing)
+        await col.wait_until(lambda: by_topic(col)[flowing] == 30)
+        with anyio.fail_after(10):
+            await until(lambda: pop.stats.acked >= 60)
+    assert col.unique == 60 and col.duplicates == 0
 
 
 async def test_a_4x_broker_falls_back_to_client_side_rebalance(

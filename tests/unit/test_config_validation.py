@@ -342,3 +342,31 @@ def test_consume_timestamps_of_both_forms_pass_the_config_and_the_cli() -> None:
     assert ConsumerConfig(group="g", consume_timestamp="20261202013000").consume_timestamp == "20261202013000"
     assert epoch_ms("1796151755000") == 1_796_151_755_000
     assert epoch_ms("20261202013000") == "20261202013000"  # Java's yyyyMMddHHmmss, as the config takes it
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"namesrv_addr": "127.0.0.1:1"},
+        {"namesrv_addr": "127.0.0.1:1", "timing": Timing.fast(), "instance_name": "i1"},
+        {"client_config": ClientConfig(namesrv_addr="127.0.0.1:2", instance_name="own")},
+        {
+            "client_config": ClientConfig(namesrv_addr="127.0.0.1:2", namespace="ns"),
+            "timing": Timing.fast(),
+            "instance_name": "i2",
+        },
+    ],
+    ids=["address", "address+timing+name", "config", "config+timing+name"],
+)
+def test_every_client_takes_its_client_settings_by_one_rule(given: dict[str, Any]) -> None:
+    """``client_config=`` / ``namesrv_addr=`` / ``timing=`` / ``instance_name=`` mean the same to the
+    consumers as to the producer (``config.client_settings``); a lite consumer is a stream client."""
+    from rmq_async import PushConsumer
+    from rmq_async.config import client_settings
+
+    expected = client_settings(
+        given.get("client_config"), **{k: v for k, v in given.items() if k != "client_config"}
+    )
+    assert PushConsumer("g_rule", **given).client_config == expected
+    lite = LitePullConsumer("g_rule", **given)
+    assert lite.client_config == expected.model_copy(update={"stream": True})

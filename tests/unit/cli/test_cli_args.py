@@ -9,6 +9,7 @@ import pytest
 
 import rmq_async
 from rmq_async.cli.app import build_parser, main
+from rmq_async.config import namesrv_addresses
 
 BASE = ["consume", "--group", "g", "--topic", "T"]
 
@@ -42,7 +43,16 @@ NS = ["--namesrv", "127.0.0.1:9"]
         ),
         (
             ["consume", "--namesrv", "abc", "--group", "g", "--topic", "T"],
-            "rmq-async: consume: argument --namesrv: 'abc' is not host:port",
+            "rmq-async: consume: argument --namesrv: bad name server address 'abc': expected host:port",
+        ),
+        (
+            # the client's own rule and words (config.namesrv_addresses)
+            ["consume", "--namesrv", "127.0.0.1:9876,127.0.0.2:9876", "--group", "g", "--topic", "T"],
+            "rmq-async: consume: argument --namesrv: name server addresses are separated by ';', not ','",
+        ),
+        (
+            ["produce", "--namesrv", "http://a:1;http://b:2", "--topic", "T"],
+            "an http:// name server endpoint is one address",
         ),
         (
             ["consume", *NS, "--group", "g", "--topic", "T", "--idle-exit", "-3"],
@@ -116,6 +126,24 @@ def test_a_bad_value_is_one_line_and_exit_2(
     assert err.count("\n") == 1 and err.startswith("rmq-async: ") and line in err, err
 
 
+@pytest.mark.parametrize(
+    ("given", "taken"),
+    [
+        ("127.0.0.1:9876", "127.0.0.1:9876"),
+        (" a:1 ; b:2 ;", "a:1;b:2"),
+        ("http://ns.example:9876", "ns.example:9876"),  # Java's name server endpoint
+        ("[::1]:9876", "[::1]:9876"),
+    ],
+)
+def test_namesrv_is_read_as_a_client_reads_namesrv_addr(given: str, taken: str) -> None:
+    assert namesrv_addresses(given) == taken.split(";")
+    for argv in (
+        ["consume", "--namesrv", given, "--group", "g", "--topic", "T"],
+        ["admin", "topic", "list", "--namesrv", given],
+    ):
+        assert build_parser().parse_args(argv).namesrv == taken
+
+
 def test_no_name_server_is_one_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -123,7 +151,8 @@ def test_no_name_server_is_one_line(
     assert main(["consume", "--group", "g", "--topic", "T"]) == 2
     assert (
         capsys.readouterr().err
-        == "rmq-async: NAMESRV_ADDR: 'nonsense' is not host:port (e.g. 127.0.0.1:9876)\n"
+        == "rmq-async: NAMESRV_ADDR: bad name server address 'nonsense': expected host:port, several"
+        " separated by ';' (host:port;host:port)\n"
     )
     monkeypatch.delenv("NAMESRV_ADDR")
     assert main(["produce", "--topic", "T"]) == 2

@@ -344,7 +344,7 @@ def _instances(cls: type[Header]) -> st.SearchStrategy[Header]:
 
 
 def test_all_classes_are_listed() -> None:
-    assert len(_header_classes()) == 28
+    assert len(_header_classes()) == 31
     assert set(REQUEST_HEADERS.values()) | set(RESPONSE_HEADERS.values()) <= set(_header_classes())
 
 
