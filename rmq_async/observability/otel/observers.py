@@ -92,22 +92,24 @@ class SendObserver:
             self._attrs[key] = attrs
         return attrs
 
-    def start(self, topic: str, props: dict[str, str]) -> tuple[float, Any]:
+    def start(self, topic: str, props: dict[str, str], message_type: str | None = None) -> tuple[float, Any]:
         """Before a send: its start, and its span (None without a tracer provider), whose context is
-        injected into ``props`` (the message's properties as they will be sent)."""
+        injected into ``props`` (the message's properties as they will be sent). ``message_type``
+        (``"transaction"`` for a half message) goes on the span as the semantic conventions'
+        ``messaging.rocketmq.message.type``; the metrics carry no such label, as the 5.x clients'
+        ``MetricLabels`` have none."""
         span = None
         tracer = self.t.tracer
         if tracer is not None:
-            span = tracer.start_span(
-                f"{topic} send",
-                kind=_trace.SpanKind.PRODUCER,
-                attributes={
-                    "messaging.system": "rocketmq",
-                    "messaging.operation.type": "send",
-                    "messaging.destination.name": topic,
-                    "messaging.client.id": self.client_id,
-                },
-            )
+            attributes = {
+                "messaging.system": "rocketmq",
+                "messaging.operation.type": "send",
+                "messaging.destination.name": topic,
+                "messaging.client.id": self.client_id,
+            }
+            if message_type is not None:
+                attributes["messaging.rocketmq.message.type"] = message_type
+            span = tracer.start_span(f"{topic} send", kind=_trace.SpanKind.PRODUCER, attributes=attributes)
             _propagate.inject(props, context=_trace.set_span_in_context(span))
         return time.perf_counter(), span
 
