@@ -324,8 +324,10 @@ class Producer:
         """The queues a send to ``topic`` may use. An unknown topic uses the ``TBW102`` route, so the
         broker creates the topic on the first send (autoCreateTopicEnable), as the Java producer does.
         With a namespace, ``topic`` is the plain name or the namespaced one."""
-        if self._client_config.namespace:
-            topic = self._ns(topic)
+        return await self._publish_info(self._ns(topic), refresh)
+
+    async def _publish_info(self, topic: str, refresh: bool = False) -> TopicPublishInfo:
+        """:meth:`publish_info` of the topic as it goes on the wire (namespaced or a reply topic)."""
         info = self._publish.get(topic)
         if info is not None and not refresh:
             return info
@@ -370,6 +372,15 @@ class Producer:
         return list((await self.publish_info(topic)).queues)
 
     # -- sending ------------------------------------------------------------------------------------
+
+    def _wire_topic(self, msg: Message) -> str:
+        """The topic ``msg`` goes to: ``ns%topic`` with a namespace, but a reply's as it is. Its
+        ``<cluster>_REPLY_TOPIC`` is a system topic of every broker (``TopicConfigManager`` adds it
+        to ``TopicValidator``'s set at start), which the Java client, whose own set lacks it, would
+        namespace into a topic no broker has (refused, or made anew where topics are auto-created)."""
+        if msg.properties.get(Prop.MESSAGE_TYPE) == MSG_TYPE_REPLY:
+            return msg.topic
+        return self._ns(msg.topic)
 
     def _check_stored(self, topic: str, body: bytes, props: dict[str, str]) -> None:
         """Refuse what the broker would refuse for its size: it compares the whole stored message (fixed
@@ -466,12 +477,12 @@ class Producer:
         """
         self._check(msg)
         timeout = timeout or self.config.send_timeout
-        topic = self._ns(msg.topic)
+        topic = self._wire_topic(msg)
         acc = self._accumulator
         if acc is not None and selector is None and acc.takes(msg, topic):
             return await acc.send(msg, queue, timeout)
         deadline = time.monotonic() + timeout
-        info = await self.publish_info(topic)
+        info = await self._publish_info(topic)
         body, props, sys_flag, uniq = self._prepare(msg, self.compress_type_for(info))
         self._check_stored(topic, body, props)
         otel = self._otel
@@ -558,7 +569,7 @@ class Producer:
                 break
             log.debug("send to %s failed (attempt %d): %s", mq, attempt + 1, error)
             if isinstance(error, BrokerError) and error.code == ResponseCode.TOPIC_NOT_EXIST:
-                info = await self.publish_info(topic, refresh=True)
+                info = await self._publish_info(topic, refresh=True)
         raise MQClientError(f"send to topic {topic!r} failed after retries: {error}") from error
 
     @staticmethod
@@ -669,9 +680,10 @@ class Producer:
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
         """Send without waiting for an answer (no retries, as in Java)."""
         self._check(msg)
-        info = await self.publish_info(self._ns(msg.topic))
+        topic = self._wire_topic(msg)
+        info = await self._publish_info(topic)
         body, props, sys_flag, uniq = self._prepare(msg, self.compress_type_for(info))
-        self._check_stored(self._ns(msg.topic), body, props)
+        self._check_stored(topic, body, props)
         mq = queue or info.select(next(self._counter), None, self._fault, time.monotonic())
         deadline = time.monotonic() + self.config.send_timeout
         await self._send_to(
