@@ -27,6 +27,7 @@ from rmq_async import (
     Message,
     MessageExt,
     Producer,
+    ProducerConfig,
     SendResult,
     Timing,
 )
@@ -263,3 +264,53 @@ async def test_a_half_message_is_recorded_as_a_transactional_send(
         if getattr(pt, "attributes", {})["topic"] == topic
     ]
     assert sum(pt.count for pt in costs) == 2
+
+
+async def test_batches_and_accumulated_sends_record_every_message(
+    cluster: EmbeddedCluster,
+    names: tuple[str, str],
+    timing: Timing,
+    sdk: tuple[InMemoryMetricReader, InMemorySpanExporter],
+) -> None:
+    # a SEND_BATCH_MESSAGE (send_batch, the accumulator's batches) is one PRODUCER span carrying the
+    # batch's size, its context in every message; each message counted and its send cost recorded
+    reader, exporter = sdk
+    topic, group = names
+    cfg = ClientConfig(namesrv_addr=cluster.namesrv_addr, timing=timing)
+    config = ProducerConfig(group=f"{group}_p", auto_batch=True, batch_max_delay=0.05)
+    async with Producer(config=config, client_config=cfg) as p:
+        queue = (await p.queues(topic))[0]
+        await p.send_batch([Message(topic, b"b%d" % i, keys=f"b-{i}") for i in range(3)])
+
+        async def one(i: int) -> None:
+            await p.send(Message(topic, b"a%d" % i, keys=f"a-{i}"), queue=queue)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(20):
+                tg.start_soon(one, i)
+    spans = [s for s in exporter.get_finished_spans() if s.kind is SpanKind.PRODUCER]
+    sizes = [dict(s.attributes or {}).get("messaging.batch.message_count") for s in spans]
+    assert sizes[0] == 3 and sum(n for n in sizes if isinstance(n, int)) == 23 and len(spans) < 23
+    points = _points(reader)
+    sends: list[Any] = [
+        pt for pt in points["rocketmq_producer_sends"] if getattr(pt, "attributes", {})["topic"] == topic
+    ]
+    assert sum(pt.value for pt in sends) == 23
+    costs: list[Any] = [
+        pt for pt in points["rocketmq_send_cost_time"] if getattr(pt, "attributes", {})["topic"] == topic
+    ]
+    assert 3 <= sum(pt.count for pt in costs) <= 23  # within the histogram budget (20 a tenth of a second)
+    got: list[MessageExt] = []
+    done = anyio.Event()
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
+        got.extend(msgs)
+        if len(got) >= 23:
+            done.set()
+        return ConsumeResult.SUCCESS
+
+    async with consumer(cluster, group, topic, handler, timing):
+        with anyio.fail_after(20):
+            await done.wait()
+    parents = {int((m.get_property("traceparent") or "-0-")[36:52] or "0", 16) for m in got}
+    assert parents == {s.context.span_id for s in spans}  # every message carries its batch's span
