@@ -28,7 +28,6 @@ from ..errors import (
     ClientError,
     MQClientError,
     RemotingError,
-    RequestTimeoutError,
     TLSError,
     TopicNotExist,
     UnsupportedByBrokerError,
@@ -56,10 +55,11 @@ from ..protocol.message import (
 from ..protocol.mq import MessageQueue
 from ..protocol.msgid import new_uniq_id
 from ..protocol.properties import encode_properties
-from ..protocol.reply import MSG_TYPE_REPLY, new_correlation_id, request_properties
+from ..protocol.reply import MSG_TYPE_REPLY
 from ..protocol.stored import MessageExt
 from .accumulator import ProduceAccumulator
 from .fault import LatencyFaultTolerance, select_queue
+from .request import Requester
 
 __all__ = [
     "MessageQueueSelector",
@@ -194,6 +194,8 @@ class Producer:
             if cfg.auto_batch
             else None
         )
+        #: ``request()``: the requests awaiting their replies
+        self._requests = Requester(self)
         #: message trace (``ClientConfig.trace``); never for the inner producers (send-back, trace)
         self._tracer: SendTracer | None = None
         #: OpenTelemetry (set at start when the application has set a provider): send spans, send cost
@@ -640,32 +642,9 @@ class Producer:
         """
         self._check(msg)
         timeout = timeout or self.config.send_timeout
-        started = time.monotonic()
-        client = self.client
-        correlation_id = new_correlation_id()
-        props = dict(msg.properties)
-        props.setdefault(Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, new_uniq_id())
-        props = request_properties(props, client.client_id, round(timeout * 1000), correlation_id)
-        request = Message.with_properties(msg.topic, msg.body, props, flag=msg.flag)
-        reply = client.expect_reply(correlation_id)
-        try:
-            await self.publish_info(self._ns(msg.topic))
-            await self._make_requester_known()
-            await self.send(request, queue=queue, selector=selector, arg=arg, timeout=timeout)
-            with anyio.move_on_after(max(0.0, timeout - (time.monotonic() - started))):
-                return await reply
-            raise RequestTimeoutError(msg.topic, timeout, correlation_id)
-        finally:
-            client.forget_reply(correlation_id)
-
-    async def _make_requester_known(self) -> None:
-        """Heartbeat now when a broker this client routes to has had none from it: the reply comes
-        back on the connection a heartbeat registered (Java heartbeats after a request's first
-        route lookup)."""
-        client = self.client
-        masters = (addrs.get(0) for addrs in client.broker_addrs.values())
-        if any(addr is not None and addr not in client.broker_reach for addr in masters):
-            await client.send_heartbeat_to_all_brokers()
+        return await self._requests.request(
+            msg, timeout, lambda m: self.send(m, queue=queue, selector=selector, arg=arg, timeout=timeout)
+        )
 
     async def _check_timer_support(self, addr: str) -> None:
         """A timer message goes to 5.x brokers only: a 4.9.8 broker knows no TIMER_* property and
