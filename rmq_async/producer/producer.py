@@ -28,7 +28,6 @@ from ..errors import (
     ClientError,
     MQClientError,
     RemotingError,
-    RequestTimeoutError,
     TLSError,
     TopicNotExist,
     UnsupportedByBrokerError,
@@ -56,10 +55,11 @@ from ..protocol.message import (
 from ..protocol.mq import MessageQueue
 from ..protocol.msgid import new_uniq_id
 from ..protocol.properties import encode_properties
-from ..protocol.reply import MSG_TYPE_REPLY, new_correlation_id, request_properties
+from ..protocol.reply import MSG_TYPE_REPLY
 from ..protocol.stored import MessageExt
 from .accumulator import ProduceAccumulator
 from .fault import LatencyFaultTolerance, select_queue
+from .request import Requester
 
 __all__ = [
     "MessageQueueSelector",
@@ -194,6 +194,8 @@ class Producer:
             if cfg.auto_batch
             else None
         )
+        #: ``request()``: the requests awaiting their replies
+        self._requests = Requester(self)
         #: message trace (``ClientConfig.trace``); never for the inner producers (send-back, trace)
         self._tracer: SendTracer | None = None
         #: OpenTelemetry (set at start when the application has set a provider): send spans, send cost
@@ -324,8 +326,10 @@ class Producer:
         """The queues a send to ``topic`` may use. An unknown topic uses the ``TBW102`` route, so the
         broker creates the topic on the first send (autoCreateTopicEnable), as the Java producer does.
         With a namespace, ``topic`` is the plain name or the namespaced one."""
-        if self._client_config.namespace:
-            topic = self._ns(topic)
+        return await self._publish_info(self._ns(topic), refresh)
+
+    async def _publish_info(self, topic: str, refresh: bool = False) -> TopicPublishInfo:
+        """:meth:`publish_info` of the topic as it goes on the wire (namespaced or a reply topic)."""
         info = self._publish.get(topic)
         if info is not None and not refresh:
             return info
@@ -370,6 +374,15 @@ class Producer:
         return list((await self.publish_info(topic)).queues)
 
     # -- sending ------------------------------------------------------------------------------------
+
+    def _wire_topic(self, msg: Message) -> str:
+        """The topic ``msg`` goes to: ``ns%topic`` with a namespace, but a reply's as it is. Its
+        ``<cluster>_REPLY_TOPIC`` is a system topic of every broker (``TopicConfigManager`` adds it
+        to ``TopicValidator``'s set at start), which the Java client, whose own set lacks it, would
+        namespace into a topic no broker has (refused, or made anew where topics are auto-created)."""
+        if msg.properties.get(Prop.MESSAGE_TYPE) == MSG_TYPE_REPLY:
+            return msg.topic
+        return self._ns(msg.topic)
 
     def _check_stored(self, topic: str, body: bytes, props: dict[str, str]) -> None:
         """Refuse what the broker would refuse for its size: it compares the whole stored message (fixed
@@ -466,12 +479,12 @@ class Producer:
         """
         self._check(msg)
         timeout = timeout or self.config.send_timeout
-        topic = self._ns(msg.topic)
+        topic = self._wire_topic(msg)
         acc = self._accumulator
         if acc is not None and selector is None and acc.takes(msg, topic):
             return await acc.send(msg, queue, timeout)
         deadline = time.monotonic() + timeout
-        info = await self.publish_info(topic)
+        info = await self._publish_info(topic)
         body, props, sys_flag, uniq = self._prepare(msg, self.compress_type_for(info))
         self._check_stored(topic, body, props)
         otel = self._otel
@@ -558,7 +571,7 @@ class Producer:
                 break
             log.debug("send to %s failed (attempt %d): %s", mq, attempt + 1, error)
             if isinstance(error, BrokerError) and error.code == ResponseCode.TOPIC_NOT_EXIST:
-                info = await self.publish_info(topic, refresh=True)
+                info = await self._publish_info(topic, refresh=True)
         raise MQClientError(f"send to topic {topic!r} failed after retries: {error}") from error
 
     @staticmethod
@@ -629,32 +642,9 @@ class Producer:
         """
         self._check(msg)
         timeout = timeout or self.config.send_timeout
-        started = time.monotonic()
-        client = self.client
-        correlation_id = new_correlation_id()
-        props = dict(msg.properties)
-        props.setdefault(Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, new_uniq_id())
-        props = request_properties(props, client.client_id, round(timeout * 1000), correlation_id)
-        request = Message.with_properties(msg.topic, msg.body, props, flag=msg.flag)
-        reply = client.expect_reply(correlation_id)
-        try:
-            await self.publish_info(self._ns(msg.topic))
-            await self._make_requester_known()
-            await self.send(request, queue=queue, selector=selector, arg=arg, timeout=timeout)
-            with anyio.move_on_after(max(0.0, timeout - (time.monotonic() - started))):
-                return await reply
-            raise RequestTimeoutError(msg.topic, timeout, correlation_id)
-        finally:
-            client.forget_reply(correlation_id)
-
-    async def _make_requester_known(self) -> None:
-        """Heartbeat now when a broker this client routes to has had none from it: the reply comes
-        back on the connection a heartbeat registered (Java heartbeats after a request's first
-        route lookup)."""
-        client = self.client
-        masters = (addrs.get(0) for addrs in client.broker_addrs.values())
-        if any(addr is not None and addr not in client.broker_reach for addr in masters):
-            await client.send_heartbeat_to_all_brokers()
+        return await self._requests.request(
+            msg, timeout, lambda m: self.send(m, queue=queue, selector=selector, arg=arg, timeout=timeout)
+        )
 
     async def _check_timer_support(self, addr: str) -> None:
         """A timer message goes to 5.x brokers only: a 4.9.8 broker knows no TIMER_* property and
@@ -669,9 +659,10 @@ class Producer:
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
         """Send without waiting for an answer (no retries, as in Java)."""
         self._check(msg)
-        info = await self.publish_info(self._ns(msg.topic))
+        topic = self._wire_topic(msg)
+        info = await self._publish_info(topic)
         body, props, sys_flag, uniq = self._prepare(msg, self.compress_type_for(info))
-        self._check_stored(self._ns(msg.topic), body, props)
+        self._check_stored(topic, body, props)
         mq = queue or info.select(next(self._counter), None, self._fault, time.monotonic())
         deadline = time.monotonic() + self.config.send_timeout
         await self._send_to(
@@ -687,7 +678,7 @@ class Producer:
         topic = self._ns(msgs[0].topic)
         if topic.startswith("%RETRY%"):  # as Java's DefaultMQProducer.batch
             raise ClientError("a retry topic cannot take a batch: send its messages one by one")
-        prepared: list[Message] = []
+        batch_props: list[dict[str, str]] = []
         ids: list[str] = []
         for m in msgs:
             self._check(m)
@@ -699,7 +690,34 @@ class Producer:
             uniq = props.get(Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or new_uniq_id()
             props[Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
             ids.append(uniq)
-            prepared.append(Message.resent(topic, m.body, props, flag=m.flag))
+            batch_props.append(props)
+        msg_id, otel = ",".join(ids), self._otel
+        if otel is None:
+            return await self._send_batch_body(msgs, topic, batch_props, msg_id, queue, timeout)
+        token = otel.start_batch(msgs[0].topic, batch_props)  # the span's traceparent in every message
+        try:
+            res = await self._send_batch_body(msgs, topic, batch_props, msg_id, queue, timeout)
+        except BaseException as exc:
+            otel.end(token, msgs[0].topic, None, exc, len(msgs))
+            raise
+        otel.end(token, msgs[0].topic, res.msg_id, None, len(msgs))
+        return res
+
+    async def _send_batch_body(
+        self,
+        msgs: Sequence[Message],
+        topic: str,
+        batch_props: list[dict[str, str]],
+        msg_id: str,
+        queue: MessageQueue | None,
+        timeout: float | None,
+    ) -> SendResult:
+        """The batch of :meth:`send_batch`, encoded and sent (one trace ``Pub`` record for the whole
+        batch, its ids joined, as Java's send hook sees a ``MessageBatch``)."""
+        prepared = [
+            Message.resent(topic, m.body, props, flag=m.flag)
+            for m, props in zip(msgs, batch_props, strict=True)
+        ]
         body = encode_batch_body(prepared)
         if len(body) > self.config.max_message_size:
             raise ClientError(
@@ -727,10 +745,10 @@ class Producer:
             )
 
         if queue is not None:
-            res = await self._send_to(queue, header_for(queue), body, deadline, ",".join(ids), batch=True)
+            res = await self._send_to(queue, header_for(queue), body, deadline, msg_id, batch=True)
             assert res is not None
             return res
-        return await self._send_retrying(topic, info, header_for, body, deadline, ",".join(ids), batch=True)
+        return await self._send_retrying(topic, info, header_for, body, deadline, msg_id, batch=True)
 
 
 def trace_producer(client_config: ClientConfig, client: ClientInstance, group: str) -> Producer:

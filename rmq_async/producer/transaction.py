@@ -256,7 +256,7 @@ class TransactionProducer(Producer):
         otel = self._otel
         if otel is None:
             return await self._send_prepared(*args)
-        token = otel.start(half.topic, props)
+        token = otel.start(half.topic, props, message_type="transaction")
         try:
             res = await self._send_prepared(*args)
         except BaseException as exc:

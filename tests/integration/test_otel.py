@@ -5,6 +5,7 @@ hook, no observer) without a provider."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import anyio
 import pytest
@@ -19,10 +20,21 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from rmq_async import ConsumeContext, ConsumeResult, Message, MessageExt, Producer, Timing
+from rmq_async import (
+    ClientConfig,
+    ConsumeContext,
+    ConsumeResult,
+    Message,
+    MessageExt,
+    Producer,
+    ProducerConfig,
+    SendResult,
+    Timing,
+)
 from rmq_async.embedded import EmbeddedCluster
 from rmq_async.internals import internals
 from rmq_async.observability import otel
+from rmq_async.producer.transaction import TransactionProducer, TransactionResult
 
 INSTRUMENTS = {
     "rocketmq_send_cost_time",
@@ -216,3 +228,89 @@ async def test_budgets_on_the_cluster_sample_histograms_count_everything_and_kee
     processes = [s for s in spans if s.kind is SpanKind.CONSUMER]
     assert len(sends) == n and len(processes) == n  # the traced ones only, every one of them
     assert sorted(link.context.span_id for s in processes for link in s.links) == sorted(sends)
+
+
+async def test_a_half_message_is_recorded_as_a_transactional_send(
+    cluster: EmbeddedCluster,
+    names: tuple[str, str],
+    timing: Timing,
+    sdk: tuple[InMemoryMetricReader, InMemorySpanExporter],
+) -> None:
+    # the half send is a send: its cost recorded, its span a PRODUCER span with the message id, and
+    # the semantic conventions' message type "transaction"; a plain send of the same producer has none
+    reader, exporter = sdk
+    topic, group = names
+
+    async def commit(msg: Message, res: SendResult) -> TransactionResult:
+        return TransactionResult.COMMIT
+
+    async def check(msg: MessageExt) -> TransactionResult:
+        return TransactionResult.COMMIT
+
+    cfg = ClientConfig(namesrv_addr=cluster.namesrv_addr, timing=timing)
+    async with TransactionProducer(group, checker=check, client_config=cfg) as p:
+        assert internals(p).otel is not None
+        half = await p.send_in_transaction(Message(topic, b"tx"), commit)
+        plain = await p.send(Message(topic, b"plain"))
+    spans = {dict(s.attributes or {}).get("messaging.message.id"): s for s in exporter.get_finished_spans()}
+    tx_span, plain_span = spans[half.msg_id], spans[plain.msg_id]
+    tx_attrs, plain_attrs = dict(tx_span.attributes or {}), dict(plain_span.attributes or {})
+    assert tx_span.kind is SpanKind.PRODUCER and tx_span.name == f"{topic} send"
+    assert tx_attrs["messaging.rocketmq.message.type"] == "transaction"
+    assert "messaging.rocketmq.message.type" not in plain_attrs
+    costs: list[Any] = [
+        pt
+        for pt in _points(reader)["rocketmq_send_cost_time"]
+        if getattr(pt, "attributes", {})["topic"] == topic
+    ]
+    assert sum(pt.count for pt in costs) == 2
+
+
+async def test_batches_and_accumulated_sends_record_every_message(
+    cluster: EmbeddedCluster,
+    names: tuple[str, str],
+    timing: Timing,
+    sdk: tuple[InMemoryMetricReader, InMemorySpanExporter],
+) -> None:
+    # a SEND_BATCH_MESSAGE (send_batch, the accumulator's batches) is one PRODUCER span carrying the
+    # batch's size, its context in every message; each message counted and its send cost recorded
+    reader, exporter = sdk
+    topic, group = names
+    cfg = ClientConfig(namesrv_addr=cluster.namesrv_addr, timing=timing)
+    config = ProducerConfig(group=f"{group}_p", auto_batch=True, batch_max_delay=0.05)
+    async with Producer(config=config, client_config=cfg) as p:
+        queue = (await p.queues(topic))[0]
+        await p.send_batch([Message(topic, b"b%d" % i, keys=f"b-{i}") for i in range(3)])
+
+        async def one(i: int) -> None:
+            await p.send(Message(topic, b"a%d" % i, keys=f"a-{i}"), queue=queue)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(20):
+                tg.start_soon(one, i)
+    spans = [s for s in exporter.get_finished_spans() if s.kind is SpanKind.PRODUCER]
+    sizes = [dict(s.attributes or {}).get("messaging.batch.message_count") for s in spans]
+    assert sizes[0] == 3 and sum(n for n in sizes if isinstance(n, int)) == 23 and len(spans) < 23
+    points = _points(reader)
+    sends: list[Any] = [
+        pt for pt in points["rocketmq_producer_sends"] if getattr(pt, "attributes", {})["topic"] == topic
+    ]
+    assert sum(pt.value for pt in sends) == 23
+    costs: list[Any] = [
+        pt for pt in points["rocketmq_send_cost_time"] if getattr(pt, "attributes", {})["topic"] == topic
+    ]
+    assert 3 <= sum(pt.count for pt in costs) <= 23  # within the histogram budget (20 a tenth of a second)
+    got: list[MessageExt] = []
+    done = anyio.Event()
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
+        got.extend(msgs)
+        if len(got) >= 23:
+            done.set()
+        return ConsumeResult.SUCCESS
+
+    async with consumer(cluster, group, topic, handler, timing):
+        with anyio.fail_after(20):
+            await done.wait()
+    parents = {int((m.get_property("traceparent") or "-0-")[36:52] or "0", 16) for m in got}
+    assert parents == {s.context.span_id for s in spans}  # every message carries its batch's span

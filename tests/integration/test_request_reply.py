@@ -13,6 +13,7 @@ from support.integration import consumer
 from rmq_async import (
     ClientConfig,
     ConsumeContext,
+    Credentials,
     Message,
     MessageExt,
     MQClientError,
@@ -22,6 +23,7 @@ from rmq_async import (
     create_reply_message,
 )
 from rmq_async.embedded import EmbeddedCluster
+from rmq_async.embedded.acl import Account, AclConfig
 from rmq_async.protocol.codes import Prop
 
 
@@ -132,3 +134,60 @@ async def test_a_reply_to_a_requester_that_is_gone_fails_the_reply(
     assert len(errors) == 1 and f"channel of <{requester}> not found" in str(errors[0])
     with pytest.raises(Exception, match="not a request"):
         create_reply_message(MessageExt("T", b"x", properties={"CLUSTER": "C"}), b"r")
+
+
+async def _round_trip(
+    cluster: EmbeddedCluster, topic: str, group: str, cfg: ClientConfig, timing: Timing
+) -> None:
+    """A responder and a requester on ``cfg``: two requests answered, each reply on the cluster's
+    reply topic and for its request."""
+    requests: list[MessageExt] = []
+
+    async def respond(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+        for m in msgs:
+            requests.append(m)
+            await responder.reply(m, b"re-" + m.body)
+
+    responder = consumer(cluster, group, topic, respond, timing, client_config=cfg)
+    async with responder, Producer(f"{group}_req", client_config=cfg) as p:
+        replies = [await p.request(Message(topic, f"q{i}".encode()), 5.0) for i in range(2)]
+        client_id = p.client.client_id
+    assert [r.body for r in replies] == [b"re-q0", b"re-q1"]
+    assert {r.topic for r in replies} == {"DefaultCluster_REPLY_TOPIC"}
+    assert {m.get_property(Prop.REPLY_TO_CLIENT) for m in requests} == {client_id}  # no namespace
+    assert {m.topic for m in requests} == {topic}  # the responder sees the user's topic
+
+
+async def test_request_reply_with_a_namespace(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    # the request goes to ns%topic; the reply to the cluster's reply topic as it is (a system topic
+    # of every broker), and REPLY_TO_CLIENT is a client id, never namespaced
+    topic, group = names
+    await cluster.create_topic(f"ns1%{topic}")
+    cfg = ClientConfig(namesrv_addr=cluster.namesrv_addr, namespace="ns1", timing=timing)
+    await _round_trip(cluster, topic, group, cfg, timing)
+    store = cluster.brokers[0].store
+    assert sum(store.max_offset(f"ns1%{topic}", q) for q in range(4)) == 2
+    assert store.max_offset("DefaultCluster_REPLY_TOPIC", 0) == 2
+    assert "ns1%DefaultCluster_REPLY_TOPIC" not in cluster.brokers[0].state.topics
+
+
+@pytest.mark.parametrize("flavour", [4, 5], ids=["acl-1.0", "acl-2.0"])
+async def test_request_reply_on_an_acl_cluster(flavour: int, timing: Timing) -> None:
+    # the request is a signed send, the reply a signed SEND_REPLY_MESSAGE_V2 (only its signature is
+    # checked, by both ACL versions), the push to the requester needs none
+    user = Account(
+        "rrUserAk",
+        "rrSecret1234",
+        default_topic_perm="DENY",
+        default_group_perm="SUB",
+        topic_perms=("RrAcl=PUB|SUB",),
+        group_perms=("rr_acl_g=SUB",),
+    )
+    acl = AclConfig((Account("RocketMQ", "12345678", admin=True), user))
+    async with EmbeddedCluster(timing=timing, acl=acl, flavour=flavour) as cluster:
+        await cluster.create_topic("RrAcl")
+        creds = Credentials(access_key="rrUserAk", secret_key="rrSecret1234")
+        cfg = ClientConfig(namesrv_addr=cluster.namesrv_addr, timing=timing, credentials=creds)
+        await _round_trip(cluster, "RrAcl", "rr_acl_g", cfg, timing)

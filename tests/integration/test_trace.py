@@ -12,7 +12,16 @@ import anyio
 import pytest
 from support.integration import Collector, child_env, consumer
 
-from rmq_async import Message, MessageExt, OrderlyContext, OrderlyResult, Producer, Timing
+from rmq_async import (
+    Message,
+    MessageExt,
+    OrderlyContext,
+    OrderlyResult,
+    Producer,
+    ProducerConfig,
+    SendResult,
+    Timing,
+)
 from rmq_async.client.instance import ClientInstance
 from rmq_async.config import ClientConfig, TraceConfig
 from rmq_async.embedded import EmbeddedCluster
@@ -173,3 +182,34 @@ async def test_orderly_consumer_and_batch_send_are_traced(timing: Timing) -> Non
                 after = [r for r in records if r.trace_type == "SubAfter"]
                 assert [r.trace_type for r in records if r.trace_type != "SubAfter"] == ["SubBefore"]
                 assert after and after[0].success and after[0].context_code == 0
+
+
+async def test_accumulated_sends_are_traced_as_their_batches(timing: Timing) -> None:
+    # as Java's ProduceAccumulator, whose batches go through the send hook as MessageBatch sends: one
+    # Pub record per batch sent, naming its messages' ids comma-joined (null tags and keys)
+    async with EmbeddedCluster(timing=timing, trace_topic_enable=True) as cluster:
+        cfg = _traced(cluster, timing)
+        config = ProducerConfig(group="trace_pg_acc", auto_batch=True, batch_max_delay=0.05)
+        results: list[SendResult] = []
+        async with Producer(config=config, client_config=cfg) as p:
+            queue = (await p.queues("TraceAcc"))[0]
+
+            async def one(i: int) -> None:
+                results.append(await p.send(Message("TraceAcc", b"a%d" % i, keys=f"a-{i}"), queue=queue))
+
+            async with anyio.create_task_group() as tg:
+                for i in range(20):
+                    tg.start_soon(one, i)
+        store = cluster.brokers[0].store
+        records = []
+        for q in range(8):
+            cq = store.queue(RMQ_SYS_TRACE_TOPIC, q)
+            for offset in cq.offsets if cq is not None else ():
+                stored = store.lookup(offset)
+                assert stored is not None
+                records += decode(stored.body.decode())
+    pubs = [r for r in records if r.trace_type == "Pub" and r.beans[0].topic == "TraceAcc"]
+    assert 1 <= len(pubs) < 20
+    named = [i for r in pubs for i in (r.beans[0].msg_id or "").split(",")]
+    assert sorted(named) == sorted(r.msg_id for r in results)  # each message in one batch's record
+    assert all(r.beans[0].keys == "null" and r.success for r in pubs)

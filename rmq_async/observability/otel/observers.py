@@ -92,39 +92,63 @@ class SendObserver:
             self._attrs[key] = attrs
         return attrs
 
-    def start(self, topic: str, props: dict[str, str]) -> tuple[float, Any]:
+    def start(self, topic: str, props: dict[str, str], message_type: str | None = None) -> tuple[float, Any]:
         """Before a send: its start, and its span (None without a tracer provider), whose context is
-        injected into ``props`` (the message's properties as they will be sent)."""
+        injected into ``props`` (the message's properties as they will be sent). ``message_type``
+        (``"transaction"`` for a half message) goes on the span as the semantic conventions'
+        ``messaging.rocketmq.message.type``; the metrics carry no such label, as the 5.x clients'
+        ``MetricLabels`` have none."""
         span = None
         tracer = self.t.tracer
         if tracer is not None:
-            span = tracer.start_span(
-                f"{topic} send",
-                kind=_trace.SpanKind.PRODUCER,
-                attributes={
-                    "messaging.system": "rocketmq",
-                    "messaging.operation.type": "send",
-                    "messaging.destination.name": topic,
-                    "messaging.client.id": self.client_id,
-                },
-            )
+            attributes = {
+                "messaging.system": "rocketmq",
+                "messaging.operation.type": "send",
+                "messaging.destination.name": topic,
+                "messaging.client.id": self.client_id,
+            }
+            if message_type is not None:
+                attributes["messaging.rocketmq.message.type"] = message_type
+            span = tracer.start_span(f"{topic} send", kind=_trace.SpanKind.PRODUCER, attributes=attributes)
             _propagate.inject(props, context=_trace.set_span_in_context(span))
         return time.perf_counter(), span
 
+    def start_batch(self, topic: str, props: Sequence[dict[str, str]]) -> tuple[float, Any]:
+        """Before a batch send (SEND_BATCH_MESSAGE: ``send_batch``, the accumulator's batches): one
+        span for the batch (``messaging.batch.message_count``), whose context goes into every
+        message's ``props`` so each consumer links to it."""
+        token = self.start(topic, props[0] if props else {})
+        span = token[1]
+        if span is not None:
+            span.set_attribute("messaging.batch.message_count", len(props))
+            ctx = _trace.set_span_in_context(span)
+            for p in props[1:]:
+                _propagate.inject(p, context=ctx)
+        return token
+
     def end(
-        self, token: tuple[float, Any], topic: str, msg_id: str | None, error: BaseException | None
+        self,
+        token: tuple[float, Any],
+        topic: str,
+        msg_id: str | None,
+        error: BaseException | None,
+        count: int = 1,
     ) -> None:
+        """After a send of ``count`` messages (a batch's: each counted, and each its cost recorded
+        within the budget, as the 5.x clients' ``doAfterSendMessage`` records one per message)."""
         start, span = token
         ok = error is None
         key = (topic, ok)
         sends = self.sends
-        sends[key] = sends.get(key, 0) + 1
+        sends[key] = sends.get(key, 0) + count
         if self.t.metrics:
             s = self.sample
             s.tick(time.monotonic())  # a send is rare enough to read the clock: the window starts on time
-            s.countdown -= 1
-            if s.countdown <= 0 and s.fire():
-                self.t.send_cost.record((time.perf_counter() - start) * 1000, self.attrs(topic, ok))
+            cost = (time.perf_counter() - start) * 1000
+            for _ in range(count):
+                s.countdown -= 1
+                if s.countdown <= 0 and s.fire():
+                    self.t.send_cost.record(cost, self.attrs(topic, ok))
         if span is not None:
             if msg_id is not None:
                 span.set_attribute("messaging.message.id", msg_id)
