@@ -48,6 +48,7 @@ from ..protocol.message import (
     TIMER_PROPERTIES,
     CompressionType,
     Message,
+    check_topic,
     compress_body,
     compression_flag,
     encode_batch_body,
@@ -94,6 +95,8 @@ _RETRY_CODES = frozenset(
 #: messages whose properties go in the Java client's HashMap order once UNIQ_KEY is added (timer
 #: messages and replies, as ``v5-timer.jsonl`` and ``reply.jsonl`` show them)
 _HASHMAP_ORDERED = TIMER_PROPERTIES | {Prop.MESSAGE_TYPE}
+#: the properties of a SEND_BATCH_MESSAGE request's header (each member carries its own)
+_BATCH_PROPERTIES = encode_properties({Prop.WAIT_STORE_MSG_OK: "true"})
 
 
 def select_by_key_hash(queues: Sequence[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
@@ -685,8 +688,6 @@ class Producer:
         if not msgs:
             raise ClientError("send_batch needs at least one message")
         topic = self._ns(msgs[0].topic)
-        if topic.startswith("%RETRY%"):  # as Java's DefaultMQProducer.batch
-            raise ClientError("a retry topic cannot take a batch: send its messages one by one")
         prepared: list[Message] = []
         ids: list[str] = []
         for m in msgs:
@@ -700,7 +701,32 @@ class Producer:
             props[Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
             ids.append(uniq)
             prepared.append(Message.resent(topic, m.body, props, flag=m.flag))
-        body = encode_batch_body(prepared)
+        return await self.send_batch_body(
+            topic, encode_batch_body(prepared), ids, queue=queue, timeout=timeout
+        )
+
+    async def send_batch_body(
+        self,
+        topic: str,
+        body: bytes,
+        msg_ids: Sequence[str],
+        *,
+        queue: MessageQueue | None = None,
+        timeout: float | None = None,
+    ) -> SendResult:
+        """Send a batch body already encoded (:func:`~rmq_async.protocol.message.encode_batch_members`
+        or ``encode_batch_body``) to ``topic`` as one SEND_BATCH_MESSAGE, as :meth:`send_batch`
+        sends its messages: for a caller that builds the body from columns without a
+        :class:`Message` per member (the Spark sink). ``msg_ids`` are the members' ``UNIQ_KEY``
+        values, in order (the result's ``msg_id``, comma-joined); the members are not checked
+        again here. With ``queue`` that queue only, else queues rotate with retries."""
+        try:
+            check_topic(self._ns(topic))
+        except ValueError as exc:
+            raise ClientError(f"a batch to topic {topic!r}: {exc}") from None
+        topic = self._ns(topic)
+        if topic.startswith("%RETRY%"):  # as Java's DefaultMQProducer.batch
+            raise ClientError("a retry topic cannot take a batch: send its messages one by one")
         if len(body) > self.config.max_message_size:
             raise ClientError(
                 f"batch of {len(body)} bytes exceeds max_message_size {self.config.max_message_size}"
@@ -708,6 +734,7 @@ class Producer:
         timeout = timeout or self.config.send_timeout
         deadline = time.monotonic() + timeout
         info = await self.publish_info(topic)
+        msg_id = ",".join(msg_ids)
 
         def header_for(mq: MessageQueue) -> H.SendMessageRequestHeader:
             return H.SendMessageRequestHeader(
@@ -719,7 +746,7 @@ class Producer:
                 sys_flag=0,
                 born_timestamp=int(time.time() * 1000),
                 flag=0,
-                properties=encode_properties({Prop.WAIT_STORE_MSG_OK: "true"}),
+                properties=_BATCH_PROPERTIES,
                 reconsume_times=0,
                 unit_mode=False,
                 batch=True,
@@ -727,10 +754,10 @@ class Producer:
             )
 
         if queue is not None:
-            res = await self._send_to(queue, header_for(queue), body, deadline, ",".join(ids), batch=True)
+            res = await self._send_to(queue, header_for(queue), body, deadline, msg_id, batch=True)
             assert res is not None
             return res
-        return await self._send_retrying(topic, info, header_for, body, deadline, ",".join(ids), batch=True)
+        return await self._send_retrying(topic, info, header_for, body, deadline, msg_id, batch=True)
 
 
 def trace_producer(client_config: ClientConfig, client: ClientInstance, group: str) -> Producer:
