@@ -7,8 +7,9 @@ A task's rows reach a Python worker as Arrow record batches (``DataSourceArrowWr
 columns as lists and groups the rows per topic (and pinned queue) into SEND_BATCH_MESSAGE requests of
 ``batchSize`` rows, each row checked and its properties encoded straight from the columns, the
 request's body built at once (``protocol.message``'s ``batch_member_properties`` and
-``encode_batch_members``: no :class:`~rmq_async.Message` per row, which cost about half the
-worker's time) and sent by ``Producer.send_batch_body``. A row with a delay level or a timer
+``encode_batch_members``, the message ids made at once: no :class:`~rmq_async.Message` per row,
+made once by the task and again by ``send_batch``, which took about 40 % of the worker's CPU) and
+sent by ``Producer.send_batch_body``. A row with a delay level or a timer
 (``delay``, ``deliver_at``) cannot go in a batch (as in Java): it becomes a ``Message`` sent alone,
 as every row does with ``batchSize`` 1. One :class:`~rmq_async.Producer` per Python worker process
 and connection setting, started in the worker's event loop thread (the one the source's readers use,
@@ -53,7 +54,7 @@ from ..errors import MQClientError
 from ..producer.producer import Producer
 from ..protocol.message import Message, batch_member_properties, check_topic, encode_batch_members
 from ..protocol.mq import MessageQueue
-from ..protocol.msgid import new_uniq_id
+from ..protocol.msgid import new_uniq_id, new_uniq_ids
 from .bridge import _this_worker
 from .sink_options import ROLES, SinkColumns, SinkOptions, check_columns, parse_sink_options
 
@@ -359,7 +360,14 @@ class _Batcher:
                 self.pipe.fail(m.rows, m.keys, MQClientError("not sent: an earlier send failed"))
 
 
-def _rows(opts: SinkOptions, data: dict[str, list[Any]], n: int, first_row: int, batcher: _Batcher) -> int:
+def _rows(
+    opts: SinkOptions,
+    cols: SinkColumns,
+    data: dict[str, list[Any]],
+    n: int,
+    first_row: int,
+    batcher: _Batcher,
+) -> int:
     """Rows ``first_row ..`` (``n`` of them, as column lists by role, :func:`_columns`) to
     ``batcher``; how many were taken (fewer than ``n`` when the task stops after a failed send). A
     row that cannot be a message (no body, a bad topic or property) is a row not sent.
@@ -373,6 +381,8 @@ def _rows(opts: SinkOptions, data: dict[str, list[Any]], n: int, first_row: int,
     keys, tags, props, qids = data["keys"], data["tags"], data["properties"], data["queue_id"]
     levels, delays, ats, uniq = data["delay_level"], data["delay"], data["deliver_at"], data["uniq_key"]
     alone = opts.batch_size == 1
+    # message ids made at once for the rows of a batch, unless a uniqKeyColumn gives them
+    fresh = new_uniq_ids(n) if "uniq_key" not in cols.names else None
     good_topics: set[str] = set()
     for i in range(n):
         if pipe.stopped():
@@ -402,7 +412,7 @@ def _rows(opts: SinkOptions, data: dict[str, list[Any]], n: int, first_row: int,
             if topic not in good_topics:
                 check_topic(topic)
                 good_topics.add(topic)
-            uid = (str(u) if u is not None else "") or new_uniq_id()
+            uid = fresh[i] if fresh is not None else (str(u) if u is not None else "") or new_uniq_id()
             encoded = batch_member_properties(uid, keys[i], tags[i], props[i])
         except (ValueError, TypeError) as exc:  # InvalidMessageError is a ValueError
             with pipe.cond:
@@ -424,7 +434,7 @@ def write_partition(
     rows = 0
     try:
         for batch in batches:
-            rows += _rows(opts, _columns(batch, cols), batch.num_rows, rows, batcher)
+            rows += _rows(opts, cols, _columns(batch, cols), batch.num_rows, rows, batcher)
             if pipe.stopped():
                 break
         if not pipe.stopped():
