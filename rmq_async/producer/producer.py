@@ -47,6 +47,7 @@ from ..protocol.message import (
     TIMER_PROPERTIES,
     CompressionType,
     Message,
+    check_topic,
     compress_body,
     compression_flag,
     encode_batch_body,
@@ -94,6 +95,8 @@ _RETRY_CODES = frozenset(
 #: messages whose properties go in the Java client's HashMap order once UNIQ_KEY is added (timer
 #: messages and replies, as ``v5-timer.jsonl`` and ``reply.jsonl`` show them)
 _HASHMAP_ORDERED = TIMER_PROPERTIES | {Prop.MESSAGE_TYPE}
+#: the properties of a SEND_BATCH_MESSAGE request's header (each member carries its own)
+_BATCH_PROPERTIES = encode_properties({Prop.WAIT_STORE_MSG_OK: "true"})
 
 
 def select_by_key_hash(queues: Sequence[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
@@ -691,12 +694,12 @@ class Producer:
             props[Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
             ids.append(uniq)
             batch_props.append(props)
-        msg_id, otel = ",".join(ids), self._otel
+        otel = self._otel
         if otel is None:
-            return await self._send_batch_body(msgs, topic, batch_props, msg_id, queue, timeout)
+            return await self._send_batch_body(msgs, topic, batch_props, ids, queue, timeout)
         token = otel.start_batch(msgs[0].topic, batch_props)  # the span's traceparent in every message
         try:
-            res = await self._send_batch_body(msgs, topic, batch_props, msg_id, queue, timeout)
+            res = await self._send_batch_body(msgs, topic, batch_props, ids, queue, timeout)
         except BaseException as exc:
             otel.end(token, msgs[0].topic, None, exc, len(msgs))
             raise
@@ -708,7 +711,7 @@ class Producer:
         msgs: Sequence[Message],
         topic: str,
         batch_props: list[dict[str, str]],
-        msg_id: str,
+        ids: list[str],
         queue: MessageQueue | None,
         timeout: float | None,
     ) -> SendResult:
@@ -718,7 +721,32 @@ class Producer:
             Message.resent(topic, m.body, props, flag=m.flag)
             for m, props in zip(msgs, batch_props, strict=True)
         ]
-        body = encode_batch_body(prepared)
+        return await self.send_batch_body(
+            topic, encode_batch_body(prepared), ids, queue=queue, timeout=timeout
+        )
+
+    async def send_batch_body(
+        self,
+        topic: str,
+        body: bytes,
+        msg_ids: Sequence[str],
+        *,
+        queue: MessageQueue | None = None,
+        timeout: float | None = None,
+    ) -> SendResult:
+        """Send a batch body already encoded (:func:`~rmq_async.protocol.message.encode_batch_members`
+        or ``encode_batch_body``) to ``topic`` as one SEND_BATCH_MESSAGE, as :meth:`send_batch`
+        sends its messages: for a caller that builds the body from columns without a
+        :class:`Message` per member (the Spark sink). ``msg_ids`` are the members' ``UNIQ_KEY``
+        values, in order (the result's ``msg_id``, comma-joined); the members are not checked
+        again here. With ``queue`` that queue only, else queues rotate with retries."""
+        try:
+            check_topic(self._ns(topic))
+        except ValueError as exc:
+            raise ClientError(f"a batch to topic {topic!r}: {exc}") from None
+        topic = self._ns(topic)
+        if topic.startswith("%RETRY%"):  # as Java's DefaultMQProducer.batch
+            raise ClientError("a retry topic cannot take a batch: send its messages one by one")
         if len(body) > self.config.max_message_size:
             raise ClientError(
                 f"batch of {len(body)} bytes exceeds max_message_size {self.config.max_message_size}"
@@ -726,6 +754,7 @@ class Producer:
         timeout = timeout or self.config.send_timeout
         deadline = time.monotonic() + timeout
         info = await self.publish_info(topic)
+        msg_id = ",".join(msg_ids)
 
         def header_for(mq: MessageQueue) -> H.SendMessageRequestHeader:
             return H.SendMessageRequestHeader(
@@ -737,7 +766,7 @@ class Producer:
                 sys_flag=0,
                 born_timestamp=int(time.time() * 1000),
                 flag=0,
-                properties=encode_properties({Prop.WAIT_STORE_MSG_OK: "true"}),
+                properties=_BATCH_PROPERTIES,
                 reconsume_times=0,
                 unit_mode=False,
                 batch=True,

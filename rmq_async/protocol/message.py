@@ -5,7 +5,10 @@ Strategy. A :class:`Message` keeps its properties as the dict that goes on the w
 byte for byte. What Java's ``Validators`` refuse is refused when the message is built (topic charset
 and length, empty body, flag range, a separator in a property); ``properties`` stays a plain dict, so
 encoding checks the separators again. A batch body (``MessageDecoder.encodeMessages``) is one
-``struct.pack`` per message plus its body and property bytes, joined once. Bodies are compressed
+``struct.pack`` per message plus its body and property bytes, joined once; a caller that holds its
+messages as columns (the Spark sink) builds each member's properties with
+:func:`batch_member_properties` and the body with :func:`encode_batch_members`, the same layout
+without a :class:`Message` per member. Bodies are compressed
 as the Java producer compresses them (:mod:`.compression`, whose names are re-exported here).
 
 Sans-IO: no asyncio, sockets or clocks here (unique ids come from :mod:`.msgid`).
@@ -16,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from ..errors import InvalidMessageError
@@ -27,7 +30,13 @@ from .compression import compress_body as compress_body
 from .compression import compression_flag as compression_flag
 from .fastjson import java_map_order
 from .msgid import new_uniq_id
-from .properties import PROPERTIES_MAX, check_property, encode_properties
+from .properties import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTIES_MAX,
+    PROPERTY_SEPARATOR,
+    check_property,
+    encode_properties,
+)
 
 __all__ = [
     "COMPRESSION_TYPES",
@@ -36,10 +45,12 @@ __all__ = [
     "TIMER_PROPERTIES",
     "CompressionType",
     "Message",
+    "batch_member_properties",
     "check_topic",
     "compress_body",
     "compression_flag",
     "encode_batch_body",
+    "encode_batch_members",
     "is_timer",
 ]
 
@@ -330,14 +341,77 @@ def encode_batch_body(messages: Sequence[Message], *, trailing_separator: bool =
     if not messages:
         raise ValueError("a batch needs at least one message")
     topic = messages[0].topic
-    parts: list[bytes] = []
+    props: list[bytes] = []
     for msg in messages:
         if msg.topic != topic:
             raise ValueError(f"a batch must have one topic, got {topic!r} and {msg.topic!r}")
-        props = encode_properties(msg.properties, trailing_separator=trailing_separator).encode("utf-8")
-        if len(props) > PROPERTIES_MAX:
-            raise ValueError(f"properties of {len(props)} bytes exceed {PROPERTIES_MAX}")
-        total = _BATCH_HEAD.size + len(msg.body) + 2 + len(props)
-        parts += (_BATCH_HEAD.pack(total, 0, 0, msg.flag, len(msg.body)), msg.body, _I16.pack(len(props)))
-        parts.append(props)
+        data = encode_properties(msg.properties, trailing_separator=trailing_separator).encode("utf-8")
+        if len(data) > PROPERTIES_MAX:
+            raise ValueError(f"properties of {len(data)} bytes exceed {PROPERTIES_MAX}")
+        props.append(data)
+    return encode_batch_members([m.body for m in messages], props, [m.flag for m in messages])
+
+
+def encode_batch_members(
+    bodies: Sequence[bytes], properties: Sequence[bytes], flags: Sequence[int] | None = None
+) -> bytes:
+    """The SEND_BATCH_MESSAGE body of members given as their bodies and their encoded properties (the
+    UTF-8 wire string, at most :data:`~.properties.PROPERTIES_MAX` bytes: what
+    :func:`batch_member_properties` returns); ``flags`` 0 when None. The layout of
+    :func:`encode_batch_body`: one ``struct.pack`` per member, the parts joined once."""
+    if not bodies or len(bodies) != len(properties) or (flags is not None and len(flags) != len(bodies)):
+        raise ValueError("a batch needs at least one member, and a body and properties for each")
+    parts: list[bytes] = []
+    head, fixed = _BATCH_HEAD.pack, _BATCH_HEAD.size + 2
+    for i, (body, props) in enumerate(zip(bodies, properties, strict=True)):
+        n = len(props)
+        parts += (head(fixed + len(body) + n, 0, 0, flags[i] if flags else 0, len(body)), body)
+        parts += (n.to_bytes(2, "big"), props)
     return b"".join(parts)
+
+
+_KEYS_ITEM = f"{Prop.KEYS}{NAME_VALUE_SEPARATOR}"
+_UNIQ_ITEM = f"{Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX}{NAME_VALUE_SEPARATOR}"
+_WAIT_ITEM = f"{Prop.WAIT_STORE_MSG_OK}{NAME_VALUE_SEPARATOR}true"
+_TAGS_ITEM = f"{Prop.TAGS}{NAME_VALUE_SEPARATOR}"
+
+
+def _plain(field: str, value: object) -> str:
+    """``keys`` or ``tags`` as a property value: a str without the separators."""
+    if not isinstance(value, str):
+        raise InvalidMessageError(field, f"must be a str, got {type(value).__name__}")
+    if NAME_VALUE_SEPARATOR in value or PROPERTY_SEPARATOR in value:
+        raise InvalidMessageError(field, "contains a reserved separator (\\x01 or \\x02)")
+    return value
+
+
+def batch_member_properties(
+    uniq_id: str,
+    keys: str | None = None,
+    tags: str | None = None,
+    user: Iterable[tuple[str, str]] | None = None,
+) -> bytes:
+    """The encoded properties of one member of a batch (UTF-8, the 4.9.8 form) as :class:`Message`
+    and :meth:`~rmq_async.Producer.send_batch` make them, in the order they put them (the ``user``
+    properties, ``KEYS``, ``UNIQ_KEY``, ``WAIT``, ``TAGS``), for a caller that holds its messages as
+    columns and makes no :class:`Message` of each. ``keys`` is one string (the key separator inside
+    it); an empty ``keys`` or ``tags`` is left out. Refused as :class:`Message` refuses them
+    (:class:`~rmq_async.errors.InvalidMessageError`): a system name among ``user``, a separator, a
+    value that is not a str, properties over :data:`~.properties.PROPERTIES_MAX` bytes."""
+    items: list[str] = []
+    if user is not None:
+        for name, value in user:
+            _check_user_property(name, value)
+            items.append(f"{name}{NAME_VALUE_SEPARATOR}{value}")
+    if keys:
+        items.append(_KEYS_ITEM + _plain("keys", keys))
+    items += (_UNIQ_ITEM + _plain("uniq_id", uniq_id), _WAIT_ITEM)
+    if tags:
+        items.append(_TAGS_ITEM + _plain("tags", tags))
+    try:
+        data = PROPERTY_SEPARATOR.join(items).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidMessageError("properties", "hold a lone surrogate (not UTF-8)") from None
+    if len(data) > PROPERTIES_MAX:
+        raise InvalidMessageError("properties", f"{len(data)} bytes exceed {PROPERTIES_MAX}")
+    return data

@@ -172,9 +172,14 @@ class Session:
         t = opts.request_timeout
         timing = Timing(request_timeout=t)
         cfg = ClientConfig(
-            namesrv_addr=opts.namesrv, timing=timing, stream=True, credentials=opts.credentials, tls=opts.tls
-        )
+            namesrv_addr=opts.namesrv, timing=timing, stream=True, credentials=opts.credentials, tls=opts.tls,
+            namespace=opts.namespace,
+        )  # fmt: skip
         self.client = ClientInstance(cfg, instance_name=pid_instance_name())
+        #: a topic or group as it goes on the wire (option namespace: ``ns%name``, as a consumer's);
+        #: queue keys, rows and checkpoints keep the user's names
+        self.wire = cfg.with_namespace
+        self.group = self.wire(opts.group)
         sub_string, tags, _ = parse_tag_expression(opts.tags) if opts.sql is None else (opts.sql, [], [])
         self.sub_string = sub_string
         self.tags = frozenset(tags)
@@ -207,9 +212,9 @@ class Session:
     def _template(self, r: Range) -> PullTemplate:
         """What :meth:`MQClientAPI.pull` would send for this queue (the client's request settings:
         language, version, header type and stream mark), as a template."""
-        o = self.opts
         header = H.PullMessageRequestHeader(
-            consumer_group=o.group, topic=r.topic, queue_id=r.queue_id, queue_offset=0, max_msg_nums=1,
+            consumer_group=self.group, topic=self.wire(r.topic), queue_id=r.queue_id, queue_offset=0,
+            max_msg_nums=1,
             sys_flag=PullSysFlag.build(commit_offset=False, suspend=False, subscription=True),
             commit_offset=0, suspend_timeout_millis=0, sub_version=0, subscription=self.sub_string,
             expression_type=self.expression_type, bname=r.broker_name,
@@ -223,22 +228,24 @@ class Session:
     async def __aexit__(self, *exc: Any) -> None:
         await self.client.__aexit__(None, None, None)
 
-    @staticmethod
-    def _mq(key: QueueKey) -> MessageQueue:
-        return MessageQueue(key[0], key[1], key[2])
+    def _mq(self, key: QueueKey) -> MessageQueue:
+        """The queue of ``key`` as the broker names it."""
+        return MessageQueue(self.wire(key[0]), key[1], key[2])
 
     async def _addr(self, key: QueueKey) -> str:
         """The broker's master, or a slave while the master is down (slaves answer pulls and offset
         look-ups; Java consumers read from them then too)."""
-        return await self.client.master_or_any_addr(key[1], key[0])
+        return await self.client.master_or_any_addr(key[1], self.wire(key[0]))
 
     async def topics(self) -> list[str]:
         """The topics read: those of option topic, or those of the name server's topic list
         (GET_ALL_TOPIC_LIST_FROM_NAMESERVER, on the first name server that answers) whose whole name
-        matches option topicPattern, retry, dead-letter and system topics left out."""
+        matches option topicPattern, retry, dead-letter and system topics left out; with option
+        namespace, the topics of that namespace, by their names without it."""
         o = self.opts
         if o.topic_pattern is None:
             return list(o.topics)
+        prefix = f"{self.client.config.namespace}%" if self.client.config.namespace else ""
         admin = MQAdminAPI.sharing(self.client.api)
         last: RocketMQError | None = None
         for ns in self.client.config.namesrv_list():
@@ -247,6 +254,8 @@ class Session:
             except RocketMQError as exc:
                 last = exc
                 continue
+            if prefix:
+                names = [t[len(prefix) :] for t in names if t.startswith(prefix)]
             return sorted(t for t in set(names) if not _system_topic(t) and o.matches(t))
         raise MQClientError(f"no name server answered the topic list ({o.subject}): {last}") from last
 
@@ -257,7 +266,7 @@ class Session:
         out: list[QueueKey] = []
         for topic in await self.topics():
             try:
-                route = await self.client.update_route(topic)
+                route = await self.client.update_route(self.wire(topic))
             except TopicNotExist:
                 if self.opts.topic_pattern is None:
                     raise
@@ -301,7 +310,7 @@ class Session:
         t = self.opts.request_timeout
         off = await self.client.api.search_offset(addr, self._mq(key), timestamp_ms, t)
         header = H.PullMessageRequestHeader(
-            consumer_group=self.opts.group, topic=key[0], queue_id=key[2], queue_offset=off,
+            consumer_group=self.group, topic=self.wire(key[0]), queue_id=key[2], queue_offset=off,
             max_msg_nums=1, sys_flag=PullSysFlag.build(commit_offset=False, suspend=False, subscription=True),
             commit_offset=0, suspend_timeout_millis=0, sub_version=0, subscription="*",
             expression_type="TAG", bname=key[1],
@@ -321,7 +330,7 @@ class Session:
 
         async def write(key: QueueKey) -> BrokerError | None:
             h = H.UpdateConsumerOffsetRequestHeader(
-                consumer_group=self.opts.group, topic=key[0], queue_id=key[2],
+                consumer_group=self.group, topic=self.wire(key[0]), queue_id=key[2],
                 commit_offset=offsets[key], bname=key[1],
             )  # fmt: skip
             try:
@@ -346,16 +355,17 @@ class Session:
 
     async def _make_group(self, topics: Sequence[str]) -> None:
         self._group_made = True
-        handle = _GroupHandle(self.opts.group, topics, self.opts.tags, self.opts.sql)
+        wired = [self.wire(t) for t in topics]
+        handle = _GroupHandle(self.group, wired, self.opts.tags, self.opts.sql)
         self.client.register_consumer(handle)
         try:
-            for topic in topics:
+            for topic in wired:
                 await self.client.update_route(topic)
             await self.client.send_heartbeat_to_all_brokers()
         finally:
-            self.client.unregister_consumer_local(self.opts.group)
+            self.client.unregister_consumer_local(self.group)
             with anyio.move_on_after(self.opts.request_timeout, shield=True):
-                await self.client.unregister_everywhere(consumer_group=self.opts.group)
+                await self.client.unregister_everywhere(consumer_group=self.group)
 
     async def read_chunk(self, r: Range, offset: int, max_rows: int) -> tuple[list[MessageExt], int]:
         """Messages of ``r`` from ``offset`` (up to about ``max_rows``) and the offset to go on from;
@@ -366,7 +376,7 @@ class Session:
         out: list[MessageExt] = []
         while offset < r.end and len(out) < max_rows:
             header = H.PullMessageRequestHeader(
-                consumer_group=o.group, topic=r.topic, queue_id=r.queue_id, queue_offset=offset,
+                consumer_group=self.group, topic=self.wire(r.topic), queue_id=r.queue_id, queue_offset=offset,
                 max_msg_nums=min(o.pull_batch_size, r.end - offset),
                 sys_flag=PullSysFlag.build(commit_offset=False, suspend=False, subscription=True),
                 commit_offset=0, suspend_timeout_millis=0, sub_version=0, subscription=self.sub_string,

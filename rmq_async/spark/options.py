@@ -23,9 +23,10 @@ from typing import Literal
 
 from pydantic import SecretStr
 
-from ..config import ClientConfig, Credentials, TLSConfig
+from ..config import ClientConfig, Credentials, TLSConfig, wrap_namespace
 from ..errors import ConfigError
 from ..protocol.filter import Selector, parse_tag_expression
+from ..protocol.message import check_topic
 
 __all__ = [
     "EARLIEST", "LATEST", "QueueKey", "SourceOptions", "credentials_option", "namesrv_option",
@@ -40,7 +41,8 @@ LATEST = -1
 _KNOWN = {
     "namesrv", "topic", "topicpattern", "startingoffsets", "endingoffsets", "startingoffsetsbytimestamp",
     "startingtimestamp", "maxrecordspertrigger", "maxrecordsperpartition", "failondataloss", "tags",
-    "group", "commitoffsets", "pullbatchsize", "requesttimeout", "path", "pullsinflight", "includeproperties",
+    "group", "namespace", "commitoffsets", "pullbatchsize", "requesttimeout", "path", "pullsinflight",
+    "includeproperties",
     "minpartitions", "minoffsetspertrigger", "maxtriggerdelay", "sql", "onundecodable",
     "accesskey", "secretkey", "securitytoken", "gcfreeze",
     "tls", "tlscafile", "tlsinsecure", "tlscertfile", "tlskeyfile", "tlskeypassword", "tlsserverhostname",
@@ -95,6 +97,10 @@ class SourceOptions:
     #: runs a full gc.collect() after every task of a reused worker, which then walks only what the
     #: worker allocated since (see :func:`~rmq_async.spark.bridge.freeze_worker_heap`)
     gc_freeze: bool = True
+    #: option namespace: the topics and the group go on the wire as ``namespace%name``, as a
+    #: consumer's with ``ClientConfig(namespace=...)``; the rows, the options and the checkpoint
+    #: name topics without it
+    namespace: str | None = None
 
     @property
     def subject(self) -> str:
@@ -305,6 +311,12 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     inflight = _positive_int(opts, "pullsInFlight") or 16
     if inflight > 64:
         raise _fail("pullsInFlight", inflight, "must be at most 64")
+    namespace = opts.get("namespace") or None
+    for topic in topics if namespace is not None else ():
+        try:  # what goes on the wire must be a topic name (Validators.checkTopic)
+            check_topic(wrap_namespace(namespace, topic))
+        except ValueError as exc:
+            raise _fail("namespace", namespace, f"with topic {topic!r}: {exc}") from None
     return SourceOptions(
         namesrv=namesrv,
         topics=topics,
@@ -331,6 +343,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         sql=sql,
         on_undecodable=_undecodable_policy(opts),
         gc_freeze=_bool(opts, "gcFreeze", True),
+        namespace=namespace,
     )
 
 

@@ -5,7 +5,9 @@ picklable :class:`SinkOptions` and anything wrong raises :class:`ConfigError` na
 the column) before a task runs; the connection options (namesrv, ACL, TLS) are parsed by the same
 functions as the source's. :func:`check_columns` checks the DataFrame's schema against what a row
 may carry (a row is a message): ``body`` (binary or string), ``topic``, ``keys``, ``tags``,
-``properties`` (map of strings), ``queue_id``, ``delay_level``; other columns are left alone, so a
+``properties`` (map of strings), ``queue_id``, ``delay_level``, and the timer columns of 5.x brokers:
+``delay`` (seconds as a number, or a day-time interval) and ``deliver_at`` (a timestamp); other
+columns are left alone, so a
 source's rows can be written as they are read (their ``queue_id`` then pins each message to the
 queue id it was read from, as the Kafka sink's ``partition`` column does).
 """
@@ -20,7 +22,7 @@ from ..config import ClientConfig, Credentials, ProducerConfig, TLSConfig
 from ..errors import ConfigError
 from .options import credentials_option, namesrv_option, tls_option
 
-__all__ = ["SinkColumns", "SinkOptions", "check_columns", "parse_sink_options"]
+__all__ = ["ROLES", "SinkColumns", "SinkOptions", "check_columns", "parse_sink_options"]
 
 _KNOWN = {
     "namesrv", "topic", "namespace", "group", "sendtimeout", "retries", "batchsize", "sendsinflight",
@@ -29,6 +31,12 @@ _KNOWN = {
     "tls", "tlscafile", "tlsinsecure", "tlscertfile", "tlskeyfile", "tlskeypassword", "tlsserverhostname",
 }  # fmt: skip
 
+#: Spark's day-time interval types (``DayTimeIntervalType``), as ``simpleString`` spells them
+_DAY_TIME_INTERVALS = tuple(
+    f"interval {a}" if a == b else f"interval {a} to {b}"
+    for i, a in enumerate(("day", "hour", "minute", "second"))
+    for b in ("day", "hour", "minute", "second")[i:]
+)
 #: the columns a row may carry, and the Spark types each takes (``simpleString`` of the type)
 _COLUMN_TYPES = {
     "topic": ("string",),
@@ -38,9 +46,11 @@ _COLUMN_TYPES = {
     "properties": ("map<string,string>",),
     "queue_id": ("int", "bigint", "smallint", "tinyint"),
     "delay_level": ("int", "bigint", "smallint", "tinyint"),
+    "delay": ("double", "float", "int", "bigint", "smallint", "tinyint", *_DAY_TIME_INTERVALS),
+    "deliver_at": ("timestamp",),
 }
-#: timer messages (a delay in ms, a delivery time) are not in :class:`~rmq_async.Message` yet
-_TIMER_COLUMNS = ("delay", "deliver_at")
+#: what a row's message is made of: the columns, and the uniqKeyColumn's values
+ROLES = (*_COLUMN_TYPES, "uniq_key")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +88,8 @@ class SinkOptions:
 
 @dataclass(frozen=True, slots=True)
 class SinkColumns:
-    """The message columns of the written DataFrame: each role (``body``, ``topic``, ``keys``,
-    ``tags``, ``properties``, ``queue_id``, ``delay_level``, ``uniq_key``) present, and the name of
-    its column as Spark spells it."""
+    """The message columns of the written DataFrame: each role of :data:`ROLES` present, and the
+    name of its column as Spark spells it."""
 
     names: dict[str, str]
     #: the body column is a string (sent as its UTF-8 bytes)
@@ -198,12 +207,11 @@ def check_columns(opts: SinkOptions, types: Mapping[str, str]) -> SinkColumns:
     """The message columns of a DataFrame whose columns have the Spark ``types`` (``simpleString``),
     or :class:`ConfigError` naming the column that cannot be written."""
     lower = {name.lower(): name for name in types}
-    for name in _TIMER_COLUMNS:
-        if name in lower:
-            raise ConfigError(
-                f"rocketmq sink column '{lower[name]}': timer messages (a delay in ms, a delivery time) "
-                "are not supported yet; use a 'delay_level' column (RocketMQ's delay levels, 1-18)"
-            )
+    if types.get(lower.get("deliver_at", "")) == "timestamp_ntz":
+        raise ConfigError(
+            f"rocketmq sink column '{lower['deliver_at']}': a timestamp without a time zone is no instant: "
+            "cast it to timestamp (the session time zone then applies)"
+        )
     if "body" not in lower:
         raise ConfigError(
             f"rocketmq sink: the DataFrame needs a 'body' column (binary or string), got {list(types)}"

@@ -15,6 +15,7 @@ from rmq_async.embedded import EmbeddedCluster
 from rmq_async.errors import RocketMQError
 from rmq_async.producer.producer import select_by_key_hash
 from rmq_async.protocol.codes import RequestCode, ResponseCode
+from rmq_async.protocol.message import batch_member_properties, encode_batch_members
 
 
 async def test_new_topic_selector_batch_oneway_and_compression(
@@ -69,6 +70,35 @@ async def test_a_batch_to_a_retry_topic_is_refused_before_sending(cluster: Embed
     async with Producer("p", namesrv_addr=cluster.namesrv_addr) as p:
         with pytest.raises(ClientError, match="retry topic"):
             await p.send_batch([Message("%RETRY%g", b"x"), Message("%RETRY%g", b"y")])
+
+
+async def test_an_encoded_batch_body_reaches_consumers_in_the_namespace(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    """send_batch_body (the Spark sink's send): members built from fields, the topic namespaced as
+    send_batch's, each member's UNIQ_KEY its message id; a pinned queue is that queue."""
+    topic, group = names
+    cfg = ClientConfig(namesrv_addr=cluster.namesrv_addr, namespace="nsb", timing=timing)
+    ids = [f"{i:032X}" for i in range(5)]
+    props = [batch_member_properties(u, f"k-{i}", "TagE" if i % 2 == 0 else None) for i, u in enumerate(ids)]
+    body = encode_batch_members([f"b-{i}".encode() for i in range(5)], props)
+    async with Producer("p", client_config=cfg) as p:
+        queue = (await p.queues(topic))[2]
+        res = await p.send_batch_body(topic, body, ids, queue=queue)
+        assert res.msg_id == ",".join(ids)
+        assert res.message_queue == queue and queue.topic == f"nsb%{topic}"
+        with pytest.raises(ClientError, match="illegal characters"):
+            await p.send_batch_body("bad topic", body, ids)
+    col = Collector()
+    async with PushConsumer(
+        group, client_config=cfg, handler=col, subscriptions={topic: "*"},
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+    ):  # fmt: skip
+        await col.wait_unique(5)
+    got = {m.msg_id: (m.keys, m.tags, m.body, m.queue_id) for m in col.msgs}
+    assert got == {
+        u: (f"k-{i}", "TagE" if i % 2 == 0 else None, f"b-{i}".encode(), 2) for i, u in enumerate(ids)
+    }
 
 
 def _cli(*args: str) -> list[str]:

@@ -248,3 +248,47 @@ def test_several_topics_by_list_and_by_pattern(spark: Any, rmq: ClusterHandle, t
     offsets = json.loads(last.read_text().splitlines()[-1])
     assert set(offsets) == {"MultiP1", "MultiP2"} and set(offsets["MultiP2"]) == {"broker-a"}
     assert sum(offsets["MultiP2"]["broker-a"].values()) == 6
+
+
+def test_namespace_reads_the_namespaced_topics_by_their_names(spark: Any, rmq: ClusterHandle) -> None:
+    """Option namespace: the topics and the group go on the wire as ``ns%name`` (where the sink's
+    namespace writes), rows and patterns name them without it, and the plain topic of that name is
+    another one; the group's commit is the namespaced consumers' offsets."""
+    from rmq_async.spark.bridge import Bridge
+    from rmq_async.spark.options import parse_options
+
+    for t in ("nsx%NsT", "NsT", "nsx%NsU"):
+        rmq.create_topic(t, 2)
+    rmq.produce("NsT", 4, start=100)  # outside the namespace
+    rmq.produce("nsx%NsU", 3, start=200)
+    df = spark.createDataFrame([(f"k-{i}", f"b-{i}".encode()) for i in range(6)], "keys string, body binary")
+    w = df.write.format("rocketmq").option("namesrv", rmq.namesrv).option("namespace", "nsx")
+    w.option("topic", "NsT").mode("append").save()
+
+    def batch(**opts: str) -> list[tuple[str, str]]:
+        reader = spark.read.format("rocketmq").option("namesrv", rmq.namesrv)
+        for k, v in opts.items():
+            reader = reader.option(k, v)
+        return sorted((r.topic, r.keys) for r in reader.load().collect())
+
+    mine = [("NsT", f"k-{i}") for i in range(6)]
+    assert batch(topic="NsT", namespace="nsx") == mine
+    assert batch(topic="NsT") == [("NsT", f"k-{i}") for i in range(100, 104)]
+    assert batch(topicPattern="Ns[TU]", namespace="nsx") == sorted(
+        mine + [("NsU", f"k-{i}") for i in (200, 201, 202)]
+    )
+    opts = {"namesrv": rmq.namesrv, "topic": "NsT", "namespace": "nsx", "group": "ns_cg"}
+    bridge = Bridge(parse_options(opts, streaming=True))
+    try:
+        keys = bridge.queues()
+        assert keys == [("NsT", "broker-a", 0), ("NsT", "broker-a", 1)]
+        ends = {k: hi for k, (_, hi) in bridge.bounds(keys).items()}
+        assert sum(ends.values()) == 6
+        bridge.commit(ends)
+    finally:
+        bridge.close()
+    assert rmq.committed("ns_cg", "NsT", namespace="nsx") == {q: off for (_, _, q), off in ends.items()}
+    with pytest.raises(Exception, match="option 'namespace'"):
+        spark.read.format("rocketmq").option("namesrv", rmq.namesrv).option("topic", "NsT").option(
+            "namespace", "bad ns"
+        ).load()

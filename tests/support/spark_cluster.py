@@ -9,7 +9,7 @@ from typing import Any
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from rmq_async import Message, Producer, SendResult, Timing
+from rmq_async import ClientConfig, Message, Producer, SendResult, Timing
 from rmq_async.embedded import EmbeddedCluster
 
 
@@ -47,12 +47,15 @@ class ClusterHandle:
 
         return self.portal.call(run)
 
-    def committed(self, group: str, topic: str) -> dict[int, int | None]:
-        """The group's committed offset per queue id, as the broker reports it."""
+    def committed(self, group: str, topic: str, *, namespace: str | None = None) -> dict[int, int | None]:
+        """The group's committed offset per queue id, as the broker reports it to a consumer (of
+        ``namespace``, if given)."""
         from rmq_async.consumer.lite_pull import LitePullConsumer
 
+        cfg = ClientConfig(namesrv_addr=self.namesrv, namespace=namespace, timing=Timing.fast())
+
         async def run() -> dict[int, int | None]:
-            async with LitePullConsumer(group, namesrv_addr=self.namesrv, timing=Timing.fast()) as c:
+            async with LitePullConsumer(group, client_config=cfg) as c:
                 return {mq.queue_id: await c.committed(mq) for mq in await c.fetch_queues(topic)}
 
         return self.portal.call(run)

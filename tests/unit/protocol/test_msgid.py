@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 
 from rmq_async.errors import ProtocolError
 from rmq_async.protocol import msgid as msgid_mod
-from rmq_async.protocol.msgid import UniqIdGenerator, create_offset_msg_id, new_uniq_id, parse_offset_msg_id
+from rmq_async.protocol.msgid import (
+    UniqIdGenerator,
+    create_offset_msg_id,
+    new_uniq_id,
+    new_uniq_ids,
+    parse_offset_msg_id,
+)
 
 HOSTS = st.one_of(
     st.ip_addresses(v=4).map(str), st.ip_addresses(v=6).map(str), st.sampled_from(["::ffff:10.0.0.1"])
@@ -83,6 +89,19 @@ def test_uniq_ids_unique_when_the_clock_stands_still(monkeypatch: pytest.MonkeyP
     times = [int(i[20:28], 16) for i in ids]
     assert times[0] == times[65535] < times[65536] == times[131071] < times[131072]
     assert times[-1] - times[0] == 2  # runs ahead of the clock by 1 ms per wrap, no more
+
+
+def test_ids_made_at_once_are_those_made_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """next_many: the same ids as as many next() calls in that millisecond, counter wraps included,
+    and the generator goes on from them."""
+    frozen = time.time_ns()
+    monkeypatch.setattr(time, "time_ns", lambda: frozen)
+    one, many = UniqIdGenerator(salt=7), UniqIdGenerator(salt=7)
+    want = [one.next() for _ in range(70_000)]
+    got = many.next_many(40_000) + many.next_many(0) + many.next_many(30_000)
+    assert got == want
+    assert many.next() == one.next()
+    assert len(new_uniq_ids(3)) == 3
 
 
 def test_uniq_ids_ignore_a_clock_stepping_back(monkeypatch: pytest.MonkeyPatch) -> None:
