@@ -9,6 +9,7 @@ from .connection import Signer as Signer
 from .connection import Spawn as Spawn
 from .connection import format_addr as format_addr
 from .connection import parse_addr as parse_addr
+from .connection import reads_stamped as reads_stamped
 from .connection import stamp_reads as stamp_reads
 from .pool import ConnectionPool as ConnectionPool
 
@@ -21,5 +22,6 @@ __all__ = [
     "Spawn",
     "format_addr",
     "parse_addr",
+    "reads_stamped",
     "stamp_reads",
 ]

@@ -44,6 +44,7 @@ __all__ = [
     "Spawn",
     "format_addr",
     "parse_addr",
+    "reads_stamped",
     "run_awaitable",
     "stamp_reads",
 ]
@@ -72,6 +73,11 @@ def stamp_reads(on: bool) -> None:
     so the stamps stop when the last one stops asking. Off (the default), a read costs one test."""
     global _stamp_users
     _stamp_users = max(0, _stamp_users + (1 if on else -1))
+
+
+def reads_stamped() -> bool:
+    """Whether received frames are stamped now (:func:`stamp_reads`)."""
+    return _stamp_users > 0
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
