@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import gc
 import json
-from array import array
-from collections.abc import Sequence
 import sys
 import time
+from array import array
+from collections.abc import Sequence
 from typing import Any
 
 import anyio

@@ -332,7 +332,7 @@ def test_rates_and_latency_labels() -> None:
     for bad in ("fast", "0", "-5", "inf", "2000,"):
         with pytest.raises(argparse.ArgumentTypeError):
             cli.rates(bad)
-    push = [{"msgs_per_s": 3000.0}, {"msgs_per_s": 5000.0}, {"error": "x"}]
+    push: list[dict[str, Any]] = [{"msgs_per_s": 3000.0}, {"msgs_per_s": 5000.0}, {"error": "x"}]
     assert cli._latency_labels(parse("latency"), push) == [("latency", 2500.0)]
     assert cli._latency_labels(parse("latency"), []) == [("latency", 2000.0)]
     assert cli._latency_labels(parse("latency", "--rate", "300"), push) == [("latency", 300.0)]
