@@ -134,6 +134,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="latency: the consumer times every Nth pulled batch stage by stage (default 1: every one)",
     )
     parser.add_argument(
+        "--gc-freeze",
+        action="store_true",
+        help="latency: the consumer's process calls gc.freeze() once started (the collector's "
+        "full passes then skip what lived before)",
+    )
+    parser.add_argument(
         "--plot",
         metavar="FILE",
         help="latency: write the CDF plot here too (PNG; matplotlib, the bench extra)",
@@ -416,6 +422,8 @@ def _run(args: argparse.Namespace) -> int:
             "timeout": max(60.0, args.messages / 1000),
             "acl": creds is not None,  # never the keys: params go on the workers' command lines
             "tls": tls_dir is not None or _tls_wanted(args),
+            "stage_sample": args.stage_sample,
+            "gc_freeze": args.gc_freeze,
         }
         preload_rate = None
         if _PRELOADED & set(scenarios) or args.profile:
