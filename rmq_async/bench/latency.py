@@ -228,7 +228,7 @@ async def latency(p: dict[str, Any]) -> dict[str, Any]:
             await done.wait()
         seconds = time.perf_counter() - t0
         gc.callbacks.remove(pauses)
-    samples = list(stages.samples) if stages is not None else []
+    samples = stages.samples if stages is not None else []
     client = [v for s in samples if (v := s.intervals().get("read_to_entered")) is not None]
     return {
         "msgs_per_s": len(born) / seconds if seconds > 0 else None,

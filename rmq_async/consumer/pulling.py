@@ -267,7 +267,7 @@ class PullLoop:
                     if cache:
                         pq.put(msgs)
                     if stages is not None:
-                        sampled = stages.pulled(mq.topic, mq.queue_id, msgs, received, decoded)
+                        sampled = stages.pulled(mq.queue_id, msgs, received, decoded)
                     submit(pq, msgs)
                     if sampled is not None:
                         sampled.queued = perf_counter_ns()

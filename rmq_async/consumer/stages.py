@@ -20,16 +20,18 @@ cluster) the two clocks are the same; across hosts the broker's part carries the
 
 Handler entries are seen through the handler-observer seam (:mod:`.observe`, by message identity,
 ``watching_ids``), so a call without a sampled message costs one dict test. The samples are kept in
-a bounded ring (:attr:`StageRecorder.keep`); :func:`summarize` turns them into per-interval
-percentiles.
+a bounded ring (:attr:`StageRecorder.keep`), the older ones packed as plain ints; :func:`summarize`
+turns them into per-interval percentiles. ``picked`` and ``settled`` are the concurrent service's
+(an orderly consumer's samples have neither).
 """
 
 from __future__ import annotations
 
 import time
+from array import array
 from collections import deque
 from collections.abc import Iterable, Sequence
-from typing import Any, Final
+from typing import Final
 
 from ..protocol.stored import MessageExt
 
@@ -55,30 +57,35 @@ INTERVALS: Final[dict[str, tuple[str, str]]] = {
 _WATCH_LIMIT = 4096
 
 
+#: a sample's fields, in the order they are packed
+_FIELDS: Final = (
+    "queue_id",
+    "count",
+    "store_ms",
+    "wall_offset_ns",
+    "read",
+    "decoded",
+    "queued",
+    "picked",
+    "entered",
+    "returned",
+    "last_entered",
+    "settled",
+    "next_pull",
+)
+_WIDTH: Final = len(_FIELDS)
+#: the newest samples kept as objects (their stamps still arriving); older ones are packed
+_LIVE: Final = 1024
+
+
 class StageSample:
     """The stage stamps of one sampled pulled batch: ``perf_counter_ns`` values, 0 where not (yet)
     recorded; ``store_ms`` the first message's store timestamp, ``wall_offset_ns`` the wall clock
     minus ``perf_counter_ns`` when the batch was decoded (to set ``store_ms`` against the stamps)."""
 
-    __slots__ = (
-        "count",
-        "decoded",
-        "entered",
-        "last_entered",
-        "next_pull",
-        "picked",
-        "queue_id",
-        "queued",
-        "read",
-        "returned",
-        "settled",
-        "store_ms",
-        "topic",
-        "wall_offset_ns",
-    )
+    __slots__ = _FIELDS
 
-    def __init__(self, topic: str, queue_id: int, count: int, store_ms: int, read: int, decoded: int) -> None:
-        self.topic = topic
+    def __init__(self, queue_id: int, count: int, store_ms: int, read: int, decoded: int) -> None:
         self.queue_id = queue_id
         self.count = count
         self.store_ms = store_ms
@@ -87,6 +94,17 @@ class StageSample:
         self.wall_offset_ns = time.time_ns() - decoded
         self.queued = self.picked = self.entered = self.returned = 0
         self.last_entered = self.settled = self.next_pull = 0
+
+    @classmethod
+    def unpacked(cls, fields: Sequence[int]) -> StageSample:
+        """A sample from its packed fields (:data:`_FIELDS` order)."""
+        s = cls.__new__(cls)
+        for name, value in zip(_FIELDS, fields, strict=True):
+            setattr(s, name, value)
+        return s
+
+    def packed(self) -> tuple[int, ...]:
+        return tuple(getattr(self, name) for name in _FIELDS)
 
     def stamp(self, stage: str) -> int:
         """The stage's ``perf_counter_ns`` stamp (0: not recorded); ``store`` on the same clock."""
@@ -104,33 +122,48 @@ class StageSample:
                 out[name] = (tb - ta) / 1e6
         return out
 
-    def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__slots__}
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in _FIELDS}
 
 
 class StageRecorder:
-    """Samples every ``every``-th pulled batch that carries messages (see the module docstring);
-    keeps the last ``keep`` samples. One per consumer, shared by its runs."""
+    """Samples every ``every``-th pulled batch that carries messages (see the module docstring) and
+    keeps the last ``keep`` samples: the newest :data:`_LIVE` as objects, the older ones packed in
+    one array of ints (about 100 bytes each, nothing for the garbage collector to walk). One per
+    consumer, shared by its runs."""
 
-    __slots__ = ("_n", "_picking", "_settling", "every", "keep", "samples", "watching_ids")
+    __slots__ = ("_live", "_n", "_packed", "_picking", "_settling", "_start", "every", "keep", "watching_ids")
 
     def __init__(self, every: int, keep: int = 100_000) -> None:
-        if every < 1:
-            raise ValueError("every must be >= 1")
+        if every < 1 or keep < 1:
+            raise ValueError("every and keep must be >= 1")
         self.every = every
         self.keep = keep
         self._n = 0
-        self.samples: deque[StageSample] = deque(maxlen=keep)
+        self._live: deque[StageSample] = deque()
+        self._packed = array("q")  # a ring of (keep - _LIVE) samples once full, oldest at _start
+        self._start = 0
         # keyed by id() and holding the object itself, so an id is never reused while watched
         self._picking: dict[int, tuple[StageSample, object]] = {}
         self._settling: dict[int, tuple[StageSample, object]] = {}
         #: id(message) -> (sample, message, is the batch's first, is its last): the handler observer's
         self.watching_ids: dict[int, tuple[StageSample, MessageExt, bool, bool]] = {}
 
+    @property
+    def samples(self) -> list[StageSample]:
+        """The samples kept, oldest first."""
+        packed, start = self._packed, self._start
+        rows = len(packed) // _WIDTH
+        out = [
+            StageSample.unpacked(packed[i * _WIDTH : (i + 1) * _WIDTH])
+            for i in (*range(start, rows), *range(start))
+        ]
+        return out + list(self._live)
+
     # -- the pull loop ------------------------------------------------------------------------------
 
     def pulled(
-        self, topic: str, queue_id: int, msgs: Sequence[MessageExt], read_ns: int, decoded_ns: int
+        self, queue_id: int, msgs: Sequence[MessageExt], read_ns: int, decoded_ns: int
     ) -> StageSample | None:
         """A pulled batch was decoded at ``decoded_ns`` (read at ``read_ns``, 0: not stamped): its
         sample when it is the ``every``-th, else None."""
@@ -139,8 +172,11 @@ class StageRecorder:
             return None
         self._n = 0
         first, last = msgs[0], msgs[-1]
-        s = StageSample(topic, queue_id, len(msgs), first.store_timestamp, read_ns, decoded_ns)
-        self.samples.append(s)
+        s = StageSample(queue_id, len(msgs), first.store_timestamp, read_ns, decoded_ns)
+        live = self._live
+        live.append(s)
+        if len(live) > min(_LIVE, self.keep):
+            self._pack(live.popleft())
         if len(self.watching_ids) > _WATCH_LIMIT:
             self.watching_ids.clear()
             self._picking.clear()
@@ -151,6 +187,18 @@ class StageRecorder:
         if last is not first:
             self.watching_ids[id(last)] = (s, last, False, True)
         return s
+
+    def _pack(self, s: StageSample) -> None:
+        room = self.keep - min(_LIVE, self.keep)
+        if room <= 0:
+            return
+        packed = self._packed
+        if len(packed) < room * _WIDTH:
+            packed.extend(s.packed())
+            return
+        i = self._start * _WIDTH
+        packed[i : i + _WIDTH] = array("q", s.packed())
+        self._start = (self._start + 1) % room
 
     # -- the consume service ------------------------------------------------------------------------
 
@@ -176,7 +224,9 @@ class StageRecorder:
 
     def clear(self) -> None:
         """Forget the samples kept (e.g. after a warm-up)."""
-        self.samples.clear()
+        self._live.clear()
+        self._packed = array("q")
+        self._start = 0
 
 
 class StageObserver:

@@ -23,9 +23,9 @@ async def test_every_sampled_batch_is_stamped_in_order(
         await col.wait_unique(40)
         stages = c.stages
         assert stages is not None and reads_stamped()
-    samples = list(stages.samples)  # stopped: every batch taken was finished and acknowledged
+    samples = stages.samples  # stopped: every batch taken was finished and acknowledged
     assert not reads_stamped()  # the pull loops stopped asking for read stamps
-    assert sum(s.count for s in samples) >= 40 and all(s.topic in (topic, c.retry_topic) for s in samples)
+    assert sum(s.count for s in samples) >= 40
     for s in samples:
         stamps = [s.stamp(stage) for stage in _ORDER]
         assert all(stamps) and stamps == sorted(stamps), s.as_dict()

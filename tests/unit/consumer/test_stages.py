@@ -19,12 +19,12 @@ def _msgs(n: int, store_ms: int = 1_000) -> list[MessageExt]:
 
 def test_every_nth_batch_with_messages_is_sampled() -> None:
     rec = StageRecorder(3)
-    got = [rec.pulled("T", 1, _msgs(2), 10, 20) for _ in range(7)]
+    got = [rec.pulled(1, _msgs(2), 10, 20) for _ in range(7)]
     assert [g is not None for g in got] == [False, False, True, False, False, True, False]
-    assert rec.pulled("T", 1, [], 10, 20) is None  # an empty batch is never a sample
+    assert rec.pulled(1, [], 10, 20) is None  # an empty batch is never a sample
     s = got[2]
-    assert s is not None and (s.topic, s.queue_id, s.count, s.read, s.decoded) == ("T", 1, 2, 10, 20)
-    assert list(rec.samples) == [got[2], got[5]]
+    assert s is not None and (s.queue_id, s.count, s.read, s.decoded) == (1, 2, 10, 20)
+    assert rec.samples == [got[2], got[5]]
     with pytest.raises(ValueError):
         StageRecorder(0)
 
@@ -32,7 +32,7 @@ def test_every_nth_batch_with_messages_is_sampled() -> None:
 async def test_the_observer_stamps_the_first_and_the_last_message_only() -> None:
     rec = StageRecorder(1)
     msgs = _msgs(3)
-    s = rec.pulled("T", 1, msgs, 1, 2)
+    s = rec.pulled(1, msgs, 1, 2)
     assert s is not None
     calls: list[int] = []
 
@@ -59,7 +59,7 @@ async def test_the_observer_stamps_the_first_and_the_last_message_only() -> None
 def test_a_single_message_batch_is_first_and_last() -> None:
     rec = StageRecorder(1)
     msgs = _msgs(1)
-    s = rec.pulled("T", 1, msgs, 1, 2)
+    s = rec.pulled(1, msgs, 1, 2)
     assert s is not None
     obs = StageObserver(rec)
     token = obs.before(msgs)
@@ -69,7 +69,7 @@ def test_a_single_message_batch_is_first_and_last() -> None:
 
 
 def test_intervals_and_summary() -> None:
-    s = StageSample("T", 0, 1, store_ms=0, read=1_000_000, decoded=3_000_000)
+    s = StageSample(0, 1, store_ms=0, read=1_000_000, decoded=3_000_000)
     s.queued, s.picked, s.entered = 4_000_000, 5_000_000, 6_000_000
     got = s.intervals()
     assert got == {
@@ -99,7 +99,25 @@ def test_intervals_and_summary() -> None:
 def test_watched_messages_are_bounded() -> None:
     rec = StageRecorder(1)
     for _ in range(3000):  # never handled: the watch list is cleared past its bound
-        rec.pulled("T", 1, _msgs(2), 1, 2)
+        rec.pulled(1, _msgs(2), 1, 2)
     assert len(rec.watching_ids) <= 4098 and len(rec.samples) == 3000
     rec.clear()
     assert not rec.samples
+
+
+def test_the_oldest_samples_are_packed_then_dropped_past_keep() -> None:
+    rec = StageRecorder(1, keep=1500)
+    made = []
+    for i in range(4000):
+        s = rec.pulled(i % 8, _msgs(1, store_ms=i + 1), i + 1, i + 2)
+        assert s is not None
+        s.queued = i + 3
+        made.append(s.as_dict())
+    kept = rec.samples
+    assert len(kept) == 1500  # the newest 1024 as they are, 476 packed before them
+    assert [k.as_dict() for k in kept] == made[-1500:]  # oldest first, every stamp kept
+    assert kept[0].intervals()["decoded_to_queued"] == pytest.approx(1e-6)
+    small = StageRecorder(1, keep=10)
+    for i in range(30):
+        small.pulled(0, _msgs(1, store_ms=i + 1), 1, 2)
+    assert [k.store_ms for k in small.samples] == list(range(21, 31))
