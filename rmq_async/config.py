@@ -742,6 +742,12 @@ class ConsumerConfig(ConfigModel):
         description="commit consumed offsets in the background (persist timer, pulls, rebalance, stop); "
         "False: only commit() (and seeks) commit",
     )
+    stage_sample: int = Field(
+        default=0,
+        ge=0,
+        description="record where the time of every Nth pulled batch goes, stage by stage "
+        "(PushConsumer.stages); 0: off, nothing recorded and nothing paid",
+    )
 
     @field_validator("allocate_strategy")
     @classmethod

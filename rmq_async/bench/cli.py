@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -38,7 +39,7 @@ from ..cli.auth import credentials_from_args, export_credentials
 from ..config import ENV_TLS, ENV_TLS_CA_FILE, Credentials, TLSConfig
 from .cluster import ChildCluster, create_topic, preload
 from .machine import machine_info
-from .report import format_table, paired_ratio, plot, profile_text, summarize
+from .report import format_stage_table, format_table, paired_ratio, plot, profile_text, summarize
 
 __all__ = ["DEFAULT_SUITE", "FULL_SUITE", "add_arguments", "run", "run_worker"]
 
@@ -110,16 +111,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--rate",
-        type=float,
+        type=rates,
         default=None,
-        help="latency: offered msgs/s (default: half the push median); soak: msgs/s (default 2000)",
+        metavar="MSGS_PER_S[,...]",
+        help="latency: offered msgs/s, or several comma-separated (a run of each: 'latency@RATE'; "
+        "default: half the push median, else 2000); soak: msgs/s (default 2000)",
     )
     parser.add_argument(
         "--duration",
+        "--seconds",
+        dest="duration",
         type=seconds,
         default=None,
         metavar="SECONDS",
         help="latency: seconds offered (default 10); soak: run time (default 3600)",
+    )
+    parser.add_argument(
+        "--stage-sample",
+        type=positive,
+        default=1,
+        metavar="N",
+        help="latency: the consumer times every Nth pulled batch stage by stage (default 1: every one)",
+    )
+    parser.add_argument(
+        "--gc-freeze",
+        action="store_true",
+        help="latency: the consumer's process calls gc.freeze() once started (the collector's "
+        "full passes then skip what lived before)",
+    )
+    parser.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="latency: write the CDF plot here too (PNG; matplotlib, the bench extra)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="only the JSON summary lines (no table or progress on stderr)"
     )
     parser.add_argument("--profile", action="store_true", help="add one cProfile'd push run (asyncio)")
     parser.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
@@ -152,6 +178,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .soak import add_soak_arguments
 
     add_soak_arguments(parser)
+
+
+def rates(text: str) -> list[float]:
+    """``--rate``: one msgs/s figure or several, comma-separated, each > 0."""
+    out: list[float] = []
+    for part in text.split(","):
+        try:
+            r = float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a rate in msgs/s: {part!r}") from None
+        if not 0 < r < float("inf"):
+            raise argparse.ArgumentTypeError(f"a rate must be > 0 msgs/s, got {part}")
+        out.append(r)
+    return out
+
+
+def _latency_labels(args: argparse.Namespace, push: list[dict[str, Any]]) -> list[tuple[str, float]]:
+    """The latency runs of one loop: (label, rate) for each ``--rate``, labelled ``latency`` when
+    there is one and ``latency@RATE`` when there are several; without ``--rate``, half the push
+    median (push runs before latency), else 2000 msgs/s."""
+    if args.rate:
+        if len(args.rate) == 1:
+            return [("latency", args.rate[0])]
+        return [(f"latency@{r:g}", r) for r in args.rate]
+    got = sorted(x["msgs_per_s"] for x in push if x.get("msgs_per_s"))
+    return [("latency", got[len(got) // 2] / 2 if got else 2000.0)]
 
 
 def _scenarios(names: list[str]) -> list[str]:
@@ -299,10 +351,20 @@ def _bench_tls(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the scenarios in ``args``; returns the exit code (1 if a run failed)."""
+    """Run the scenarios in ``args``; returns the exit code (1 if a run failed). ``--json``: nothing
+    but the JSON summary lines (the harness's progress and tables on stderr are dropped)."""
+    if getattr(args, "json", False):
+        with open(os.devnull, "w") as quiet, contextlib.redirect_stderr(quiet):
+            return _run(args)
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     if "soak" in args.scenario:
         if args.scenario != ["soak"]:
             raise SystemExit("rmq-async bench: soak runs alone")
+        if args.rate is not None and len(args.rate) != 1:
+            raise SystemExit("rmq-async bench soak: --rate takes one figure")
         from .soak import run_cli
 
         return run_cli(args)
@@ -360,6 +422,8 @@ def run(args: argparse.Namespace) -> int:
             "timeout": max(60.0, args.messages / 1000),
             "acl": creds is not None,  # never the keys: params go on the workers' command lines
             "tls": tls_dir is not None or _tls_wanted(args),
+            "stage_sample": args.stage_sample,
+            "gc_freeze": args.gc_freeze,
         }
         preload_rate = None
         if _PRELOADED & set(scenarios) or args.profile:
@@ -371,13 +435,15 @@ def run(args: argparse.Namespace) -> int:
             if sc in stopped:
                 continue
             params = {**base, "scenario": sc, "loop": lp}
+            labelled: list[tuple[str, float | None]] = [(sc, None)]
             if sc == "latency":
-                push = results.get(("push", lp), [])
-                rates = sorted(x["msgs_per_s"] for x in push if x.get("msgs_per_s"))
-                params["rate"] = args.rate or (rates[len(rates) // 2] / 2 if rates else 2000.0)
-            res = run_worker(sc, params, base["timeout"] + args.duration + 120)
-            results.setdefault((sc, lp), []).append(res)
-            _log(f"{sc} / {lp} run {r + 1}/{args.runs}: {_short(res)}")
+                labelled = [*_latency_labels(args, results.get(("push", lp), []))]
+            for label, rate in labelled:
+                if rate is not None:
+                    params["rate"] = rate
+                res = run_worker(sc, params, base["timeout"] + args.duration + 120)
+                results.setdefault((label, lp), []).append(res)
+                _log(f"{label} / {lp} run {r + 1}/{args.runs}: {_short(res)}")
             if "skipped" in res:
                 stopped.add(sc)
         if args.profile:
@@ -403,8 +469,15 @@ def run(args: argparse.Namespace) -> int:
                     os.environ[k] = v
         for sig, handler in previous_handlers.items():
             signal.signal(sig, handler)
-    # scenario by scenario, then loop, whatever order the runs took
-    results = {(sc, lp): results[sc, lp] for sc in scenarios for lp in loops if (sc, lp) in results}
+    # scenario by scenario, then loop, whatever order the runs took (a latency@RATE label goes with
+    # its scenario, in the order of --rate)
+    results = {
+        (label, lp): results[label, lp]
+        for sc in scenarios
+        for lp in loops
+        for label, loop in list(results)
+        if loop == lp and label.partition("@")[0] == sc
+    }
     for (sc, lp), runs in results.items():
         summary = summarize(sc, lp, namesrv, runs)
         if sc == "push":
@@ -413,8 +486,11 @@ def run(args: argparse.Namespace) -> int:
             summary["stopped_by"] = stopped_by
         summaries.append(summary)
     table = format_table(summaries)
+    stage_table = format_stage_table(summaries)
+    if stage_table:
+        table += "\n\n" + stage_table
     wall = time.perf_counter() - wall0
-    plots = [] if args.no_plots else plot(results, out)
+    plots = [] if args.no_plots else plot(results, out, cdf_file=getattr(args, "plot", None))
     doc = {
         "command": command,
         "argv": sys.argv,

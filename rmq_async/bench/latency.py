@@ -11,9 +11,12 @@ gracefully. Times are measured on the wall clock that both processes share.
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 import time
+from array import array
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -21,6 +24,7 @@ import anyio.abc
 from anyio.streams.text import TextReceiveStream
 
 from ..consumer.push import PushConsumer
+from ..consumer.stages import summarize
 from ..consumer.types import ConsumeContext
 from ..producer.producer import Producer
 from ..protocol.message import Message
@@ -51,14 +55,24 @@ async def _lines(proc: anyio.abc.Process) -> Any:
                 yield json.loads(line)
 
 
+#: the pacer's requests in flight at most: past it, the pacer falls behind (its offered rate says so)
+#: instead of piling up requests that time out together when the broker lags, or that queue ahead
+#: of the consumer's pulls in the broker (which would count as the broker's part of the latency)
+_PACE_IN_FLIGHT = 8
+#: messages per send request at most (one tick's worth at 20,000 msgs/s takes two)
+_PACE_BATCH = 64
+
+
 async def pace(p: dict[str, Any]) -> dict[str, Any]:
     """Send ``rate`` msgs/s for ``duration`` s: each 5 ms tick sends what is due, in requests of at
-    most 16 messages (``send_batch``; one message uses ``send``), without waiting for answers."""
+    most :data:`_PACE_BATCH` messages (``send_batch``; one message uses ``send``), without waiting for
+    answers but with at most :data:`_PACE_IN_FLIGHT` requests in flight."""
     rate, duration, topic = float(p["rate"]), float(p["duration"]), p["topic"]
     body = b"x" * p["size"]
     tick = 0.005
     total = int(rate * duration)
     sent = failed = acked = 0
+    room = anyio.Semaphore(_PACE_IN_FLIGHT)
     async with Producer(f"bench_pacer_{p['tag']}", namesrv_addr=p["namesrv"]) as prod:
         await prod.queues(topic)
 
@@ -72,6 +86,8 @@ async def pace(p: dict[str, Any]) -> dict[str, Any]:
                 acked += k
             except Exception:
                 failed += k
+            finally:
+                room.release()
 
         t0 = time.perf_counter()
         async with anyio.create_task_group() as tg:
@@ -79,7 +95,8 @@ async def pace(p: dict[str, Any]) -> dict[str, Any]:
             while sent < total:
                 due = min(total, int(rate * (i * tick))) - sent
                 while due > 0:
-                    k = min(16, due)
+                    k = min(_PACE_BATCH, due)
+                    await room.acquire()  # (released by the request's task)
                     tg.start_soon(one, k)
                     sent += k
                     due -= k
@@ -91,17 +108,71 @@ async def pace(p: dict[str, Any]) -> dict[str, Any]:
     return {"sent": sent, "acked": acked, "failed": failed, "offered_msgs_per_s": sent / offered_s}
 
 
+def _thinned(xs: Sequence[float]) -> list[float]:
+    """``xs`` sorted, at most :data:`_MAX_SAMPLES` of them evenly spaced, rounded (for the CDF)."""
+    xs = sorted(xs)
+    step = max(1, len(xs) // _MAX_SAMPLES)
+    return [round(x, 3) for x in xs[::step]]
+
+
+def _quantiles(xs: Sequence[float]) -> dict[str, float | None]:
+    s = sorted(xs)
+    return {
+        "p50": percentile(s, 0.50),
+        "p90": percentile(s, 0.90),
+        "p99": percentile(s, 0.99),
+        "p99.9": percentile(s, 0.999),
+        "max": s[-1] if s else None,
+    }
+
+
+class _GcPauses:
+    """The collector's pauses during a run (``gc.callbacks``): count, the longest, the total, and how
+    many were of the oldest generation; to tell a collection from the machine's scheduling in a
+    latency tail."""
+
+    def __init__(self) -> None:
+        self.count = self.full = self.over_1ms = 0
+        self.longest = self.total = 0.0
+        self._t = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._t = time.perf_counter()
+            return
+        took = (time.perf_counter() - self._t) * 1000.0
+        self.count += 1
+        self.full += info.get("generation") == 2
+        self.total += took
+        self.over_1ms += took > 1.0
+        self.longest = max(self.longest, took)
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "collections": self.count,
+            "gen2": self.full,
+            "over_1ms": self.over_1ms,
+            "max_ms": self.longest,
+            "total_ms": self.total,
+        }
+
+
 async def latency(p: dict[str, Any]) -> dict[str, Any]:
-    """A consumer on a fresh topic; a paced producer child offers ``rate`` msgs/s for ``duration`` s."""
+    """A consumer on a fresh topic; a paced producer child offers ``rate`` msgs/s for ``duration`` s.
+    The consumer's stage recorder samples every ``stage_sample``-th pulled batch (default every one):
+    ``stages`` holds the per-interval percentiles (:func:`rmq_async.consumer.stages.summarize`),
+    ``client_over_100ms`` the sampled batches whose socket read -> handler took longer."""
     topic = f"BenchLat_{group_name('t')}"
     await create_topic(p["namesrv"], topic, p["queues"])
-    born: list[float] = []
-    store: list[float] = []
+    # (arrays of doubles: no float object per message for the collector to count, or to pause over)
+    born = array("d")
+    store = array("d")
     measuring = False
     target = int(p["rate"] * p["duration"])  # lowered to what the broker acknowledged
     done = anyio.Event()
     warm = anyio.Event()
     warm_seen: set[int] = set()
+    pauses = _GcPauses()
 
     async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
         now = time.time() * 1000.0
@@ -122,6 +193,7 @@ async def latency(p: dict[str, Any]) -> dict[str, Any]:
         handler=handler,
         subscriptions={topic: "*"},
         consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+        stage_sample=p.get("stage_sample", 1),
     )
     async with consumer, Producer(f"bench_warm_{group_name('p')}", namesrv_addr=p["namesrv"]) as prod:
         with anyio.fail_after(60):
@@ -131,7 +203,17 @@ async def latency(p: dict[str, Any]) -> dict[str, Any]:
             for mq in (await prod.publish_info(topic)).queues:
                 await prod.send(Message(topic, b"w"), queue=mq)
             await warm.wait()
+        stages = consumer.stages
+        if stages is not None:
+            stages.clear()
+        if p.get("gc_freeze"):
+            # what a latency-sensitive application may do once started: what lives now (modules,
+            # classes, the consumer's long-lived parts) leaves the collector, so a full collection
+            # walks only what came later (see docs/guides/consuming.md)
+            gc.collect()
+            gc.freeze()
         measuring = True
+        gc.callbacks.append(pauses)
         params = {k: p[k] for k in ("namesrv", "rate", "duration", "size")}
         params.update(topic=topic, tag=group_name("x"))
         t0 = time.perf_counter()
@@ -145,7 +227,9 @@ async def latency(p: dict[str, Any]) -> dict[str, Any]:
         with anyio.move_on_after(60):  # a message lost on the way is reported, not waited for
             await done.wait()
         seconds = time.perf_counter() - t0
-    step = max(1, len(store) // _MAX_SAMPLES)
+        gc.callbacks.remove(pauses)
+    samples = stages.samples if stages is not None else []
+    client = [v for s in samples if (v := s.intervals().get("read_to_entered")) is not None]
     return {
         "msgs_per_s": len(born) / seconds if seconds > 0 else None,
         "target_rate": p["rate"],
@@ -158,8 +242,15 @@ async def latency(p: dict[str, Any]) -> dict[str, Any]:
         "born_p50_ms": percentile(born, 0.50),
         "born_p99_ms": percentile(born, 0.99),
         "max_ms": max(store, default=None),
-        "samples_store_ms": [round(x, 3) for x in sorted(store)[::step]],
-        "samples_born_ms": [round(x, 3) for x in sorted(born)[::step]],
+        "store_to_handler": _quantiles(store),
+        "stages": summarize(samples),
+        "stage_sample": p.get("stage_sample", 1),
+        "gc_freeze": bool(p.get("gc_freeze")),
+        "client_over_100ms": sum(1 for v in client if v > 100.0),
+        "gc": pauses.result(),
+        "samples_store_ms": _thinned(store),
+        "samples_born_ms": _thinned(born),
+        "samples_client_ms": _thinned(client),
         "peak_rss_mb": peak_rss_mb(),
     }
 

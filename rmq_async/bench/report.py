@@ -18,7 +18,7 @@ from typing import Any
 
 from .machine import spread
 
-__all__ = ["format_table", "paired_ratio", "plot", "profile_text", "summarize"]
+__all__ = ["format_stage_table", "format_table", "paired_ratio", "plot", "profile_text", "summarize"]
 
 _SHORTEN = re.compile(r"\S*/(rmq_async|anyio|asyncio|sniffio|sortedcontainers)/")
 
@@ -82,8 +82,23 @@ def summarize(scenario: str, loop: str, namesrv: str, runs: Sequence[dict[str, A
             out[k] = s["median"]
             if k in ("join_s", "leave_s"):
                 out[k + "_min"], out[k + "_max"] = s["min"], s["max"]
+    lat = [r for r in ok if r.get("stages")]
+    if lat:  # the latency scenario: each cell the median over the runs
+        out["store_to_handler"] = _median_cells([r.get("store_to_handler") or {} for r in lat])
+        out["stages"] = {
+            name: _median_cells([r["stages"].get(name) or {} for r in lat]) for name in lat[0]["stages"]
+        }
+        out["client_over_100ms"] = max(r.get("client_over_100ms") or 0 for r in lat)
+        out["missing"] = max(r.get("missing") or 0 for r in lat)
+        out["gc_max_ms"] = max((r.get("gc") or {}).get("max_ms") or 0.0 for r in lat)
     rounded: dict[str, Any] = _round(out)
     return rounded
+
+
+def _median_cells(cells: Sequence[dict[str, Any]]) -> dict[str, float | None]:
+    """Cell by cell (``p50``, ``max``, ...), the median over the runs of the values they have."""
+    keys = [k for c in cells for k in c]
+    return {k: spread([c.get(k) for c in cells])["median"] for k in dict.fromkeys(keys)}
 
 
 def paired_ratio(
@@ -183,6 +198,40 @@ def format_table(summaries: Sequence[dict[str, Any]], *, markdown: bool = False)
     return "\n".join(lines)
 
 
+_STAGE_STATS = ("p50", "p90", "p99", "p99.9", "max")
+
+
+def format_stage_table(summaries: Sequence[dict[str, Any]]) -> str:
+    """For each latency summary: store -> handler over every message, then each stage interval over
+    the sampled pulled batches (ms: p50, p90, p99, p99.9, max, and how many samples); empty when
+    no summary has stages."""
+    blocks: list[str] = []
+    for s in summaries:
+        stages = s.get("stages")
+        if not stages:
+            continue
+        rate = s.get("target_rate")
+        title = f"{s['scenario']} / {s['loop']}" + (f" at {rate:,.0f} msgs/s" if rate else "")
+        title += f", offered {_num(s.get('offered_msgs_per_s'))}/s"
+        rows = [("store -> handler, every message", s.get("store_to_handler") or {})]
+        rows += [(name.replace("_to_", " -> ").replace("_", " "), cell) for name, cell in stages.items()]
+        head = ("stage (ms)", *_STAGE_STATS, "samples")
+        body = [
+            (label, *(_num(cell.get(k), ".3f") for k in _STAGE_STATS), _num(cell.get("count")))
+            for label, cell in rows
+        ]
+        widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(head)]
+        lines = [title, "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip()]
+        lines.append("  ".join("-" * w for w in widths))
+        lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in body]
+        lines.append(
+            f"sampled batches over 100 ms (socket read -> handler): {s.get('client_over_100ms', 0)}; "
+            f"missing messages: {s.get('missing', 0)}; longest GC pause {_num(s.get('gc_max_ms'), '.1f')} ms"
+        )
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
 def profile_text(path: str | Path, top: int = 15) -> str:
     """The top entries of a pstats file, by own time and by cumulative time, paths shortened."""
 
@@ -197,9 +246,12 @@ def profile_text(path: str | Path, top: int = 15) -> str:
     return f"By own time (tottime):\n{table('tottime')}\n\nBy cumulative time:\n{table('cumulative')}\n"
 
 
-def plot(results: dict[tuple[str, str], list[dict[str, Any]]], out: Path) -> list[str]:
-    """Throughput over time, latency CDF and RSS over time, as PNGs in ``out``; returns the files
-    written (an empty list, with the reason on stderr, when matplotlib is not installed)."""
+def plot(
+    results: dict[tuple[str, str], list[dict[str, Any]]], out: Path, *, cdf_file: str | Path | None = None
+) -> list[str]:
+    """Throughput over time, latency CDF and RSS over time, as PNGs in ``out`` (the CDF also to
+    ``cdf_file`` when given); returns the files written (an empty list, with the reason on stderr,
+    when matplotlib is not installed)."""
     try:
         import importlib
 
@@ -233,24 +285,28 @@ def plot(results: dict[tuple[str, str], list[dict[str, Any]]], out: Path) -> lis
     lat = {k: r for k, r in series.items() if r and r.get("samples_store_ms")}
     if lat:
         fig, ax = plt.subplots(figsize=(9, 5))
-        for (_, lp), r in sorted(lat.items()):
-            for key, style in (("samples_store_ms", "-"), ("samples_born_ms", "--")):
-                xs = r[key]
-                ax.plot(
-                    xs,
-                    [(i + 1) / len(xs) for i in range(len(xs))],
-                    style,
-                    label=f"{lp}: {key.split('_')[1]}->handler",
-                    linewidth=1,
-                )
+        curves = (
+            ("samples_store_ms", "-", "store->handler"),
+            ("samples_born_ms", "--", "born->handler"),
+            ("samples_client_ms", ":", "socket read->handler (sampled batches)"),
+        )
+        for (label, lp), r in sorted(lat.items()):
+            for key, style, what in curves:
+                xs = [x for x in r.get(key) or [] if x > 0]  # (a log axis)
+                if xs:
+                    ys = [(i + 1) / len(xs) for i in range(len(xs))]
+                    ax.plot(xs, ys, style, label=f"{label} / {lp}: {what}", linewidth=1)
         ax.set_xscale("log")
-        ax.set(xlabel="ms (log)", ylabel="fraction of messages", title="End-to-end latency CDF (run 1)")
+        ax.set(xlabel="ms (log)", ylabel="fraction", title="Latency CDF (run 1)")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(out / "latency_cdf.png", dpi=110)
-        plt.close(fig)
         written.append("latency_cdf.png")
+        if cdf_file is not None:
+            fig.savefig(cdf_file, dpi=110)
+            written.append(str(cdf_file))
+        plt.close(fig)
     mem = {k: v for k, v in tl.items() if k[0] == "backlog"}
     if mem:
         fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)

@@ -956,10 +956,17 @@ def add_soak_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _one_rate(rate: float | list[float] | None) -> float:
+    """``--rate``: one figure (``rmq-async bench`` parses it as a list), default 2000 msgs/s."""
+    if rate is None:
+        return 2000.0
+    return rate[0] if isinstance(rate, list) else rate
+
+
 def config_from_args(args: argparse.Namespace) -> SoakConfig:
     return SoakConfig(
         duration=args.duration if args.duration is not None else 3600.0,
-        rate=args.rate if args.rate is not None else 2000.0,
+        rate=_one_rate(args.rate),
         size=getattr(args, "size", 1024),
         change_every=args.change_every,
         fault_every=args.fault_every,

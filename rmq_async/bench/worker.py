@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import select
 import sys
 import traceback
 from collections.abc import Awaitable, Callable
@@ -110,13 +111,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print_result(line: str) -> None:
-    """The result line (up to a few hundred KB with latency samples), written whole: stdout is made
-    blocking first, since an event loop's child-process plumbing may have left it non-blocking, and a
-    partial write then cut the line (one uvloop latency run ended with half a JSON line)."""
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        os.set_blocking(sys.stdout.fileno(), True)
-    sys.stdout.write(line + "\n")
+    """The result line (up to a few hundred KB with latency samples), written whole: an event loop's
+    child-process plumbing may have left stdout non-blocking, and a partial write then cut the line
+    (uvloop latency runs ended with half a JSON line, even after making the descriptor blocking
+    again), so it goes straight to the descriptor, waiting for room whenever the pipe is full."""
     sys.stdout.flush()
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError, AttributeError):  # not a real file (a test's capture)
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+        return
+    with contextlib.suppress(OSError):
+        os.set_blocking(fd, True)
+    view = memoryview((line + "\n").encode())
+    while view:
+        try:
+            n = os.write(fd, view)
+        except BlockingIOError:
+            select.select([], [fd], [])
+            continue
+        view = view[n:]
 
 
 if __name__ == "__main__":

@@ -42,10 +42,11 @@ from ..protocol.pop import (
 from ..protocol.pull import PullRefused, PullStatus, pull_request, read_pull_answer
 from ..protocol.stored import BrokenBodyError, MessageExt, UndecodableMessageError, decode_messages
 from ..protocol.transaction import EndTransactionRequestHeader
+from ..transport.connection import stamp_reads
 from ..transport.pool import ConnectionPool
 from .auth import broker_error
 
-__all__ = ["MQClientAPI", "PullResult", "PullStatus", "SendResult", "SendStatus"]
+__all__ = ["MQClientAPI", "PullResult", "PullStatus", "SendResult", "SendStatus", "stamp_reads"]
 
 
 @dataclass(slots=True)
@@ -59,6 +60,9 @@ class PullResult:
     remark: str | None = None
     #: the response body as received, when ``pull(decode=False)`` (``messages`` stays empty)
     body: bytes = b""
+    #: when the transport read the answer (``perf_counter_ns``) while reads are stamped
+    #: (:func:`stamp_reads`, a consumer's stage recorder); 0 otherwise
+    received_ns: int = 0
 
 
 class SendStatus(Enum):
@@ -268,6 +272,7 @@ class MQClientAPI:
             messages=msgs,
             remark=resp.remark,
             body=b"" if decode else resp.body,
+            received_ns=resp.received_ns,
         )
 
     # -- offsets ---------------------------------------------------------------------------------

@@ -86,6 +86,7 @@ class ConcurrentConsumeService:
         self._tver = 0  # bumped by set_timeout
         self._idle: anyio.Event | None = None  # made only while someone waits for idleness
         self._loop_time: Callable[[], float] = time.monotonic  # the running loop's clock, from run()
+        self._stages = ctx.stages  # the stage recorder (ConsumerConfig.stage_sample), None: off
 
     def open_deliveries(self) -> DeliveryStream:
         """The ``async for`` stream of a consumer without a handler (made on first use)."""
@@ -182,6 +183,7 @@ class ConcurrentConsumeService:
     async def _take_and_consume(self, w: _Slot) -> None:
         inbox = self._inbox
         c = self.c
+        stages = self._stages
         while True:
             if w.msgs is None:
                 self.scopes.discard(w.scope)  # idle: no deadline to move
@@ -189,6 +191,8 @@ class ConcurrentConsumeService:
                 if item is None:
                     return
                 pq, msgs = item
+                if stages is not None:
+                    stages.picked(msgs)
                 if pq.dropped or c.stopping:
                     continue  # not started: at shutdown only work already begun is finished
                 if pq.mq.topic == c.retry_topic or c.namespace:  # only retry queues hold retry copies
@@ -226,6 +230,8 @@ class ConcurrentConsumeService:
             committed = pq.offset
             if offset > committed.value:  # only forward (-1: the queue was empty)
                 committed.value = offset
+            if self._stages is not None:
+                self._stages.settled(ok)
         ok.clear()
 
     async def _consume(self, w: _Slot) -> None:

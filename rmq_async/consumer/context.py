@@ -32,6 +32,7 @@ from .offset_store import OffsetStore
 from .pauses import Pauses
 from .remote import Remote, Sender
 from .sendback import send_back
+from .stages import StageObserver, StageRecorder
 from .stats import ConsumerStats
 from .types import Hook
 from .usercode import HandlerTasks
@@ -220,6 +221,11 @@ class ConsumerContext:
         #: the message trace and OpenTelemetry (:mod:`.observation`): what watches handler calls and
         #: pulls; the services call ``observation.observed(handler)``
         self.observation = Observation(group, client_config, self.timing.consume_timeout)
+        #: where the time of sampled pulled batches goes (``ConsumerConfig.stage_sample``); None: off
+        self.stages: StageRecorder | None = None
+        if config.stage_sample:
+            self.stages = StageRecorder(config.stage_sample)
+            self.observation.observers.append(StageObserver(self.stages))
         #: per-message consume deadlines; its ``timeout`` is THE consume timeout
         self.deadlines = DeadlineTracker(self.timing.consume_timeout)
         #: a graceful stop has begun: start nothing new

@@ -31,10 +31,12 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from time import perf_counter_ns
 from typing import Protocol
 
 import anyio
 
+from ..client.api import stamp_reads
 from ..config import ConsumerConfig, Timing
 from ..errors import AuthError, RocketMQError
 from ..protocol.stored import MessageExt, Undecodable
@@ -55,6 +57,7 @@ from .pull_plan import (
     Step,
 )
 from .queues import QueueTable
+from .stages import StageSample
 
 __all__ = ["PullLoop", "PullSettings", "PullSink"]
 
@@ -168,9 +171,14 @@ class PullLoop:
             pq.scope = scope
             if pq.dropped:
                 return
+            stamping = self.ctx.stages is not None
+            if stamping:  # the stage recorder wants each answer's socket read time
+                stamp_reads(True)
             try:
                 await self._loop(pq, scope)
             finally:
+                if stamping:
+                    stamp_reads(False)
                 if pq.scope is scope:  # a seek may have started the next loop already
                     pq.scope = None
 
@@ -202,6 +210,9 @@ class PullLoop:
         timeout = c.timing.pull_timeout
         monotonic = time.monotonic
         plan = self._planner(pq)
+        stages = c.stages  # the stage recorder (ConsumerConfig.stage_sample), None: off
+        sampled: StageSample | None = None  # a sampled batch of this queue, until the next pull is out
+        decoded = received = 0
         while True:
             step = plan.next(monotonic(), pq)
             if type(step) is not PullRequestPlan:
@@ -216,11 +227,16 @@ class PullLoop:
                 else:  # STOP
                     return
                 continue
+            if sampled is not None:
+                sampled.next_pull = perf_counter_ns()
+                sampled = None
             try:
                 res = await client.api.pull(step.addr, step.header, timeout, broker_name=mq.broker_name)
             except RocketMQError as exc:
                 await self._failed(pq, plan, step.addr, exc)
                 continue
+            if stages is not None:
+                decoded, received = perf_counter_ns(), res.received_ns
             if scope.cancel_called:
                 # a seek cancelled this loop after the answer had arrived (the task resumes with it
                 # before the cancellation reaches an await): it is for the old position, and the
@@ -250,7 +266,11 @@ class PullLoop:
                 elif msgs:
                     if cache:
                         pq.put(msgs)
+                    if stages is not None:
+                        sampled = stages.pulled(mq.queue_id, msgs, received, decoded)
                     submit(pq, msgs)
+                    if sampled is not None:
+                        sampled.queued = perf_counter_ns()
                 # drop the references now: the batch is freed by whoever finishes with it last,
                 # right after its consumption while it is still in the caches, not when the next
                 # pull answers (a batch gone cold in the caches costs more to free)

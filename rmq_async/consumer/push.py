@@ -57,6 +57,7 @@ from .offset_store import LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
 from .pauses import Target
 from .push_run import PushRun, build_push_run
 from .rebalancer import RebalanceSettings, RebalanceSignals, StartOffsets
+from .stages import StageRecorder
 from .stats import ConsumerStats
 from .subcheck import SubscriptionChecker
 from .types import Handler, Hook, OrderlyHandler, RebalanceListener
@@ -95,9 +96,10 @@ class PushConsumer:
     ``post_subscription_when_pull``, ``unit_mode``, ``rebalance_stability_window`` (0 s: off),
     ``orderly_drop_wait`` (1 s), ``offset_store_dir`` (broadcasting: local offsets, default
     ``~/.rocketmq_offsets``), ``auto_commit`` (True; False: offsets reach the broker only by
-    :meth:`commit` and seeks, see there). ``require_namesrv=True``: :meth:`start` raises
-    ``MQClientError`` when no name server answers (default False: as Java, it starts and keeps
-    looking the routes up in the background; :meth:`health` says so). Or pass them all as
+    :meth:`commit` and seeks, see there), ``stage_sample`` (0: off; N: every Nth pulled batch is
+    timed stage by stage, socket read to settled, see :attr:`stages`). ``require_namesrv=True``:
+    :meth:`start` raises ``MQClientError`` when no name server answers (default False: as Java, it
+    starts and keeps looking the routes up in the background; :meth:`health` says so). Or pass them all as
     ``config=ConsumerConfig(...)``. Timers live in ``timing=Timing(...)``.
 
     ``orderly=True`` consumes each queue strictly in offset order, one batch at a time, under a broker
@@ -148,6 +150,7 @@ class PushConsumer:
         offset_store_dir: str | None = None,
         client_rebalance: bool = True,
         auto_commit: bool = True,
+        stage_sample: int = 0,
     ) -> None:
         options: dict[str, Any] = {k: v for k, v in locals().items() if k in CONSUMER_OPTION_DEFAULTS}
         changed = sorted(k for k, v in options.items() if v != CONSUMER_OPTION_DEFAULTS[k])
@@ -238,6 +241,14 @@ class PushConsumer:
     def stats(self) -> ConsumerStats:
         """Counters: pulled, consumed, failed, per topic; undecodable messages."""
         return self._ctx.stats
+
+    @property
+    def stages(self) -> StageRecorder | None:
+        """Where the time of every ``stage_sample``-th pulled batch went (None when ``stage_sample``
+        is 0): broker store -> socket read -> decoded -> queued -> picked by a worker -> handler
+        entered -> settled, and when the queue's next pull went out; ``stages.summary()`` gives
+        per-interval percentiles in ms (see :mod:`rmq_async.consumer.stages`)."""
+        return self._ctx.stages
 
     @property
     def before_hooks(self) -> list[Hook]:

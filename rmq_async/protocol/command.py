@@ -75,6 +75,7 @@ class RemotingCommand:
         "flag",
         "language",
         "opaque",
+        "received_ns",
         "remark",
         "serialize_type",
         "version",
@@ -106,6 +107,9 @@ class RemotingCommand:
         self.language = language
         self.version = version
         self.serialize_type = serialize_type
+        #: when the transport read the frame (``perf_counter_ns``), while a stage recorder asks for
+        #: it (see ``transport.connection.stamp_reads``); 0 otherwise
+        self.received_ns = 0
 
     # -- constructors -------------------------------------------------------------------------
 

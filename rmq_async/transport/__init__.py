@@ -9,6 +9,8 @@ from .connection import Signer as Signer
 from .connection import Spawn as Spawn
 from .connection import format_addr as format_addr
 from .connection import parse_addr as parse_addr
+from .connection import reads_stamped as reads_stamped
+from .connection import stamp_reads as stamp_reads
 from .pool import ConnectionPool as ConnectionPool
 
 __all__ = [
@@ -20,4 +22,6 @@ __all__ = [
     "Spawn",
     "format_addr",
     "parse_addr",
+    "reads_stamped",
+    "stamp_reads",
 ]

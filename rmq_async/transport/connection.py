@@ -25,6 +25,7 @@ import functools
 import logging
 import socket
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from typing import cast
 
@@ -43,7 +44,9 @@ __all__ = [
     "Spawn",
     "format_addr",
     "parse_addr",
+    "reads_stamped",
     "run_awaitable",
+    "stamp_reads",
 ]
 
 _DISCARD = bytearray(1 << 16)  # read into, and ignored, once a connection is closing
@@ -60,6 +63,21 @@ Signer = Callable[[RemotingCommand], None]
 CLOSE_TIMEOUT = 1.0
 _OPAQUE_MASK = 0x7FFFFFFF
 _LANG = "PYTHON"  # language of the answers the transport writes itself
+_stamp_users = 0  # how many stage recorders want reads stamped (see stamp_reads)
+_clock = time.perf_counter_ns
+
+
+def stamp_reads(on: bool) -> None:
+    """Ask (``on``) or stop asking for every received frame's read time in
+    ``RemotingCommand.received_ns`` (``perf_counter_ns``), for a consumer's stage recorder; counted,
+    so the stamps stop when the last one stops asking. Off (the default), a read costs one test."""
+    global _stamp_users
+    _stamp_users = max(0, _stamp_users + (1 if on else -1))
+
+
+def reads_stamped() -> bool:
+    """Whether received frames are stamped now (:func:`stamp_reads`)."""
+    return _stamp_users > 0
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
@@ -455,6 +473,10 @@ class Connection(asyncio.BufferedProtocol):
     def _settle(self, commands: list[RemotingCommand]) -> None:
         if commands:
             self._timeouts = 0  # the peer is alive
+            if _stamp_users:
+                now = _clock()
+                for cmd in commands:
+                    cmd.received_ns = now
         pending = self._pending
         for cmd in commands:
             if cmd.flag & FLAG_RESPONSE:

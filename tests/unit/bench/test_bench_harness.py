@@ -17,7 +17,7 @@ import pytest
 from rmq_async.bench import cli
 from rmq_async.bench.cluster import ChildCluster
 from rmq_async.bench.machine import percentile, spread
-from rmq_async.bench.report import format_table, paired_ratio, summarize
+from rmq_async.bench.report import format_stage_table, format_table, paired_ratio, summarize
 from rmq_async.bench.scenarios import Meter
 
 
@@ -325,3 +325,88 @@ def test_pool_ratio_pairs_runs_like_the_harness_and_pools_invocations(
     assert want in text
     assert pool_ratio.main([*map(str, files), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["all"]["pairs"]["median"] == 0.65
+
+
+def test_rates_and_latency_labels() -> None:
+    assert cli.rates("2000") == [2000.0] and cli.rates("2000,20000") == [2000.0, 20000.0]
+    for bad in ("fast", "0", "-5", "inf", "2000,"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            cli.rates(bad)
+    push: list[dict[str, Any]] = [{"msgs_per_s": 3000.0}, {"msgs_per_s": 5000.0}, {"error": "x"}]
+    assert cli._latency_labels(parse("latency"), push) == [("latency", 2500.0)]
+    assert cli._latency_labels(parse("latency"), []) == [("latency", 2000.0)]
+    assert cli._latency_labels(parse("latency", "--rate", "300"), push) == [("latency", 300.0)]
+    assert cli._latency_labels(parse("latency", "--rate", "2000,20000"), push) == [
+        ("latency@2000", 2000.0),
+        ("latency@20000", 20000.0),
+    ]
+    args = parse("latency", "--seconds", "60", "--stage-sample", "4", "--plot", "x.png", "--json")
+    assert (args.duration, args.stage_sample, args.plot, args.json) == (60.0, 4, "x.png", True)
+
+
+def _stage_cell(base: float) -> dict[str, float | int]:
+    return {"count": 10, "p50": base, "p90": base * 2, "p99": base * 3, "p99.9": base * 4, "max": base * 5}
+
+
+def test_latency_summary_takes_the_median_of_each_stage_cell() -> None:
+    runs = [
+        {
+            "msgs_per_s": 2000.0,
+            "target_rate": 2000.0,
+            "offered_msgs_per_s": 1999.0,
+            "store_to_handler": {"p50": 1.0 * k, "max": 9.0 * k},
+            "stages": {"read_to_entered": _stage_cell(0.1 * k), "handler": _stage_cell(0.01 * k)},
+            "client_over_100ms": k - 1,
+            "missing": 0,
+            "gc": {"max_ms": 0.5 * k},
+        }
+        for k in (1, 2, 3)
+    ]
+    s = summarize("latency@2000", "asyncio", "127.0.0.1:9876", runs)
+    assert s["store_to_handler"] == {"p50": 2.0, "max": 18.0}
+    assert s["stages"]["read_to_entered"]["p50"] == 0.2 and s["stages"]["handler"]["max"] == 0.1
+    assert (s["client_over_100ms"], s["missing"], s["gc_max_ms"]) == (2, 0, 1.5)
+    text = format_stage_table([s, summarize("push", "asyncio", "x", [{"msgs_per_s": 1.0}])])
+    lines = text.splitlines()
+    assert lines[0] == "latency@2000 / asyncio at 2,000 msgs/s, offered 1,999/s"
+    assert lines[1].split() == ["stage", "(ms)", "p50", "p90", "p99", "p99.9", "max", "samples"]
+    assert lines[3].startswith("store -> handler, every message  2.000")
+    assert lines[4].split()[:4] == ["read", "->", "entered", "0.200"]
+    assert "over 100 ms (socket read -> handler): 2" in lines[-1]
+    assert format_stage_table([summarize("push", "asyncio", "x", [{"msgs_per_s": 1.0}])]) == ""
+
+
+def test_latency_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``bench latency`` for 2 s at a low rate on the embedded cluster: the JSON summary carries
+    store -> handler and every stage, non-negative and in order (nothing here asserts on speed)."""
+    cdf = str(tmp_path / "cdf.png")
+    args = parse("latency", "--rate", "100,200", "--seconds", "2", "--queues", "2", "--runs", "1",
+                 "--loop", "asyncio", "--out", str(tmp_path), "--json", "--plot", cdf)  # fmt: skip
+    assert cli.run(args) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""  # --json: the JSON lines only
+    lines = [json.loads(ln) for ln in captured.out.splitlines()]
+    assert [(x["scenario"], x["target_rate"]) for x in lines] == [
+        ("latency@100", 100.0),
+        ("latency@200", 200.0),
+    ]
+    stats = ("p50", "p90", "p99", "p99.9", "max")
+    for x in lines:
+        assert "errors" not in x and x["missing"] == 0 and x["client_over_100ms"] >= 0
+        e2e = [x["store_to_handler"][k] for k in stats]
+        assert e2e == sorted(e2e) and e2e[0] >= 0
+        stages = x["stages"]
+        assert {"store_to_read", "read_to_decoded", "queued_to_picked", "read_to_entered"} <= set(stages)
+        for name, cell in stages.items():
+            values = [cell[k] for k in stats]
+            assert cell["count"] > 0 and values == sorted(values) and values[0] >= 0, (name, cell)
+        # a later stage is never reached before an earlier one
+        assert stages["read_to_entered"]["max"] >= stages["read_to_decoded"]["p50"]
+        assert stages["read_to_last_entered"]["p50"] >= stages["read_to_entered"]["p50"]
+    doc = json.loads((tmp_path / "result.json").read_text())
+    run = doc["runs"]["latency@100/asyncio"][0]
+    assert run["samples_client_ms"] == sorted(run["samples_client_ms"]) and run["gc"]["collections"] >= 0
+    assert "read -> entered" in (tmp_path / "table.txt").read_text()
+    plots = doc["plots"]
+    if plots:  # matplotlib installed (the bench extra)
+        assert (tmp_path / "latency_cdf.png").stat().st_size > 0 and (tmp_path / "cdf.png").exists()
