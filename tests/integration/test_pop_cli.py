@@ -6,6 +6,7 @@ import json
 import sys
 
 import anyio
+import pytest
 from support.integration import child_env, produce
 
 from rmq_async import Timing
@@ -15,6 +16,7 @@ from rmq_async.embedded.pop import pop_state
 CLI = [sys.executable, "-m", "rmq_async.cli", "--no-uvloop"]
 
 
+@pytest.mark.slow  # two CLI child processes, about 14 s; .ci/run's `-m slow` step runs it
 async def test_set_consume_mode_then_consume_pop(names: tuple[str, str]) -> None:
     topic, group = names
     async with EmbeddedCluster(brokers=2, queues=2, timing=Timing.fast(), flavour=5) as cluster:

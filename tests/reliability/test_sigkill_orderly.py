@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
+import pytest
 from support.frame_proxy import FrameProxy
 
 from rmq_async import Message, Producer, Timing
@@ -52,6 +53,10 @@ from rmq_async.protocol.codes import RequestCode
 from rmq_async.protocol.command import RemotingCommand
 
 from .scenario import SCALE, Ledger, n_msgs
+
+# slow (a kill-and-restart scenario of 7-14 s): the default run stays within its time budget;
+# .ci/run's `-m slow` step runs it
+pytestmark = pytest.mark.slow
 
 CHILD = Path(__file__).with_name("child_consumer.py")
 QUEUES = 6

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import anyio
+import pytest
 
 from rmq_async import Timing
 from rmq_async.admin import set_consume_mode
@@ -26,6 +27,10 @@ from rmq_async.embedded import EmbeddedCluster
 from rmq_async.embedded.pop import pop_state
 
 from .scenario import SCALE, Ledger, n_msgs, produce
+
+# slow (a kill-and-restart scenario of 7-14 s): the default run stays within its time budget;
+# .ci/run's `-m slow` step runs it
+pytestmark = pytest.mark.slow
 
 CHILD = Path(__file__).with_name("child_consumer.py")
 MEMBERS = 4

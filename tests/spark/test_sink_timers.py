@@ -40,6 +40,7 @@ def _read_until(spark: Any, namesrv: str, topic: str, n: int, timeout: float) ->
             return rows
 
 
+@pytest.mark.slow  # waits for the timers (about 14 s); .ci/run's `-m slow` step runs it
 def test_delay_and_deliver_at_columns_are_timers(spark: Any, rmq5: ClusterHandle) -> None:
     topic = "SinkTimers"
     rmq5.create_topic(topic)

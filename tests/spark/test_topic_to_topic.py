@@ -11,7 +11,8 @@ import pytest
 from support.spark_cluster import ClusterHandle
 from support.spark_pipeline import check_pipeline
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
+# slow (about 16 s): the default run stays within its time budget; .ci/run's `-m slow` step runs it
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(240)]
 
 
 def test_topic_to_topic_restarted_on_its_checkpoint(spark: Any, rmq: ClusterHandle, tmp_path: Path) -> None:
