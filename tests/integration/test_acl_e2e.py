@@ -285,6 +285,7 @@ async def test_orderly_consumer_without_group_sub_fails_at_once(
     assert not broker.locks.table.get("acl_nosub")
 
 
+@pytest.mark.slow  # a long fault scenario; .ci/run's `-m slow` step runs it
 async def test_a_permission_taken_away_is_logged_once_and_backed_off(
     acl_cluster: EmbeddedCluster, timing: Timing, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
 from rmq_async import ClientConfig, Producer, Timing
 from rmq_async.embedded import EmbeddedCluster
@@ -118,6 +119,7 @@ async def test_responses_delayed_past_the_request_timeout(
     ledger.record(consumed_while_delayed=stalled_at)
 
 
+@pytest.mark.slow  # a long fault scenario; .ci/run's `-m slow` step runs it
 async def test_half_open_broker_connection(
     names: tuple[str, str],
     ledger: Ledger,

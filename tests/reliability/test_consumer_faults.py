@@ -122,6 +122,7 @@ async def test_send_back_refused(
     ledger.record(path=path, attempts=sum(attempts.values()))
 
 
+@pytest.mark.slow  # a long fault scenario; .ci/run's `-m slow` step runs it
 @pytest.mark.parametrize("window", [0.0, 3.0])
 async def test_rebalance_storm(
     cluster: EmbeddedCluster, names: tuple[str, str], ledger: Ledger, timing: Timing, window: float
@@ -325,6 +326,7 @@ async def test_graceful_stop_duplicates_bounded_by_running_handlers(
     assert ledger.duplicates <= concurrency, ledger.duplicates
 
 
+@pytest.mark.slow  # a long fault scenario; .ci/run's `-m slow` step runs it
 async def test_stability_window_does_not_add_duplicates(
     cluster: EmbeddedCluster, names: tuple[str, str], ledger: Ledger, timing: Timing
 ) -> None:

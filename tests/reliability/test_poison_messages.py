@@ -59,6 +59,7 @@ def _committed(c: PushConsumer, topic: str) -> dict[str, int]:
     return {q["queue"]: q["committed"] for q in queues if q["queue"].startswith(prefix)}
 
 
+@pytest.mark.slow  # a long fault scenario; .ci/run's `-m slow` step runs it
 async def test_spoiled_messages_go_to_the_dlq_and_nothing_is_lost(
     cluster: EmbeddedCluster, names: tuple[str, str], ledger: Ledger, timing: Timing
 ) -> None:

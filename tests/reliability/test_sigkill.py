@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import anyio
+import pytest
 
 from rmq_async import Timing
 from rmq_async.embedded import EmbeddedCluster
@@ -68,6 +69,7 @@ async def stop_member(m: Member, *, kill: bool) -> None:
         await m.reader
 
 
+@pytest.mark.slow  # a long fault scenario; .ci/run's `-m slow` step runs it
 async def test_consumers_killed_and_restarted(names: tuple[str, str], ledger: Ledger) -> None:
     topic, group = names
     timing = Timing.fast()
