@@ -119,8 +119,10 @@ class MQClientAPI:
     ) -> RemotingCommand:
         return self.settings.request(code, ext, body, oneway=oneway)
 
-    async def _call(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
-        return await self.pool.request(addr, cmd, timeout)
+    async def _call(
+        self, addr: str, cmd: RemotingCommand, timeout: float, *, coalesce: bool = False
+    ) -> RemotingCommand:
+        return await self.pool.request(addr, cmd, timeout, coalesce=coalesce)
 
     @staticmethod
     def _fail(resp: RemotingCommand, req: RemotingCommand, addr: str) -> BrokerError:
@@ -250,9 +252,11 @@ class MQClientAPI:
         decode: bool = True,
     ) -> PullResult:
         """``decode=False`` leaves the stored messages undecoded in ``body`` (the Spark source builds
-        Arrow columns from it)."""
+        Arrow columns from it). The request is coalesced (see :meth:`Connection.request`): the pulls
+        that the queues' loops send in one turn of the event loop go out in one write, after the
+        consume tasks the answers just read have woken."""
         cmd = pull_request(self.settings, header)
-        resp = await self._call(addr, cmd, timeout)
+        resp = await self._call(addr, cmd, timeout, coalesce=True)
         got = read_pull_answer(resp.code, resp.ext_fields, resp.remark)
         if isinstance(got, PullRefused):
             raise broker_error(got.code, got.remark, cmd.code, cmd.ext_fields, addr)

@@ -117,6 +117,7 @@ class Connection(asyncio.BufferedProtocol):
         "_close_callbacks",
         "_close_cause",
         "_close_reason",
+        "_corked",
         "_decoder",
         "_handler",
         "_local_addr",
@@ -162,6 +163,9 @@ class Connection(asyncio.BufferedProtocol):
         self._transport: asyncio.Transport | None = None
         self._local_addr = ""
         self._paused = False
+        #: frames waiting for the end of this turn of the loop (:meth:`request` with ``coalesce``),
+        #: written together by :meth:`_flush`; None: nothing waits, a write goes out at once
+        self._corked: list[bytes] | None = None
         self._writable = asyncio.Event()
         self._writable.set()
         self._lost = asyncio.Event()
@@ -261,8 +265,14 @@ class Connection(asyncio.BufferedProtocol):
         self._next_opaque = (opaque + 1) & _OPAQUE_MASK
         return opaque
 
-    async def request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+    async def request(
+        self, cmd: RemotingCommand, timeout: float, *, coalesce: bool = False
+    ) -> RemotingCommand:
         """Send ``cmd`` and return its response; its ``opaque`` is assigned here.
+
+        ``coalesce``: the frame is written at the loop's next turn, together with every frame
+        written on this connection until then (one system call for the pulls of many queues, and
+        the consume tasks woken by the answers just read run before it); frames keep their order.
 
         Raises :class:`RequestTimeout` after ``timeout`` seconds without an answer (a late answer is
         dropped) and :class:`ConnectionClosed` when the connection is or becomes closed
@@ -287,8 +297,10 @@ class Connection(asyncio.BufferedProtocol):
                     await self._writable.wait()
                 if fut.done():
                     return fut.result()
-            assert self._transport is not None
-            self._transport.write(frame)
+            if coalesce:
+                self._write_later(frame)
+            else:
+                self._write(frame)
             return await fut
         finally:
             timer.cancel()
@@ -319,8 +331,29 @@ class Connection(asyncio.BufferedProtocol):
                 raise RequestTimeout(cmd.code, self._addr, timeout) from None
             if self._close_reason is not None:
                 raise self._closed_error()
+        self._write(frame)
+
+    def _write(self, frame: bytes) -> None:
+        """Write now, or after the frames already waiting (see :meth:`_write_later`)."""
+        corked = self._corked
+        if corked is not None:
+            corked.append(frame)
+            return
         assert self._transport is not None
         self._transport.write(frame)
+
+    def _write_later(self, frame: bytes) -> None:
+        corked = self._corked
+        if corked is None:
+            self._corked = [frame]
+            self._loop.call_soon(self._flush)
+        else:
+            corked.append(frame)
+
+    def _flush(self) -> None:
+        frames, self._corked = self._corked, None
+        if frames and self._close_reason is None and self._transport is not None:
+            self._transport.writelines(frames)
 
     def _on_timeout(
         self, opaque: int, fut: asyncio.Future[RemotingCommand], code: int, timeout: float
@@ -377,7 +410,7 @@ class Connection(asyncio.BufferedProtocol):
         except ProtocolError as exc:
             remark = f"cannot encode the answer: {exc}"
             frame = request.make_response(ResponseCode.SYSTEM_ERROR, remark, language=_LANG).encode()
-        self._transport.write(frame)
+        self._write(frame)
 
     def _spawn_tracked(self, fn: Callable[[], Awaitable[None]]) -> None:
         task = self._loop.create_task(run_awaitable(fn))
@@ -413,8 +446,11 @@ class Connection(asyncio.BufferedProtocol):
         for task in self._tasks:
             task.cancel()
         transport = self._transport
+        corked, self._corked = self._corked, None
         if transport is not None and not self._lost.is_set():
             if graceful:
+                if corked:  # a oneway queued behind a coalesced request still goes out
+                    transport.writelines(corked)
                 transport.close()
             else:
                 transport.abort()

@@ -272,10 +272,12 @@ class ConnectionPool:
 
     # -- conveniences ---------------------------------------------------------------------------
 
-    async def request(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
-        """``(await get(addr)).request(cmd, timeout)``."""
+    async def request(
+        self, addr: str, cmd: RemotingCommand, timeout: float, *, coalesce: bool = False
+    ) -> RemotingCommand:
+        """``(await get(addr)).request(cmd, timeout, coalesce=coalesce)``."""
         conn = await self.get(addr)
-        return await conn.request(cmd, timeout)
+        return await conn.request(cmd, timeout, coalesce=coalesce)
 
     async def oneway(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> None:
         """``(await get(addr)).oneway(cmd)``."""

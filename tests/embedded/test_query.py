@@ -78,9 +78,9 @@ async def test_client_request_fields_as_the_java_client(cluster: EmbeddedCluster
     async with ClientInstance(ClientConfig(namesrv_addr=cluster.namesrv_addr, timing=cluster.timing)) as c:
         call = c.api._call
 
-        async def spy(addr: str, cmd, timeout: float):  # type: ignore[no-untyped-def]
+        async def spy(addr: str, cmd, timeout: float, *, coalesce: bool = False):  # type: ignore[no-untyped-def]
             sent.append(dict(cmd.ext_fields))
-            return await call(addr, cmd, timeout)
+            return await call(addr, cmd, timeout, coalesce=coalesce)
 
         c.api._call = spy  # type: ignore[method-assign]
         assert (

@@ -443,7 +443,9 @@ class _CapturingPool:
     def __init__(self) -> None:
         self.sent: list[RemotingCommand] = []
 
-    async def request(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+    async def request(
+        self, addr: str, cmd: RemotingCommand, timeout: float, *, coalesce: bool = False
+    ) -> RemotingCommand:
         self.sent.append(cmd)
         return cmd.make_response(0)  # a lock answer without a body: no queue locked
 

@@ -180,6 +180,39 @@ async def test_oneway_reaches_server_with_flag_and_needs_no_answer() -> None:
 
 
 @on_both_loops
+async def test_coalesced_requests_go_out_at_the_next_turn_in_the_order_they_were_made() -> None:
+    # pulls of several queues made in one turn are written together; a frame written meanwhile
+    # (here a oneway) goes after them, never ahead
+    async with FrameServer() as server:
+        conn = await Connection.connect(server.addr)
+        a = asyncio.ensure_future(conn.request(req(n="a"), 5, coalesce=True))
+        b = asyncio.ensure_future(conn.request(req(n="b"), 5, coalesce=True))
+        await asyncio.sleep(0)  # both ran up to their await: their frames wait for the turn's end
+        assert not server.received
+        await conn.oneway(req(n="c"))
+        assert [r.ext_fields["n"] for r in await asyncio.gather(a, b)] == ["a", "b"]
+        await server.wait_for(lambda: len(server.received) == 3)
+        assert [cmd.ext_fields["n"] for cmd in server.received] == ["a", "b", "c"]
+        await conn.aclose()
+
+
+@on_both_loops
+async def test_a_graceful_close_still_writes_what_waits_behind_a_coalesced_request() -> None:
+    # a oneway (a last offset commit, an unregister) queued behind a coalesced pull just before
+    # aclose() goes out before the socket closes; the pull itself fails as closed
+    async with FrameServer() as server:
+        conn = await Connection.connect(server.addr)
+        pull = asyncio.ensure_future(conn.request(req("hold", n="pull"), 30, coalesce=True))
+        await asyncio.sleep(0)
+        await conn.oneway(req(n="last"))
+        await conn.aclose()
+        with pytest.raises(ConnectionClosed):
+            await pull
+        await server.wait_for(lambda: len(server.received) == 2)
+        assert [cmd.ext_fields["n"] for cmd in server.received] == ["pull", "last"]
+
+
+@on_both_loops
 async def test_opaque_wraps_at_2_31_and_skips_pending() -> None:
     async with FrameServer() as server:
         conn = await Connection.connect(server.addr)
