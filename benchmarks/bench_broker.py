@@ -10,7 +10,8 @@
   time from writing the send to receiving the pull's answer (median and p99 over ``--tries``).
 
 ``--profile`` runs the broker child under cProfile and prints its top functions at the end.
-``--write`` replaces the "## Embedded broker" section of benchmarks/RESULTS.md.
+``--write`` replaces the "## Embedded broker" section of benchmarks/history/bench-broker.md (the
+log; benchmarks/RESULTS.md quotes the current figures).
 """
 
 from __future__ import annotations
@@ -227,7 +228,7 @@ round trips plus scheduling in both processes."""
 
 
 def write_results(res: dict[str, float], args: argparse.Namespace) -> None:
-    path = Path(__file__).resolve().parent / "RESULTS.md"
+    path = Path(__file__).resolve().parent / "history" / "bench-broker.md"
     text = path.read_text() if path.exists() else "# Benchmark results\n"
     env = f"Python {platform.python_version()}, {os.cpu_count()} CPUs ({platform.machine()} Linux)"
     rows = [

@@ -12,7 +12,8 @@ CONSUME_FROM_FIRST_OFFSET, ``consume_batch_max_size`` 1, timed from the first to
 * bound: Q tasks that each await ``asyncio.sleep(0.001)`` in a loop, ``--sleep-messages`` iterations
   in total, on the same event loop: the most a 1 ms handler can do with one task per queue.
 
-Figures are medians of ``--runs``. ``--write`` replaces the "## Orderly" section of benchmarks/RESULTS.md.
+Figures are medians of ``--runs``. ``--write`` replaces the "## Orderly" section of
+benchmarks/history/bench-orderly.md.
 
     python benchmarks/bench_orderly.py [--messages N] [--sleep-messages M] [--queues Q] [--runs R]
                                        [--loop asyncio|uvloop] [--write]
@@ -43,7 +44,7 @@ from rmq_async.producer.producer import Producer  # noqa: E402
 from rmq_async.protocol.message import Message  # noqa: E402
 from rmq_async.protocol.stored import MessageExt  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+RESULTS = ROOT / "benchmarks" / "history" / "bench-orderly.md"  # the log; RESULTS.md quotes it
 
 
 async def preload(namesrv: str, topic: str, n: int, queues: int) -> None:

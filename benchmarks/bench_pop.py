@@ -12,7 +12,7 @@ The members start and settle (a rebalance each) on the empty topic, then the mes
 timed from the first handler call to the last distinct message handled; the figure is
 messages per second over ``--runs`` runs (median). Every POP message is acked one ACK_MESSAGE each,
 as the Java push consumer does. ``--write`` replaces the section "## POP consumption (#23)" of
-benchmarks/RESULTS.md.
+benchmarks/history/bench-pop.md (the log; benchmarks/RESULTS.md quotes it).
 
     python benchmarks/bench_pop.py [--messages N] [--runs R] [--members 1,4,16] [--write]
 """
@@ -42,7 +42,7 @@ from rmq_async.producer.producer import Producer  # noqa: E402
 from rmq_async.protocol.message import Message  # noqa: E402
 from rmq_async.protocol.stored import MessageExt  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+RESULTS = ROOT / "benchmarks" / "history" / "bench-pop.md"  # the log; RESULTS.md quotes it
 QUEUES = 8
 TOPIC = "BenchPop"
 _groups = itertools.count()
@@ -159,7 +159,7 @@ def render(res: dict[str, Any], cmd: str) -> str:
 
 
 def write(section: str) -> None:
-    text = RESULTS.read_text()
+    text = RESULTS.read_text() if RESULTS.exists() else "# POP benchmark log\n"
     pat = re.compile(r"^## POP consumption \(#23\)\n.*?(?=^## |\Z)", re.S | re.M)
     text = pat.sub(section, text) if pat.search(text) else text.rstrip("\n") + "\n\n" + section
     RESULTS.write_text(text)

@@ -21,7 +21,7 @@ Rows/s are N over the wall time of the query (planning included; session start l
 to the ceiling of the same mode and to lite pull. Every reader also logs (time, rows) per Arrow batch
 it yields, so ``--plot`` draws rows/s over the whole run (0.25 s bins). ``--json`` keeps the figures;
 ``--before OLD.json`` adds an earlier run (e.g. of the previous commit) to the table and the plot;
-``--write`` replaces the "Spark source at Spark speed (#22)" section of benchmarks/RESULTS.md.
+``--write`` replaces the "Spark source at Spark speed (#22)" section of benchmarks/history/bench-spark.md.
 ``--source-opt k=v`` passes extra options to the source (e.g. ``minPartitions=8``). ``--free-build``
 gives a bound instead of the source's figure: its batch builder hands out slices of the first batch it
 built, so the source costs only its pulls.
@@ -62,7 +62,7 @@ from rmq_async import Message, Producer, Timing
 from rmq_async.consumer.lite_pull import LitePullConsumer
 from rmq_async.embedded import EmbeddedCluster
 
-RESULTS = Path(__file__).with_name("RESULTS.md")
+RESULTS = Path(__file__).with_name("history") / "bench-spark.md"  # the log; RESULTS.md quotes it
 SECTION = "## Spark source at Spark speed (#22)"
 PROGRESS_ENV = "RMQ_BENCH_PROGRESS"  # file the Python workers append "time rows" lines to
 FREE_BUILD_ENV = "RMQ_BENCH_FREE_BUILD"  # "1": --free-build in the Python workers
@@ -886,7 +886,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="write the figures (and the plot's series) here")
     ap.add_argument("--before", type=Path, help="figures of an earlier run (its --json) to compare")
     ap.add_argument("--plot", type=Path, help="PNG of rows/s over the run")
-    ap.add_argument("--write", action="store_true", help="replace the section in benchmarks/RESULTS.md")
+    ap.add_argument("--write", action="store_true", help="replace its section in history/bench-spark.md")
     ap.add_argument(
         "--broker-cpus",
         type=lambda v: {int(c) for c in v.split(",")},
@@ -906,7 +906,7 @@ def main() -> None:
         write_mode(args)
         return
     if args.write and args.free_build:
-        ap.error("--free-build is a bound, not the source: it does not go to RESULTS.md")
+        ap.error("--free-build is a bound, not the source: it is not written")
     if args.broker_cpus and args.namesrv:
         ap.error("--broker-cpus pins the embedded cluster: pin a --namesrv cluster yourself (taskset)")
     t0 = time.perf_counter()

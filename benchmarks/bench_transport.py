@@ -9,7 +9,7 @@ a body echoed back. Each figure is the best of ``--repeat`` runs.
 
     python benchmarks/bench_transport.py [--count 20000] [--concurrency 64] [--write]
 
-``--write`` replaces the "## Transport" section of benchmarks/RESULTS.md.
+``--write`` replaces the "## Transport" section of benchmarks/history/bench-transport.md.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from rmq_async.transport import Connection  # noqa: E402
 
 __all__ = ["main"]
 
-RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+RESULTS = ROOT / "benchmarks" / "history" / "bench-transport.md"  # the log; RESULTS.md quotes it
 SECTION = "## Transport"
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
     "asyncio": asyncio.new_event_loop,
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--concurrency", type=int, default=64, help="requests in flight when pipelined")
     ap.add_argument("--body", type=int, default=0, help="request body bytes (echoed back)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per figure (best is kept)")
-    ap.add_argument("--write", action="store_true", help="update the Transport section of RESULTS.md")
+    ap.add_argument("--write", action="store_true", help="update its section in history/bench-transport.md")
     args = ap.parse_args(argv)
     body = b"x" * args.body
 
