@@ -97,8 +97,10 @@ if loop == "uvloop":
     r = uvloop.run(coro)
 else:
     r = asyncio.run(coro)
-if made and made[0].ctx.tracer is not None:
-    d = made[0].ctx.tracer.dispatcher
+# (the consumer's trace dispatcher: internals, read by this benchmark only)
+tracer = made[0]._ctx.observation.tracer if made else None
+if tracer is not None:
+    d = tracer.dispatcher
     extra = {"trace_sent_msgs": d.sent, "trace_dropped": d.dropped}
 if kind.startswith("otel"):
     data = reader.get_metrics_data()
