@@ -26,6 +26,7 @@ from ..errors import (
     AuthError,
     BrokerError,
     ClientError,
+    InvalidMessageError,
     MQClientError,
     RemotingError,
     TLSError,
@@ -50,12 +51,12 @@ from ..protocol.message import (
     check_topic,
     compress_body,
     compression_flag,
-    encode_batch_body,
+    encode_batch_members,
     is_timer,
 )
 from ..protocol.mq import MessageQueue
-from ..protocol.msgid import new_uniq_id
-from ..protocol.properties import encode_properties
+from ..protocol.msgid import new_uniq_id, new_uniq_ids
+from ..protocol.properties import PROPERTIES_MAX, encode_properties
 from ..protocol.reply import MSG_TYPE_REPLY
 from ..protocol.stored import MessageExt
 from .accumulator import ProduceAccumulator
@@ -683,15 +684,18 @@ class Producer:
             raise ClientError("a retry topic cannot take a batch: send its messages one by one")
         batch_props: list[dict[str, str]] = []
         ids: list[str] = []
+        fresh = iter(new_uniq_ids(len(msgs)))  # one clock read for the batch (unused ids are skipped)
+        uniq_key = Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+        ns = self._ns
         for m in msgs:
             self._check(m)
-            if self._ns(m.topic) != topic:
+            if m.topic != topic and ns(m.topic) != topic:
                 raise ClientError(f"a batch must have one topic: {m.topic!r} != {topic!r}")
-            if m.delay_level > 0 or is_timer(m.properties):
-                raise ClientError("delayed messages cannot be sent in a batch")
             props = dict(m.properties)
-            uniq = props.get(Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or new_uniq_id()
-            props[Prop.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+            if m.delay_level > 0 or is_timer(props):
+                raise ClientError("delayed messages cannot be sent in a batch")
+            uniq = props.get(uniq_key) or next(fresh)
+            props[uniq_key] = uniq
             ids.append(uniq)
             batch_props.append(props)
         otel = self._otel
@@ -716,14 +720,21 @@ class Producer:
         timeout: float | None,
     ) -> SendResult:
         """The batch of :meth:`send_batch`, encoded and sent (one trace ``Pub`` record for the whole
-        batch, its ids joined, as Java's send hook sees a ``MessageBatch``)."""
-        prepared = [
-            Message.resent(topic, m.body, props, flag=m.flag)
-            for m, props in zip(msgs, batch_props, strict=True)
-        ]
-        return await self.send_batch_body(
-            topic, encode_batch_body(prepared), ids, queue=queue, timeout=timeout
-        )
+        batch, its ids joined, as Java's send hook sees a ``MessageBatch``). Each member's properties
+        go as they are (``MessageBatch.encode``: the message's own map, ``WAIT`` included), checked
+        again here (the dict may have been changed since the :class:`Message` checked it)."""
+        encoded: list[bytes] = []
+        for props in batch_props:
+            try:
+                data = encode_properties(props).encode()
+            except ValueError as exc:  # a separator; UnicodeEncodeError: a lone surrogate
+                what = "a lone surrogate" if isinstance(exc, UnicodeError) else str(exc)
+                raise InvalidMessageError("properties", what) from None
+            if len(data) > PROPERTIES_MAX:
+                raise InvalidMessageError("properties", f"{len(data)} bytes exceed {PROPERTIES_MAX}")
+            encoded.append(data)
+        body = encode_batch_members([m.body for m in msgs], encoded, [m.flag for m in msgs])
+        return await self.send_batch_body(topic, body, ids, queue=queue, timeout=timeout)
 
     async def send_batch_body(
         self,

@@ -12,7 +12,7 @@ from support.integration import Collector, child_env, until
 
 from rmq_async import ClientConfig, ClientError, Message, Producer, PushConsumer, Timing
 from rmq_async.embedded import EmbeddedCluster
-from rmq_async.errors import RocketMQError
+from rmq_async.errors import InvalidMessageError, RocketMQError
 from rmq_async.producer.producer import select_by_key_hash
 from rmq_async.protocol.codes import RequestCode, ResponseCode
 from rmq_async.protocol.message import batch_member_properties, encode_batch_members
@@ -50,6 +50,43 @@ async def test_new_topic_selector_batch_oneway_and_compression(
         await col.wait_unique(8)
     bodies = {m.keys: m.body for m in col.msgs}
     assert bodies["k-7"] == big and bodies["k-6"] == b"one"
+
+
+async def test_batch_members_keep_their_own_properties(
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+) -> None:
+    """Each member of send_batch goes with its own properties as they are (Java's MessageBatch.encode
+    writes each message's map): WAIT=false stays false, a UNIQ_KEY set before is the member's id; a
+    property changed after the Message checked it is checked again (a separator is refused)."""
+    topic, group = names
+    quiet = Message(topic, b"q", keys="k-q", wait_store_msg_ok=False)
+    mine = Message(topic, b"m", keys="k-m")
+    mine.properties["UNIQ_KEY"] = "0A0B0C0D00002A9F0000000000000001"
+    async with Producer("p", namesrv_addr=cluster.namesrv_addr) as p:
+        res = await p.send_batch([quiet, mine, Message(topic, b"n", keys="k-n", tags="T")])
+        ids = res.msg_id.split(",")
+        assert len(set(ids)) == 3 and ids[1] == "0A0B0C0D00002A9F0000000000000001"
+        bad = Message(topic, b"x")
+        bad.properties["evil"] = "a\x01b"
+        with pytest.raises(InvalidMessageError, match="separator"):
+            await p.send_batch([Message(topic, b"ok"), bad])
+    col = Collector()
+    async with PushConsumer(
+        group,
+        namesrv_addr=cluster.namesrv_addr,
+        handler=col,
+        subscriptions={topic: "*"},
+        timing=timing,
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+    ):
+        await col.wait_unique(3)
+    got = {m.keys: m for m in col.msgs}
+    assert set(got) == {"k-q", "k-m", "k-n"}  # the refused batch sent nothing
+    # (the broker appends the batch request's own properties after each member's: WAIT=true among them)
+    assert "WAIT\x01false" in got["k-q"].raw_properties
+    assert "WAIT\x01false" not in got["k-m"].raw_properties
+    assert got["k-m"].msg_id == ids[1] and got["k-n"].tags == "T"
+    assert [got[k].msg_id for k in ("k-q", "k-m", "k-n")] == ids
 
 
 @pytest.mark.parametrize("code", [ResponseCode.SYSTEM_BUSY, 1500], ids=["SYSTEM_BUSY", "GO_AWAY"])
