@@ -7,6 +7,8 @@ address. No retries here: callers decide (the producer retries sends, the pull l
 
 from __future__ import annotations
 
+import dataclasses
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -39,7 +41,14 @@ from ..protocol.pop import (
     encode_query_assignment,
     encode_set_mode,
 )
-from ..protocol.pull import PullRefused, PullStatus, pull_request, read_pull_answer
+from ..protocol.pull import (
+    PreparedPull,
+    PullRefused,
+    PullStatus,
+    PullTemplate,
+    pull_request,
+    read_pull_answer,
+)
 from ..protocol.stored import BrokenBodyError, MessageExt, UndecodableMessageError, decode_messages
 from ..protocol.transaction import EndTransactionRequestHeader
 from ..transport.connection import stamp_reads
@@ -47,6 +56,16 @@ from ..transport.pool import ConnectionPool
 from .auth import broker_error
 
 __all__ = ["MQClientAPI", "PullResult", "PullStatus", "SendResult", "SendStatus", "stamp_reads"]
+
+#: pull templates an API keeps at most (one per queue and subscription version; cleared past it)
+_PULL_TEMPLATES_MAX = 4096
+#: a pull header's fields that a template keeps as its first pull had them: all but the open ones
+_PULL_KEY_FIELDS = tuple(
+    f.name
+    for f in dataclasses.fields(H.PullMessageRequestHeader)
+    if f.name not in ("queue_offset", "max_msg_nums", "commit_offset", "sys_flag")
+)
+_pull_key = operator.attrgetter(*_PULL_KEY_FIELDS)
 
 
 @dataclass(slots=True)
@@ -111,6 +130,8 @@ class MQClientAPI:
     ) -> None:
         self.pool = pool
         self.settings = RequestSettings(serialize_type, language, version, stream)
+        #: each queue's pull template (:meth:`pull`), by the header fields that do not change per pull
+        self._pull_templates: dict[tuple[object, ...], PullTemplate] = {}
 
     # -- plumbing --------------------------------------------------------------------------------
 
@@ -252,14 +273,24 @@ class MQClientAPI:
         decode: bool = True,
     ) -> PullResult:
         """``decode=False`` leaves the stored messages undecoded in ``body`` (the Spark source builds
-        Arrow columns from it). The request is coalesced (see :meth:`Connection.request`): the pulls
+        Arrow columns from it). The request is written from the queue's
+        :class:`~rmq_async.protocol.pull.PullTemplate` (made by its first pull; the same bytes as the
+        command, in a sixth of the time), and coalesced (see :meth:`Connection.request`): the pulls
         that the queues' loops send in one turn of the event loop go out in one write, after the
         consume tasks the answers just read have woken."""
-        cmd = pull_request(self.settings, header)
-        resp = await self._call(addr, cmd, timeout, coalesce=True)
+        h = header
+        key = (self.settings, _pull_key(h))
+        templates = self._pull_templates
+        template = templates.get(key)
+        if template is None:
+            if len(templates) >= _PULL_TEMPLATES_MAX:
+                templates.clear()  # (subscriptions changed many times over: start again)
+            template = templates[key] = PullTemplate(pull_request(self.settings, header))
+        pull = PreparedPull(template, h.queue_offset, h.max_msg_nums, h.commit_offset, h.sys_flag)
+        resp = await self.pool.request(addr, pull, timeout, coalesce=True)
         got = read_pull_answer(resp.code, resp.ext_fields, resp.remark)
         if isinstance(got, PullRefused):
-            raise broker_error(got.code, got.remark, cmd.code, cmd.ext_fields, addr)
+            raise broker_error(got.code, got.remark, pull.code, pull.command().ext_fields, addr)
         msgs: list[MessageExt] = []
         if got.status is PullStatus.FOUND and resp.body and decode:
             try:

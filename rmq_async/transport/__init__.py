@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .connection import CLOSE_TIMEOUT as CLOSE_TIMEOUT
 from .connection import Connection as Connection
+from .connection import PreparedRequest as PreparedRequest
 from .connection import ServerRequestHandler as ServerRequestHandler
 from .connection import Signer as Signer
 from .connection import Spawn as Spawn
@@ -17,6 +18,7 @@ __all__ = [
     "CLOSE_TIMEOUT",
     "Connection",
     "ConnectionPool",
+    "PreparedRequest",
     "ServerRequestHandler",
     "Signer",
     "Spawn",

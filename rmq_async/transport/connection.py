@@ -27,7 +27,7 @@ import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable
-from typing import cast
+from typing import Protocol, cast
 
 import anyio
 
@@ -39,6 +39,7 @@ from .tls import handshake_error
 __all__ = [
     "CLOSE_TIMEOUT",
     "Connection",
+    "PreparedRequest",
     "ServerRequestHandler",
     "Signer",
     "Spawn",
@@ -58,6 +59,20 @@ ServerRequestHandler = Callable[["Connection", RemotingCommand], Awaitable[Remot
 Spawn = Callable[[Callable[[], Awaitable[None]]], None]
 #: Completes an outgoing request in place right before it is encoded (ACL signing); never responses.
 Signer = Callable[[RemotingCommand], None]
+
+
+class PreparedRequest(Protocol):
+    """A request that writes its own frame once given its opaque (a queue's pull from its template,
+    :class:`~rmq_async.protocol.pull.PreparedPull`), byte for byte what :meth:`command` encodes to
+    with that opaque; :meth:`Connection.request` signs :meth:`command` instead where it signs."""
+
+    @property
+    def code(self) -> int: ...
+
+    def frame(self, opaque: int) -> bytes: ...
+
+    def command(self) -> RemotingCommand: ...
+
 
 #: Bound (seconds) on a graceful close: flushing our buffer and waiting for handler tasks.
 CLOSE_TIMEOUT = 1.0
@@ -265,10 +280,19 @@ class Connection(asyncio.BufferedProtocol):
         self._next_opaque = (opaque + 1) & _OPAQUE_MASK
         return opaque
 
+    def _encode_request(self, cmd: RemotingCommand, opaque: int) -> bytes:
+        cmd.flag &= ~(FLAG_ONEWAY | FLAG_RESPONSE)
+        cmd.opaque = opaque
+        if self._signer is not None:
+            self._signer(cmd)
+        return cmd.encode()
+
     async def request(
-        self, cmd: RemotingCommand, timeout: float, *, coalesce: bool = False
+        self, cmd: RemotingCommand | PreparedRequest, timeout: float, *, coalesce: bool = False
     ) -> RemotingCommand:
-        """Send ``cmd`` and return its response; its ``opaque`` is assigned here.
+        """Send ``cmd`` and return its response; its ``opaque`` is assigned here. A
+        :class:`PreparedRequest` writes its own frame with that opaque (the connection signs nothing),
+        or, on a connection that signs its requests, gives its command to sign.
 
         ``coalesce``: the frame is written at the loop's next turn, together with every frame
         written on this connection until then (one system call for the pulls of many queues, and
@@ -281,11 +305,13 @@ class Connection(asyncio.BufferedProtocol):
         """
         if self._close_reason is not None:
             raise self._closed_error()
-        cmd.flag &= ~(FLAG_ONEWAY | FLAG_RESPONSE)
-        cmd.opaque = opaque = self._take_opaque()
-        if self._signer is not None:
-            self._signer(cmd)
-        frame = cmd.encode()
+        opaque = self._take_opaque()
+        if type(cmd) is RemotingCommand:
+            frame = self._encode_request(cmd, opaque)
+        elif self._signer is None:  # prepared: it writes its own frame
+            frame = cast(PreparedRequest, cmd).frame(opaque)
+        else:  # unless it must be signed
+            frame = self._encode_request(cast(PreparedRequest, cmd).command(), opaque)
         loop = self._loop
         fut: asyncio.Future[RemotingCommand] = loop.create_future()
         self._pending[opaque] = fut

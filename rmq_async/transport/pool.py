@@ -27,7 +27,7 @@ from anyio.abc import TaskGroup
 from ..errors import ClientError, ConnectError, TLSError
 from ..lifecycle import Supervisor
 from ..protocol.command import DEFAULT_MAX_FRAME, RemotingCommand
-from .connection import Connection, ServerRequestHandler, Signer, run_awaitable
+from .connection import Connection, PreparedRequest, ServerRequestHandler, Signer, run_awaitable
 
 __all__ = ["ConnectionPool"]
 
@@ -273,7 +273,7 @@ class ConnectionPool:
     # -- conveniences ---------------------------------------------------------------------------
 
     async def request(
-        self, addr: str, cmd: RemotingCommand, timeout: float, *, coalesce: bool = False
+        self, addr: str, cmd: RemotingCommand | PreparedRequest, timeout: float, *, coalesce: bool = False
     ) -> RemotingCommand:
         """``(await get(addr)).request(cmd, timeout, coalesce=coalesce)``."""
         conn = await self.get(addr)

@@ -97,6 +97,7 @@ class Broker:
 
 def template() -> PullTemplate:
     ext = {"topic": "T", "queueId": "0", "queueOffset": "0", "maxMsgNums": "1", "consumerGroup": "g"}
+    ext |= {"commitOffset": "0", "sysFlag": "0"}
     return PullTemplate(RemotingCommand.request(RequestCode.PULL_MESSAGE, ext))
 
 

@@ -16,6 +16,7 @@ from rmq_async.spark.pipe import _answer, pull_status
 
 def test_answers() -> None:
     ext = {"topic": "T", "consumerGroup": "g", "queueOffset": "1", "maxMsgNums": "1"}
+    ext |= {"commitOffset": "0", "sysFlag": "0"}
     t = PullTemplate(RemotingCommand.request(RequestCode.PULL_MESSAGE, ext))
     ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": "33", "minOffset": "0", "maxOffset": "90"}
     assert pull_status((0, 1, ext, None, b"xy"), t, 1, 32, "a:1") == PullAnswer(

@@ -4,6 +4,8 @@ checked against the generic encoder and codec and against the captured Java fram
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,7 +18,9 @@ from rmq_async.protocol.acl import RequestSigner
 from rmq_async.protocol.codes import PullSysFlag, RequestCode, ResponseCode, SerializeType
 from rmq_async.protocol.command import RemotingCommand, RequestSettings, decode_frame
 from rmq_async.protocol.pull import (
+    OPEN_FIELDS,
     PULL_STATUS,
+    PreparedPull,
     PullAnswer,
     PullRefused,
     PullStatus,
@@ -42,13 +46,22 @@ SETTINGS = st.builds(
 )
 
 
+_NO_COMMIT = PullSysFlag.build(commit_offset=False, suspend=False, subscription=True)
+
+
 def header(
-    offset: int, count: int, *, topic: str = "T", group: str = "g", sub: str = "*"
+    offset: int,
+    count: int,
+    *,
+    topic: str = "T",
+    group: str = "g",
+    sub: str | None = "*",
+    commit: int = 0,
+    flag: int = _NO_COMMIT,
 ) -> H.PullMessageRequestHeader:
     return H.PullMessageRequestHeader(
         consumer_group=group, topic=topic, queue_id=3, queue_offset=offset, max_msg_nums=count,
-        sys_flag=PullSysFlag.build(commit_offset=False, suspend=False, subscription=True),
-        commit_offset=0, suspend_timeout_millis=0, sub_version=0, subscription=sub,
+        sys_flag=flag, commit_offset=commit, suspend_timeout_millis=0, sub_version=0, subscription=sub,
         expression_type="TAG", bname="broker-a",
     )  # fmt: skip
 
@@ -75,6 +88,47 @@ def test_a_template_frame_is_the_encoding_of_the_same_request(
     assert got == want
 
 
+@settings(max_examples=300, deadline=None)
+@given(SETTINGS, NAME, st.one_of(st.none(), NAME), I64, I32, I64, I32, OPAQUE)
+def test_a_template_writes_any_commit_offset_and_flags(
+    s: RequestSettings,
+    topic: str,
+    sub: str | None,
+    offset: int,
+    count: int,
+    commit: int,
+    flag: int,
+    opaque: int,
+) -> None:
+    """The push consumer's pulls: the commit offset and the flags change from pull to pull too."""
+    t = PullTemplate(pull_request(s, header(5, 32, topic=topic, sub=sub, commit=7, flag=3)))
+    want = pull_request(s, header(offset, count, topic=topic, sub=sub, commit=commit, flag=flag))
+    assert t.frame(offset, count, opaque, commit_offset=commit, sys_flag=flag) == encoded(want, opaque)
+    prepared = PreparedPull(t, offset, count, commit, flag)
+    assert prepared.frame(opaque) == encoded(want, opaque) and prepared.code == RequestCode.PULL_MESSAGE
+    got = prepared.command()
+    got.opaque = opaque
+    assert got == want
+    # not given: the base's own values
+    base = pull_request(s, header(offset, count, topic=topic, sub=sub, commit=7, flag=3))
+    assert t.frame(offset, count, opaque) == encoded(base, opaque)
+
+
+def test_the_clients_template_key_is_every_field_but_the_open_ones() -> None:
+    """MQClientAPI.pull keeps one template per value of the other fields: a field added to the header
+    must land in the key (or be opened in the template), never be frozen at its first value."""
+    from rmq_async.client import api
+
+    h = header(1, 2, commit=3, flag=4)
+    ext = h.to_ext_fields()
+    open_attrs = ["queue_offset", "max_msg_nums", "commit_offset", "sys_flag"]
+    assert [ext[k] for k in OPEN_FIELDS] == [str(getattr(h, a)) for a in open_attrs]
+    every = {f.name for f in dataclasses.fields(H.PullMessageRequestHeader)}
+    assert (
+        set(api._PULL_KEY_FIELDS) == every - set(open_attrs) and len(every) == len(api._PULL_KEY_FIELDS) + 4
+    )
+
+
 @pytest.mark.parametrize("stype", list(SerializeType))
 def test_the_async_client_and_a_template_write_the_same_pull(stype: SerializeType) -> None:
     api = MQClientAPI(None, serialize_type=stype, language="JAVA", version=453, stream=True)  # type: ignore[arg-type]
@@ -99,6 +153,10 @@ def test_a_pull_request_with_a_body_takes_no_template() -> None:
     cmd = pull_request(RequestSettings(), header(0, 1))
     cmd.body = b"x"
     with pytest.raises(ValueError, match="no body"):
+        PullTemplate(cmd)
+    cmd = pull_request(RequestSettings(), header(0, 1))
+    del cmd.ext_fields["sysFlag"]
+    with pytest.raises(ValueError, match="has the fields sysFlag"):
         PullTemplate(cmd)
 
 

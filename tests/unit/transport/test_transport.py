@@ -212,6 +212,54 @@ async def test_a_graceful_close_still_writes_what_waits_behind_a_coalesced_reque
         assert [cmd.ext_fields["n"] for cmd in server.received] == ["pull", "last"]
 
 
+class _Prepared:
+    """A request that writes its own frame (as a queue's PreparedPull does)."""
+
+    code = 14
+
+    def __init__(self, n: str) -> None:
+        self.n = n
+        self.frames: list[int] = []  # the opaques it was asked to write a frame with
+
+    def command(self) -> RemotingCommand:
+        return req(n=self.n, via="command")
+
+    def frame(self, opaque: int) -> bytes:
+        self.frames.append(opaque)
+        cmd = req(n=self.n, via="frame")
+        cmd.opaque = opaque
+        return cmd.encode()
+
+
+@on_both_loops
+async def test_a_prepared_request_writes_its_own_frame_unless_the_connection_signs() -> None:
+    # its frame, with the opaque the connection assigned, answered as any request; a connection that
+    # signs its requests signs the prepared request's command instead (the frame cannot be signed)
+    signed: list[RemotingCommand] = []
+
+    def signer(cmd: RemotingCommand) -> None:
+        cmd.ext_fields["Signature"] = "s"
+        signed.append(cmd)
+
+    async with FrameServer() as server:
+        plain = await Connection.connect(server.addr)
+        prepared = _Prepared("p")
+        resp = await plain.request(prepared, 5, coalesce=True)
+        assert prepared.frames == [resp.opaque] and resp.ext_fields["via"] == "frame"
+        signing = await Connection.connect(server.addr, signer=signer)
+        other = _Prepared("q")
+        resp = await signing.request(other, 5)
+        assert other.frames == [] and resp.ext_fields["via"] == "command"
+        assert resp.ext_fields["Signature"] == "s" and [c.opaque for c in signed] == [resp.opaque]
+        await server.wait_for(lambda: len(server.received) == 2)
+        assert [(c.ext_fields["n"], c.ext_fields["via"]) for c in server.received] == [
+            ("p", "frame"),
+            ("q", "command"),
+        ]
+        await plain.aclose()
+        await signing.aclose()
+
+
 @on_both_loops
 async def test_opaque_wraps_at_2_31_and_skips_pending() -> None:
     async with FrameServer() as server:
