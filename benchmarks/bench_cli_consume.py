@@ -1,4 +1,5 @@
-"""``rmq-async consume --count N`` against the no-op push of ``rmq-async bench push`` (#25), on the same data.
+"""``rmq-async consume --count N`` against the no-op push of ``rmq-async bench push`` (#25), or against
+the raw pull loop (``--against raw-pull``, #46), on the same data.
 
 One embedded cluster (``rmq-async embedded``, a child process, asyncio) or ``--namesrv``;
 ``rmq-async produce`` writes ``--messages`` messages of ``--size`` bytes over ``--queues`` queues to one
@@ -16,6 +17,7 @@ the broker runs in another process). Reported: medians, and the medians of the p
 consume / bench of msgs/s and bench / consume of CPU per message (both: above 1 is consume faster).
 
     python benchmarks/bench_cli_consume.py --messages 200000 --pairs 5
+    python benchmarks/bench_cli_consume.py --against raw-pull --loop uvloop   # #46's ratio
 """
 
 from __future__ import annotations
@@ -65,6 +67,18 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--batch", type=int, help="consume --batch (default: consume's own default)")
     ap.add_argument("--bench-batch", type=int, default=1, help="the bench worker's batch (default 1)")
+    ap.add_argument(
+        "--against",
+        choices=("push", "raw-pull"),
+        default="push",
+        help="the bench worker's scenario: the no-op push consumer (default) or the raw pull loop",
+    )
+    ap.add_argument(
+        "--loop",
+        choices=("asyncio", "uvloop"),
+        default="asyncio",
+        help="both sides' event loop (uvloop: consume without --no-uvloop, as a user runs it)",
+    )
     ap.add_argument("--json", help="write the runs and the summary here")
     args = ap.parse_args()
     py = sys.executable
@@ -90,15 +104,17 @@ def main() -> int:
         print("produce:", out.strip(), file=sys.stderr)
 
         def bench() -> dict[str, Any]:
-            params = {"namesrv": namesrv, "topic": topic, "messages": n, "timeout": 300, "loop": "asyncio"}
+            params = {"namesrv": namesrv, "topic": topic, "messages": n, "timeout": 300, "loop": args.loop}
             params["batch"] = args.bench_batch
-            out = _run([py, "-m", "rmq_async.bench.worker", "push", json.dumps(params)])
+            params["queues"] = args.queues
+            out = _run([py, "-m", "rmq_async.bench.worker", args.against, json.dumps(params)])
             r = _last_json(out)
             return {"msgs_per_s": r["msgs_per_s"], "cpu_us_per_msg": r["cpu_us_per_msg"]}
 
         def consume(count: int) -> tuple[dict[str, Any], float]:
             group = f"cli_consume_{os.getpid()}_{time.monotonic_ns() % 10**9}"
-            cmd = [py, "-m", "rmq_async", "--no-uvloop", "consume", "--namesrv", namesrv, "--topic", topic]
+            cmd = [py, "-m", "rmq_async", *(["--no-uvloop"] if args.loop == "asyncio" else []), "consume"]
+            cmd += ["--namesrv", namesrv, "--topic", topic]
             cmd += ["--group", group, "--count", str(count), "--quiet"]
             if args.batch is not None:
                 cmd += ["--batch", str(args.batch)]
@@ -139,6 +155,8 @@ def main() -> int:
             "pairs": args.pairs,
             "consume_batch": args.batch,
             "bench_batch": args.bench_batch,
+            "against": args.against,
+            "loop": args.loop,
             "bench_msgs_per_s": med(r["bench"]["msgs_per_s"] for r in runs),
             "consume_msgs_per_s": med(r["consume"]["msgs_per_s"] for r in runs),
             "bench_cpu_us_per_msg": med(r["bench"]["cpu_us_per_msg"] for r in runs),

@@ -348,16 +348,16 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
                 cur_state = order_state[mq] = None if mq.topic.startswith("%RETRY%") else [-1, -1, 0]
             cur_mq = mq
         state = cur_state
+        keys = [m.keys or m.msg_id for m in msgs]  # each message's key, read once
         if msgs[0].born_timestamp < started_ms:  # (stored in order: the batch's first is its oldest)
-            old = (
-                msgs
-                if msgs[-1].born_timestamp < started_ms
-                else [m for m in msgs if m.born_timestamp < started_ms]
-            )
-            older += len(old)
-            old_keys.update(m.keys or m.msg_id for m in old)
-        for m in msgs:
-            key = m.keys or m.msg_id
+            if msgs[-1].born_timestamp < started_ms:
+                older += len(keys)
+                old_keys.update(keys)
+            else:
+                old = [k for m, k in zip(msgs, keys, strict=True) if m.born_timestamp < started_ms]
+                older += len(old)
+                old_keys.update(old)
+        for m, key in zip(msgs, keys, strict=True):
             if awaited_retries:
                 awaited_retries.discard(key)
                 if not awaited_retries:
