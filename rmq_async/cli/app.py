@@ -357,28 +357,30 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
                 old = [k for m, k in zip(msgs, keys, strict=True) if m.born_timestamp < started_ms]
                 older += len(old)
                 old_keys.update(old)
+        have_old = bool(old_keys)
+        # the queue's order state in locals for the batch (every message of it is of this queue)
+        last_offset, last_index, last_old = state if state is not None else (0, 0, 0)
         for m, key in zip(msgs, keys, strict=True):
             if awaited_retries:
                 awaited_retries.discard(key)
                 if not awaited_retries:
                     wake.set()
-            was_old = bool(old_keys) and key in old_keys
-            if was_old and key in seen:
-                older_repeats += 1
+            was_old = have_old and key in old_keys
+            before = len(seen)
             seen_add(key)
+            if was_old and len(seen) == before:  # seen already: a repeat of a message sent before the run
+                older_repeats += 1
             if state is not None:
                 offset = m.queue_offset
-                if offset > state[0] and (not pop or m.reconsume_times == 0):
+                if offset > last_offset and (not pop or m.reconsume_times == 0):
                     digits = key[len(key.rstrip(_DIGITS)) :]  # the trailing integer: the send index
                     if digits:
                         index = int(digits)
-                        if index < state[1]:
+                        if index < last_index:
                             order_violations += 1
-                            if was_old or state[2]:
+                            if was_old or last_old:
                                 older_order_violations += 1
-                        state[0] = offset
-                        state[1] = index
-                        state[2] = was_old
+                        last_offset, last_index, last_old = offset, index, was_old
             if printing:
                 line: dict[str, Any] = {
                     "topic": m.topic,
@@ -392,6 +394,8 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
                 if args.print_body:
                     line["body"] = m.body.decode("utf-8", errors="replace")
                 print(json.dumps(line), flush=True)
+        if state is not None:
+            state[0], state[1], state[2] = last_offset, last_index, last_old
         if show_progress:
             progress.advance(len(msgs))
         if count and len(seen) >= count:
