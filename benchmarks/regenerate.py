@@ -54,6 +54,10 @@ def steps(out: Path) -> list[tuple[str, list[str]]]:
         ),
         ("backlog-1m", f"-m rmq_async bench backlog --messages 1000000 --loop both --out {out / 'backlog'}"),
         ("cli-consume", f"{B}bench_cli_consume.py --messages 200000 --pairs 5"),
+        (
+            "cli-consume-raw",
+            f"{B}bench_cli_consume.py --messages 200000 --pairs 5 --against raw-pull --loop uvloop",
+        ),
         ("orderly", f"{B}bench_orderly.py --runs 3"),
         ("orderly-uvloop", f"{B}bench_orderly.py --runs 3 --loop uvloop"),
         ("pop", f"{B}bench_pop.py --messages 20000 --runs 3"),
