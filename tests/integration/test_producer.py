@@ -18,6 +18,21 @@ from rmq_async.protocol.codes import RequestCode, ResponseCode
 from rmq_async.protocol.message import batch_member_properties, encode_batch_members
 
 
+async def _consumed(cluster: EmbeddedCluster, group: str, topic: str, timing: Timing, n: int) -> Collector:
+    """What a push consumer of ``topic`` from its first offset collects, once ``n`` distinct messages came."""
+    col = Collector()
+    async with PushConsumer(
+        group,
+        namesrv_addr=cluster.namesrv_addr,
+        handler=col,
+        subscriptions={topic: "*"},
+        timing=timing,
+        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+    ):
+        await col.wait_unique(n)
+    return col
+
+
 async def test_new_topic_selector_batch_oneway_and_compression(
     cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
 ) -> None:
@@ -38,16 +53,7 @@ async def test_new_topic_selector_batch_oneway_and_compression(
         await p.send(Message(topic, big, keys="k-7"))
         with pytest.raises(ClientError, match="exceeds max_message_size"):
             await p.send(Message(topic, b"x" * (4 * 1024 * 1024 + 1)))
-    col = Collector()
-    async with PushConsumer(
-        group,
-        namesrv_addr=cluster.namesrv_addr,
-        handler=col,
-        subscriptions={topic: "*"},
-        timing=timing,
-        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-    ):
-        await col.wait_unique(8)
+    col = await _consumed(cluster, group, topic, timing, 8)
     bodies = {m.keys: m.body for m in col.msgs}
     assert bodies["k-7"] == big and bodies["k-6"] == b"one"
 
@@ -70,16 +76,7 @@ async def test_batch_members_keep_their_own_properties(
         bad.properties["evil"] = "a\x01b"
         with pytest.raises(InvalidMessageError, match="separator"):
             await p.send_batch([Message(topic, b"ok"), bad])
-    col = Collector()
-    async with PushConsumer(
-        group,
-        namesrv_addr=cluster.namesrv_addr,
-        handler=col,
-        subscriptions={topic: "*"},
-        timing=timing,
-        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-    ):
-        await col.wait_unique(3)
+    col = await _consumed(cluster, group, topic, timing, 3)
     got = {m.keys: m for m in col.msgs}
     assert set(got) == {"k-q", "k-m", "k-n"}  # the refused batch sent nothing
     # (the broker appends the batch request's own properties after each member's: WAIT=true among them)
