@@ -1,5 +1,5 @@
-"""Paired A/B runs of one scenario (push, push-orderly, lite-pull, pop, raw-pull) between two source
-trees (e.g. two git worktrees), or between two scenarios in one tree.
+"""Paired A/B runs of one scenario (push, push-plain, push-orderly, lite-pull, pop, raw-pull) between
+two source trees (e.g. two git worktrees), or between two scenarios in one tree.
 
 On a shared VM consecutive single runs differ by up to 30%, more than most single changes are worth.
 This alternates the two trees (ABBA order) so that each pair shares a spell of the machine, and reports
@@ -7,7 +7,8 @@ the median of the per-pair ratios of the consumer's CPU per message (``cpu_us_pe
 lowest and lower-quartile runs of each side.
 
     git worktree add /tmp/base <base-commit>
-    python benchmarks/ab.py --a /tmp/base --b . [--scenario push|push-orderly|lite-pull|pop|raw-pull]
+    python benchmarks/ab.py --a /tmp/base --b .
+                            [--scenario push|push-plain|push-orderly|lite-pull|pop|raw-pull]
                             [--pairs 12]
                             [--messages 300000] [--loop uvloop|asyncio]
     python benchmarks/ab.py --a . --b . --a-scenario raw-pull --b-scenario push   # push vs raw
@@ -94,7 +95,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--a", required=True, help="base source tree (holds rmq_async/)")
     ap.add_argument("--b", required=True, help="changed source tree")
-    kinds = ["push", "push-orderly", "lite-pull", "pop", "raw-pull"]
+    kinds = ["push", "push-plain", "push-orderly", "lite-pull", "pop", "raw-pull"]
     ap.add_argument("--scenario", choices=kinds, default="push")
     ap.add_argument("--a-scenario", choices=kinds, help="A's scenario (default: --scenario)")
     ap.add_argument("--b-scenario", choices=kinds, help="B's scenario (default: --scenario)")

@@ -46,6 +46,7 @@ __all__ = ["DEFAULT_SUITE", "FULL_SUITE", "add_arguments", "run", "run_worker"]
 DEFAULT_SUITE = ("push", "raw-pull", "latency", "backlog")
 FULL_SUITE = (
     "push",
+    "push-plain",
     "push-sleep",
     "push-cpu",
     "push-orderly",
@@ -55,7 +56,16 @@ FULL_SUITE = (
     "backlog",
     "rebalance",
 )
-_PRELOADED = {"push", "push-sleep", "push-cpu", "push-orderly", "lite-pull", "raw-pull", "backlog"}
+_PRELOADED = {
+    "push",
+    "push-plain",
+    "push-sleep",
+    "push-cpu",
+    "push-orderly",
+    "lite-pull",
+    "raw-pull",
+    "backlog",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -138,6 +148,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="latency: the consumer's process calls gc.freeze() once started (the collector's "
         "full passes then skip what lived before)",
+    )
+    parser.add_argument(
+        "--plain-handler",
+        action="store_true",
+        help="latency: the consumer's handler is a plain function (called by the pulling task, "
+        "without the hand-off to a consume worker)",
     )
     parser.add_argument(
         "--plot",
@@ -424,6 +440,7 @@ def _run(args: argparse.Namespace) -> int:
             "tls": tls_dir is not None or _tls_wanted(args),
             "stage_sample": args.stage_sample,
             "gc_freeze": args.gc_freeze,
+            "plain_handler": args.plain_handler,
         }
         preload_rate = None
         if _PRELOADED & set(scenarios) or args.profile:

@@ -174,7 +174,7 @@ async def latency(p: dict[str, Any]) -> dict[str, Any]:
     warm_seen: set[int] = set()
     pauses = _GcPauses()
 
-    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+    def record(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
         now = time.time() * 1000.0
         if not measuring:
             warm_seen.update(m.queue_id for m in msgs)
@@ -187,10 +187,14 @@ async def latency(p: dict[str, Any]) -> dict[str, Any]:
         if len(born) >= target:
             done.set()
 
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+        record(msgs, ctx)
+
     consumer = PushConsumer(
         group_name("lat"),
         namesrv_addr=p["namesrv"],
-        handler=handler,
+        # --plain-handler: called by the pulling task, no hand-off to a consume worker
+        handler=record if p.get("plain_handler") else handler,
         subscriptions={topic: "*"},
         consume_from_where="CONSUME_FROM_FIRST_OFFSET",
         stage_sample=p.get("stage_sample", 1),
@@ -246,6 +250,7 @@ async def latency(p: dict[str, Any]) -> dict[str, Any]:
         "stages": summarize(samples),
         "stage_sample": p.get("stage_sample", 1),
         "gc_freeze": bool(p.get("gc_freeze")),
+        "plain_handler": bool(p.get("plain_handler")),
         "client_over_100ms": sum(1 for v in client if v > 100.0),
         "gc": pauses.result(),
         "samples_store_ms": _thinned(store),

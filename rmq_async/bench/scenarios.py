@@ -108,7 +108,8 @@ def _cpu_burn(us: float) -> None:
 
 
 async def run_push(p: dict[str, Any]) -> dict[str, Any]:
-    """push / push-sleep / push-cpu / push-orderly / backlog: a PushConsumer drains the topic."""
+    """push / push-plain / push-sleep / push-cpu / push-orderly / backlog: a PushConsumer drains the
+    topic (push-plain: with a plain-function no-op handler, called by the pulling tasks)."""
     scenario = p["scenario"]
     meter = Meter(p["messages"])
     sleep_s = p.get("sleep_ms", 1.0) / 1000
@@ -135,6 +136,13 @@ async def run_push(p: dict[str, Any]) -> dict[str, Any]:
             if not gate.is_set():
                 await gate.wait()
             meter.add(len(msgs))
+
+    elif scenario == "push-plain":
+
+        def plain(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+            meter.add(len(msgs))
+
+        handler = plain  # type: ignore[assignment]
 
     else:
 

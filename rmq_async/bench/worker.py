@@ -31,6 +31,7 @@ def _roles() -> dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]]
 
     return {
         "push": scenarios.run_push,
+        "push-plain": scenarios.run_push,
         "push-sleep": scenarios.run_push,
         "push-cpu": scenarios.run_push,
         "push-orderly": scenarios.run_push,
@@ -46,6 +47,7 @@ def _roles() -> dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]]
 
 ROLES = (
     "push",
+    "push-plain",
     "push-sleep",
     "push-cpu",
     "push-orderly",

@@ -322,7 +322,8 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
     seen_add = seen.add
     count = args.count
 
-    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
+    # a plain function (it awaits nothing): the pulling task calls it without a hand-off to a worker
+    def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
         nonlocal consumed, first_delivery, t_first, t_last, order_violations, cur_mq, cur_state
         nonlocal older, older_repeats, older_order_violations
         if fail_every:
@@ -365,11 +366,15 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
                 awaited_retries.discard(key)
                 if not awaited_retries:
                     wake.set()
-            was_old = have_old and key in old_keys
-            before = len(seen)
-            seen_add(key)
-            if was_old and len(seen) == before:  # seen already: a repeat of a message sent before the run
-                older_repeats += 1
+            if have_old and key in old_keys:
+                was_old = True
+                before = len(seen)
+                seen_add(key)
+                if len(seen) == before:  # seen already: a repeat of a message sent before the run
+                    older_repeats += 1
+            else:
+                was_old = False
+                seen_add(key)
             if state is not None:
                 offset = m.queue_offset
                 if offset > last_offset and (not pop or m.reconsume_times == 0):

@@ -18,11 +18,13 @@ Nothing is dropped silently.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import math
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -44,6 +46,12 @@ log = logging.getLogger("rmq_async.consumer")
 
 #: reference count (CPython); elsewhere every context counts as held, so none is reused
 _refs: Callable[[object], int] = getattr(sys, "getrefcount", lambda obj: 1 << 30)
+
+#: a consume batch whose handler returned, to settle: (batch, result, context, seconds it took)
+_Done = tuple[list[MessageExt], ConsumeResult, ConsumeContext, float]
+#: what the pull loops hand to the workers: a pulled batch, the index its consumption resumes at, and
+#: the consume batch before that index to settle first (a plain handler's non-success, see submit)
+_Item = tuple[ProcessQueue, list[MessageExt], int, _Done | None]
 
 
 class _Slot:
@@ -77,7 +85,9 @@ class ConcurrentConsumeService:
         self.handler = handler
         self.invoker = Invoker(ctx, handler)  # runs the handler: hooks, observers, failures, results
         self.deliveries: DeliveryStream | None = None  # made by open_deliveries()
-        self._inbox: Handoff[tuple[ProcessQueue, list[MessageExt]]] = Handoff()
+        self._inbox: Handoff[_Item] = Handoff()
+        #: a plain (not async) handler: called inline by submit (see there)
+        self._plain = self.invoker.plain_fn is not None
         self.active = 0  # pulled batches a worker has started and not finished
         #: the cancel scopes of workers inside a pulled batch: a finite deadline is the running
         #: consume batch's (set from its start, see _consume), what set_timeout moves
@@ -119,9 +129,74 @@ class ConcurrentConsumeService:
         if self.deliveries is not None:
             self.deliveries.submit(pq, msgs)
             return
+        if self._plain and not self.c.stopping:
+            fn = self.invoker.plain_handler()
+            if fn is not None:
+                self._consume_plain(pq, msgs, fn)
+                return
         # one item per pulled batch: the worker cuts it into consume batches, which keeps the
         # per-message cost (hand-offs, wake-ups) off the hot path
-        self._inbox.put((pq, msgs))
+        self._inbox.put((pq, msgs, 0, None))
+
+    def _consume_plain(
+        self, pq: ProcessQueue, msgs: list[MessageExt], fn: Callable[[list[MessageExt], ConsumeContext], Any]
+    ) -> None:
+        """A plain handler's pulled batch, consumed here, in the pulling task, without a hand-off to
+        a worker: a plain function cannot suspend, so nothing is gained by a worker and its wake-up
+        costs more than most such handlers. Plain successes are acknowledged together at the end;
+        the first consume batch that is not one (RECONSUME_LATER, ``ack_index``, a raise) goes to a
+        worker with the rest, to be settled there (its send-backs await). A plain function that
+        returns an awaitable (``lambda msgs, ctx: coro(msgs)``) sends the batch and all later ones to
+        the workers, which call it again and await what it returns."""
+        c = self.c
+        stages = self._stages
+        if stages is not None:
+            stages.picked(msgs)
+        if pq.dropped:
+            return  # (as a worker: not started)
+        if pq.mq.topic == c.retry_topic or c.namespace:
+            reset_retry_topic(msgs, c.retry_topic, c.namespace)
+        mq = pq.mq
+        n = c.config.consume_batch_max_size
+        end = len(msgs)
+        success = ConsumeResult.SUCCESS
+        ctx = ConsumeContext(mq)
+        done: _Done | None = None
+        i = 0
+        while i < end:
+            if pq.dropped:
+                end = i  # the rest is not consumed here (the queue's next owner consumes it)
+                break
+            batch = msgs[i : i + n] if n > 1 else [msgs[i]]
+            try:
+                result = fn(batch, ctx)
+            except BaseException as exc:
+                self.invoker.failed(exc, mq, msgs[i : i + n])  # re-raises a cancellation of ours
+                result = ConsumeResult.RECONSUME_LATER
+            if (result is None or result is success) and ctx.ack_index is None:
+                i += n
+                if ctx.delay_level or _refs(ctx) > 2:
+                    ctx = ConsumeContext(mq)  # touched or held by the handler: never reused
+                continue
+            if inspect.isawaitable(result):
+                if inspect.iscoroutine(result):
+                    result.close()  # never started: none of its code ran
+                self._plain = False
+                log.warning(
+                    "handler %r of group %s is a plain function that returned an awaitable: its "
+                    "batches go to the consume workers from now on, which await it",
+                    getattr(self.handler, "__qualname__", self.handler),
+                    c.group,
+                )
+                break
+            done = (msgs[i : i + n], self.invoker.checked(result), ctx, 0.0)
+            break
+        if i:
+            self._ack(pq, msgs[:i])
+        if done is not None:
+            i += n
+        if i < end or done is not None:
+            self._inbox.put((pq, msgs, min(i, end), done))
 
     def retry_locally(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         """``submitConsumeRequestLater``: consume ``msgs`` again after a delay (they stay in ``pq``)."""
@@ -190,22 +265,26 @@ class ConcurrentConsumeService:
                 item = await inbox.get()
                 if item is None:
                     return
-                pq, msgs = item
-                if stages is not None:
+                pq, msgs, start, done = item
+                if stages is not None and not start and done is None:
                     stages.picked(msgs)
                 if pq.dropped or c.stopping:
                     continue  # not started: at shutdown only work already begun is finished
-                if pq.mq.topic == c.retry_topic or c.namespace:  # only retry queues hold retry copies
+                if (pq.mq.topic == c.retry_topic or c.namespace) and not start and done is None:
+                    # (only retry queues hold retry copies; a plain handler's rest was reset already)
                     reset_retry_topic(msgs, c.retry_topic, c.namespace)
                 # a started pulled batch is finished even during a graceful stop (bounded by the
                 # shutdown timeout): stopping in its middle would leave a gap below batches other
                 # workers finished, and the committed offset would stay at the gap
-                w.pq, w.msgs, w.i = pq, msgs, 0
+                w.pq, w.msgs, w.i = pq, msgs, start
                 self.active += 1
+                if done is not None:  # a plain handler's (see submit): its send-backs are not cut
+                    w.scope.deadline = w.dl = math.inf
+                    await self._finish(pq, *done)
             await self._consume(w)
             self._pulled_batch_done(w)
             # the batch is freed here, while it is still in the caches (see PullLoop)
-            item = msgs = None  # type: ignore[assignment]
+            item = msgs = done = None  # type: ignore[assignment]
             if inbox.available() > 0:
                 # a pulled batch nobody was woken for (every worker was busy when it came): between
                 # pulled batches, let I/O and the pull loops run even when no handler suspended

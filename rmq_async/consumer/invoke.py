@@ -34,7 +34,7 @@ import anyio
 from ..protocol.stored import MessageExt
 from .outcome import checked_orderly_result, checked_result
 from .types import ConsumeContext, ConsumeResult, OrderlyContext, OrderlyResult
-from .usercode import call_maybe_async, call_user, user_failure
+from .usercode import awaitable_handler, call_maybe_async, call_user, is_async, user_failure
 
 if TYPE_CHECKING:
     from ..protocol.mq import MessageQueue
@@ -65,12 +65,15 @@ class Invoker:
     consume service; the hooks and observers are read at each call, so hooks registered after start
     apply from the next batch on."""
 
-    __slots__ = ("_c", "group", "handler_fn")
+    __slots__ = ("_c", "group", "handler_fn", "plain_fn")
 
-    def __init__(self, ctx: ConsumerContext, handler: _Handler | None) -> None:
+    def __init__(self, ctx: ConsumerContext, handler: Callable[..., Any] | None) -> None:
         self._c = ctx
         self.group = ctx.group
-        self.handler_fn = handler
+        #: the handler as awaited (a plain function wrapped: :func:`.usercode.awaitable_handler`)
+        self.handler_fn: _Handler | None = None if handler is None else awaitable_handler(handler)
+        #: a plain (not async) handler as it is, which the concurrent service may call inline
+        self.plain_fn: Callable[..., Any] | None = None if handler is None or is_async(handler) else handler
 
     # -- the pieces --------------------------------------------------------------------------------
 
@@ -89,6 +92,19 @@ class Invoker:
         call TIME_OUT, when not the consume timeout (POP: the invisible time, as Java)."""
         assert self.handler_fn is not None
         wrapped: _Handler = self._c.observation.observed(self.handler_fn, trace_timeout)
+        return wrapped
+
+    def plain_handler(self) -> Callable[[list[MessageExt], ConsumeContext], Any] | None:
+        """A plain handler as the concurrent service calls it inline (itself, or wrapped by the
+        observers' plain variant), asked once per pulled batch; None when the handler is async or
+        hooks are registered (they may be async: the batch then goes through a worker)."""
+        fn = self.plain_fn
+        c = self._c
+        if fn is None or c.before_hooks or c.after_hooks:
+            return None
+        wrapped: Callable[[list[MessageExt], ConsumeContext], Any] = c.observation.observed(
+            fn, None, plain=True
+        )
         return wrapped
 
     async def before(self, batch: list[MessageExt], ctx: ConsumeContext | OrderlyContext) -> None:

@@ -21,7 +21,7 @@ from ..observability.otel import ConsumeObserver, telemetry
 from ..observability.trace.dispatcher import TraceDispatcher, TraceSender
 from ..observability.trace.hooks import ConsumeTracer
 from ..protocol.stored import MessageExt
-from .observe import HandlerObserver, observed
+from .observe import HandlerObserver, observed, observed_plain
 from .types import ConsumeResult
 
 __all__ = ["Observation", "Spawn"]
@@ -50,7 +50,7 @@ class Observation:
         self._consume_timeout = consume_timeout
         #: what watches handler calls: empty (the default), the services call the handler itself
         self.observers: list[HandlerObserver] = []
-        self._observed: dict[tuple[object, float | None], Any] = {}
+        self._observed: dict[tuple[object, float | None, bool], Any] = {}
         #: message trace (``ClientConfig.trace``): a SubBefore/SubAfter per handler call
         self.tracer: ConsumeTracer | None = None
         #: OpenTelemetry metrics and spans: set by :meth:`start_run` when the application has set a
@@ -88,15 +88,16 @@ class Observation:
                 self.observers.append(self.observer)
                 self._observed.clear()
 
-    def observed(self, handler: Any, trace_timeout: float | None = None) -> Any:
+    def observed(self, handler: Any, trace_timeout: float | None = None, *, plain: bool = False) -> Any:
         """``handler`` as the services call it: itself without observers, else wrapped by them
         (:func:`.observe.observed`, made once per handler). A service asks once per batch it takes.
         ``trace_timeout``: the seconds after which the trace labels a call TIME_OUT, when it is not
-        the consume timeout (POP: the invisible time, as Java's POP service)."""
+        the consume timeout (POP: the invisible time, as Java's POP service). ``plain``: ``handler``
+        is a plain function and so is the wrapper (:func:`.observe.observed_plain`)."""
         if not self.observers:
             return handler
         self._start_trace()
-        key = (handler, trace_timeout)
+        key = (handler, trace_timeout, plain)
         wrapped = self._observed.get(key)
         if wrapped is None:
             observers = self.observers
@@ -104,7 +105,8 @@ class Observation:
             if trace_timeout is not None and tracer is not None:
                 other = ConsumeTracer(tracer.dispatcher, self.group, trace_timeout)
                 observers = [other if o is tracer else o for o in observers]
-            wrapped = self._observed[key] = observed(handler, observers)
+            wrap = observed_plain if plain else observed
+            wrapped = self._observed[key] = wrap(handler, observers)
         return wrapped
 
     def _start_trace(self) -> None:

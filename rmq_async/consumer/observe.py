@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from ..protocol.stored import MessageExt
 
-__all__ = ["HandlerObserver", "observed"]
+__all__ = ["HandlerObserver", "observed", "observed_plain"]
 
 
 class HandlerObserver(Protocol):
@@ -102,3 +102,42 @@ async def _watched(
         raise
     after(token, batch, result, None)
     return result
+
+
+def observed_plain(
+    handler: Callable[[list[MessageExt], Any], Any], observers: Sequence[HandlerObserver]
+) -> Callable[[list[MessageExt], Any], Any]:
+    """:func:`observed` for a plain (not async) handler, which the concurrent service calls inline:
+    the wrapper is a plain function too, and a sampling observer with nothing to watch in a call adds
+    no more than the test that says so."""
+    if not observers:
+        return handler
+    obs = tuple(observers)
+    watching: dict[int, Any] | None = None
+    if len(obs) == 1 and getattr(obs[0], "after_optional", False):
+        watching = getattr(obs[0], "watching_ids", None)
+    optional = all(getattr(o, "after_optional", False) for o in obs)
+
+    def plain(batch: list[MessageExt], ctx: Any) -> Any:
+        if watching is not None:  # (as observed: asked first, inline)
+            if not watching:
+                return handler(batch, ctx)
+            for m in batch:
+                if id(m) in watching:
+                    break
+            else:
+                return handler(batch, ctx)
+        tokens = [o.before(batch) for o in obs]
+        if optional and all(t is None for t in tokens):
+            return handler(batch, ctx)
+        try:
+            result = handler(batch, ctx)
+        except BaseException as exc:
+            for o, t in zip(obs, tokens, strict=True):
+                o.after(t, batch, None, exc)
+            raise
+        for o, t in zip(obs, tokens, strict=True):
+            o.after(t, batch, result, None)
+        return result
+
+    return plain

@@ -268,9 +268,9 @@ class PullLoop:
                         pq.put(msgs)
                     if stages is not None:
                         sampled = stages.pulled(mq.queue_id, msgs, received, decoded)
+                        if sampled is not None:  # (before: a plain handler runs inside submit)
+                            sampled.queued = perf_counter_ns()
                     submit(pq, msgs)
-                    if sampled is not None:
-                        sampled.queued = perf_counter_ns()
                 # drop the references now: the batch is freed by whoever finishes with it last,
                 # right after its consumption while it is still in the caches, not when the next
                 # pull answers (a batch gone cold in the caches costs more to free)

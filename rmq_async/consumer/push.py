@@ -78,9 +78,11 @@ class PushConsumer:
                                 subscriptions={"Topic": "TagA || TagB"}) as c:
             ...  # c.subscribe("Other") adds a topic while running
 
-    Subscribe before entering (``subscriptions=`` or :meth:`subscribe`). ``handler`` must be an
-    ``async def handler(msgs, ctx)`` (checked here: :class:`~rmq_async.ConfigError`); without one,
-    iterate :meth:`deliveries` instead.
+    Subscribe before entering (``subscriptions=`` or :meth:`subscribe`). ``handler`` is an
+    ``async def handler(msgs, ctx)`` or a plain ``def handler(msgs, ctx)`` (checked here:
+    :class:`~rmq_async.ConfigError`); a plain one is called by the pulling task itself, without a
+    hand-off to a consume worker (the cheapest path for handlers that do no I/O; the consuming
+    guide says what it means). Without a handler, iterate :meth:`deliveries` instead.
 
     Options (Java's names in snake case; units: seconds, counts, MiB where said): ``message_model``
     (``"CLUSTERING"``: the group shares the queues; ``"BROADCASTING"``: every member gets every

@@ -65,9 +65,15 @@ class OrderlyContext:
     suspend_time: float | None = None
 
 
-Handler = Callable[[list[MessageExt], ConsumeContext], Awaitable["ConsumeResult | None"]]
+#: a concurrent handler: ``async def handler(msgs, ctx)``, or a plain function (called inline by the
+#: pulling task, without a hand-off to a worker: see the consuming guide)
+Handler = Callable[
+    [list[MessageExt], ConsumeContext], "Awaitable[ConsumeResult | None] | ConsumeResult | None"
+]
+#: an orderly handler, async or plain (a plain one is called by the queue's consume task)
 OrderlyHandler = Callable[
-    [list[MessageExt], OrderlyContext], Awaitable["OrderlyResult | ConsumeResult | None"]
+    [list[MessageExt], OrderlyContext],
+    "Awaitable[OrderlyResult | ConsumeResult | None] | OrderlyResult | ConsumeResult | None",
 ]
 #: a before- or after-consume hook: ``(batch, ctx)`` / ``(batch, ctx, result)``, sync or async
 Hook = Callable[..., "Awaitable[None] | None"]

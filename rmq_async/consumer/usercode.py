@@ -36,9 +36,11 @@ from ..lifecycle import Supervisor
 
 __all__ = [
     "HandlerTasks",
+    "awaitable_handler",
     "call_maybe_async",
     "call_user",
     "check_handler",
+    "is_async",
     "stray_cancel",
     "user_failure",
 ]
@@ -46,7 +48,8 @@ __all__ = [
 log = logging.getLogger("rmq_async.consumer")
 
 
-def _is_async(fn: Callable[..., Any]) -> bool:
+def is_async(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is an ``async def`` function (or an object with an ``async def __call__``)."""
     if inspect.iscoroutinefunction(fn):
         return True
     if inspect.isroutine(fn):
@@ -56,20 +59,15 @@ def _is_async(fn: Callable[..., Any]) -> bool:
 
 def check_handler(handler: object, what: str = "handler") -> None:
     """Refuse, with :class:`~rmq_async.errors.ConfigError`, a handler that cannot work: not callable,
-    not ``async`` (a plain function's result cannot be awaited: every message would fail until the
-    DLQ), or not callable with the two positional arguments ``(msgs, ctx)``. ``None`` passes (no
-    handler: :meth:`deliveries`)."""
+    or not callable with the two positional arguments ``(msgs, ctx)``. ``None`` passes (no handler:
+    :meth:`deliveries`). An ``async def`` handler is awaited; a plain function is called (see
+    :func:`awaitable_handler`)."""
     from ..errors import ConfigError  # errors sits at the bottom: no cycle
 
     if handler is None:
         return
     if not callable(handler):
-        raise ConfigError(f"{what} must be an async function (msgs, ctx), got {type(handler).__name__}")
-    if not _is_async(handler):
-        raise ConfigError(
-            f"{what} {getattr(handler, '__qualname__', handler)!r} is not async: define it with "
-            "'async def handler(msgs, ctx)' (blocking work inside: 'await anyio.to_thread.run_sync(fn)')"
-        )
+        raise ConfigError(f"{what} must be a function (msgs, ctx), got {type(handler).__name__}")
     try:
         sig = inspect.signature(handler)
     except (TypeError, ValueError):  # no signature to read (some builtins): let it be
@@ -81,6 +79,24 @@ def check_handler(handler: object, what: str = "handler") -> None:
             f"{what} {getattr(handler, '__qualname__', handler)!r} must take two positional arguments "
             f"(msgs, ctx): {sig} ({exc})"
         ) from None
+
+
+def awaitable_handler(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` as the services await it: itself when it is async; a plain function wrapped, its
+    result awaited when it is awaitable (a ``lambda msgs, ctx: coro(msgs)``) and returned as it is
+    otherwise."""
+    if is_async(fn):
+        return fn
+
+    async def call(msgs: Any, ctx: Any) -> Any:
+        result = fn(msgs, ctx)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    call.__qualname__ = getattr(fn, "__qualname__", call.__qualname__)
+    call.__wrapped__ = fn  # type: ignore[attr-defined]
+    return call
 
 
 def stray_cancel() -> bool:

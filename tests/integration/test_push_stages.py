@@ -3,6 +3,7 @@ sampled batch's stamps are in the order a message goes through them, the broker'
 
 from __future__ import annotations
 
+import pytest
 from support.integration import Collector, consumer, produce
 
 from rmq_async import Timing
@@ -13,12 +14,15 @@ from rmq_async.transport import reads_stamped
 _ORDER = ("read", "decoded", "queued", "picked", "entered", "returned", "settled")
 
 
+@pytest.mark.parametrize("plain", [False, True], ids=["async-handler", "plain-handler"])
 async def test_every_sampled_batch_is_stamped_in_order(
-    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing
+    cluster: EmbeddedCluster, names: tuple[str, str], timing: Timing, plain: bool
 ) -> None:
+    # a plain handler is called by the pulling task: no worker, the same stamps in the same order
     topic, group = names
     col = Collector()
-    async with consumer(cluster, group, topic, col, timing, stage_sample=1) as c:
+    handler = col.plain() if plain else col
+    async with consumer(cluster, group, topic, handler, timing, stage_sample=1) as c:
         await produce(cluster.namesrv_addr, topic, 40)
         await col.wait_unique(40)
         stages = c.stages

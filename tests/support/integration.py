@@ -78,6 +78,10 @@ class Collector:
     def unique(self) -> int:
         return len(self.seen)
 
+    def plain(self) -> PlainCollector:
+        """This collector's records, taken by a plain (not async) handler."""
+        return PlainCollector(self)
+
     @property
     def duplicates(self) -> int:
         return sum(self.seen.values()) - len(self.seen)
@@ -151,3 +155,18 @@ async def until_rebalanced(members: Sequence[PushConsumer], pred: Callable[[], b
 async def until(pred: Callable[[], bool], step: float = 0.01) -> None:
     while not pred():  # noqa: ASYNC110 (state of the consumer, no event to await)
         await anyio.sleep(step)
+
+
+class PlainCollector:
+    """A plain-function handler feeding a :class:`Collector` (``Collector.plain()``)."""
+
+    def __init__(self, into: Collector) -> None:
+        self.into = into
+
+    def __call__(self, msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
+        col = self.into
+        for m in msgs:
+            col.seen[m.keys or m.msg_id] += 1
+            col.msgs.append(m)
+        col._poke()
+        return ConsumeResult.SUCCESS
