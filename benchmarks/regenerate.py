@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 B = "benchmarks/"
 AB = "--a-scenario raw-pull --b-scenario push"
+AB_PLAIN = "--a-scenario raw-pull --b-scenario push-plain"
 LAT = "--rate 2000,20000 --seconds 60 --runs 1 --loop both"
 SPARK_READ = " ".join(
     f"--only '{case}'"
@@ -46,11 +47,23 @@ def steps(out: Path) -> list[tuple[str, list[str]]]:
     table = [
         ("push-vs-raw-uvloop", f"{B}ab.py --a . --b . {AB} --pairs 12 --messages 200000 --loop uvloop"),
         ("push-vs-raw-asyncio", f"{B}ab.py --a . --b . {AB} --pairs 12 --messages 200000 --loop asyncio"),
+        (
+            "plain-vs-raw-uvloop",
+            f"{B}ab.py --a . --b . {AB_PLAIN} --pairs 12 --messages 200000 --loop uvloop",
+        ),
+        (
+            "plain-vs-raw-asyncio",
+            f"{B}ab.py --a . --b . {AB_PLAIN} --pairs 12 --messages 200000 --loop asyncio",
+        ),
         ("bench-all", f"-m rmq_async bench all --runs 3 --out {out / 'harness'}"),
         ("latency", f"-m rmq_async bench latency {LAT} --out {out / 'latency'}"),
         (
             "latency-gc-freeze",
             f"-m rmq_async bench latency {LAT} --gc-freeze --out {out / 'latency-gc-freeze'}",
+        ),
+        (
+            "latency-plain",
+            f"-m rmq_async bench latency {LAT} --plain-handler --out {out / 'latency-plain'}",
         ),
         ("backlog-1m", f"-m rmq_async bench backlog --messages 1000000 --loop both --out {out / 'backlog'}"),
         ("cli-consume", f"{B}bench_cli_consume.py --messages 200000 --pairs 5"),
