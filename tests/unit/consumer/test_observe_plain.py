@@ -20,7 +20,9 @@ class _Seen:
     def before(self, batch: list[MessageExt]) -> object:
         return ("token", len(batch))
 
-    def after(self, token: object, batch: list[MessageExt], result: object, error: BaseException | None) -> None:
+    def after(
+        self, token: object, batch: list[MessageExt], result: object, error: BaseException | None
+    ) -> None:
         self.calls.append((token, result, type(error).__name__ if error else None))
 
 
