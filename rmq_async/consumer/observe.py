@@ -81,14 +81,24 @@ def observed(handler: _Handler, observers: Sequence[HandlerObserver]) -> _Handle
         try:
             result = await handler(batch, ctx)
         except BaseException as exc:
-            for o, t in zip(obs, tokens, strict=True):
-                o.after(t, batch, None, exc)
+            _tell(obs, tokens, batch, None, exc)
             raise
-        for o, t in zip(obs, tokens, strict=True):
-            o.after(t, batch, result, None)
+        _tell(obs, tokens, batch, result, None)
         return result
 
     return many
+
+
+def _tell(
+    obs: Sequence[HandlerObserver],
+    tokens: list[object],
+    batch: list[MessageExt],
+    result: object,
+    error: BaseException | None,
+) -> None:
+    """Each observer's ``after`` with its token: the call's result, or what left the handler."""
+    for o, t in zip(obs, tokens, strict=True):
+        o.after(t, batch, result, error)
 
 
 async def _watched(
@@ -119,25 +129,17 @@ def observed_plain(
     optional = all(getattr(o, "after_optional", False) for o in obs)
 
     def plain(batch: list[MessageExt], ctx: Any) -> Any:
-        if watching is not None:  # (as observed: asked first, inline)
-            if not watching:
-                return handler(batch, ctx)
-            for m in batch:
-                if id(m) in watching:
-                    break
-            else:
-                return handler(batch, ctx)
+        if watching is not None and (not watching or watching.keys().isdisjoint(map(id, batch))):
+            return handler(batch, ctx)  # (as observed: the watched ids asked first)
         tokens = [o.before(batch) for o in obs]
         if optional and all(t is None for t in tokens):
             return handler(batch, ctx)
         try:
             result = handler(batch, ctx)
         except BaseException as exc:
-            for o, t in zip(obs, tokens, strict=True):
-                o.after(t, batch, None, exc)
+            _tell(obs, tokens, batch, None, exc)
             raise
-        for o, t in zip(obs, tokens, strict=True):
-            o.after(t, batch, result, None)
+        _tell(obs, tokens, batch, result, None)
         return result
 
     return plain

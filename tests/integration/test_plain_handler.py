@@ -12,6 +12,7 @@ import pytest
 from support.integration import Collector, alive_until, consumer, produce, until
 
 from rmq_async import ConsumeContext, ConsumeResult, MessageExt, OrderlyContext, OrderlyResult, Timing
+from rmq_async.admin import set_consume_mode
 from rmq_async.embedded import EmbeddedCluster
 
 
@@ -139,3 +140,18 @@ async def test_a_plain_orderly_handler_consumes_each_queue_in_order(
         await alive_until(c, lambda: until(lambda: sum(map(len, offsets.values())) >= 30))
     for got in offsets.values():
         assert got == sorted(got) and len(set(got)) == len(got)
+
+
+async def test_a_plain_handler_pops(names: tuple[str, str], timing: Timing) -> None:
+    # POP (client_rebalance=False, a 5.x cluster) calls it from its own tasks: every message acked
+    topic, group = names
+    async with EmbeddedCluster(brokers=1, queues=4, timing=timing, flavour=5) as cluster:
+        await cluster.create_topic(topic, 4)
+        answers = await set_consume_mode(topic, group, "POP", 0, namesrv_addr=cluster.namesrv_addr)
+        assert answers and all(code == 0 for code, _ in answers.values()), answers
+        await produce(cluster.namesrv_addr, topic, 40)
+        col = Collector()
+        async with consumer(cluster, group, topic, col.plain(), timing, client_rebalance=False) as c:
+            await alive_until(c, lambda: col.wait_unique(40))
+            await alive_until(c, lambda: until(lambda: c.health().pop["acked"] >= 40))
+    assert col.duplicates == 0
