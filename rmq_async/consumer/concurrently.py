@@ -161,39 +161,60 @@ class ConcurrentConsumeService:
         end = len(msgs)
         success = ConsumeResult.SUCCESS
         ctx = ConsumeContext(mq)
-        done: _Done | None = None
         i = 0
-        while i < end:
-            if pq.dropped:
-                end = i  # the rest is not consumed here (the queue's next owner consumes it)
+        stopped = False  # by a consume batch that is not a plain success (``result``)
+        result: object = None
+        if n == 1:
+            # the default batch size: message by message, without the general loop's slicing
+            for m in msgs:
+                if pq.dropped:
+                    break
+                try:
+                    result = fn([m], ctx)
+                except BaseException as exc:
+                    self.invoker.failed(exc, mq, [m])  # re-raises a cancellation of ours
+                    result = ConsumeResult.RECONSUME_LATER
+                if (result is None or result is success) and ctx.ack_index is None:
+                    i += 1
+                    if ctx.delay_level or _refs(ctx) > 2:
+                        ctx = ConsumeContext(mq)  # touched or held by the handler: never reused
+                    continue
+                stopped = True
                 break
-            batch = msgs[i : i + n] if n > 1 else [msgs[i]]
-            try:
-                result = fn(batch, ctx)
-            except BaseException as exc:
-                self.invoker.failed(exc, mq, msgs[i : i + n])  # re-raises a cancellation of ours
-                result = ConsumeResult.RECONSUME_LATER
-            if (result is None or result is success) and ctx.ack_index is None:
-                i += n
-                if ctx.delay_level or _refs(ctx) > 2:
-                    ctx = ConsumeContext(mq)  # touched or held by the handler: never reused
-                continue
-            if inspect.isawaitable(result):
-                if inspect.iscoroutine(result):
-                    result.close()  # never started: none of its code ran
-                self._plain = False
-                log.warning(
-                    "handler %r of group %s is a plain function that returned an awaitable: its "
-                    "batches go to the consume workers from now on, which await it",
-                    getattr(self.handler, "__qualname__", self.handler),
-                    c.group,
-                )
+        else:
+            while i < end:
+                if pq.dropped:
+                    break
+                try:
+                    result = fn(msgs[i : i + n], ctx)
+                except BaseException as exc:
+                    self.invoker.failed(exc, mq, msgs[i : i + n])  # re-raises a cancellation of ours
+                    result = ConsumeResult.RECONSUME_LATER
+                if (result is None or result is success) and ctx.ack_index is None:
+                    i += n
+                    if ctx.delay_level or _refs(ctx) > 2:
+                        ctx = ConsumeContext(mq)
+                    continue
+                stopped = True
                 break
-            done = (msgs[i : i + n], self.invoker.checked(result), ctx, 0.0)
-            break
         if i:
             self._ack(pq, msgs[:i])
-        if done is not None:
+        if not stopped:
+            # all consumed, or the queue was dropped (the rest is its next owner's): nothing left
+            return
+        done: _Done | None = None
+        if inspect.isawaitable(result):
+            if inspect.iscoroutine(result):
+                result.close()  # never started: none of its code ran
+            self._plain = False
+            log.warning(
+                "handler %r of group %s is a plain function that returned an awaitable: its "
+                "batches go to the consume workers from now on, which await it",
+                getattr(self.handler, "__qualname__", self.handler),
+                c.group,
+            )
+        else:
+            done = (msgs[i : i + n], self.invoker.checked(result), ctx, 0.0)
             i += n
         if i < end or done is not None:
             self._inbox.put((pq, msgs, min(i, end), done))
