@@ -19,7 +19,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Coroutine
-from itertools import islice
+from itertools import islice, repeat
 from operator import le
 from typing import Any
 
@@ -373,12 +373,21 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
                 if state is None:
                     fast = True
                 elif msgs[0].queue_offset > last_offset:  # (a batch's offsets ascend)
-                    tails = [k[len(k.rstrip(_DIGITS)) :] for k in keys]
-                    if all(tails):
-                        indexes = list(map(int, tails))
-                        if last_index <= indexes[0] and all(map(le, indexes, islice(indexes, 1, None))):
+                    # every key one prefix + a trailing integer (`produce`'s "k-<i>"), in C-level
+                    # passes: the same rstrip of each key, none all prefix; then, all of one length,
+                    # their text order is their integers' order (else the integers are compared)
+                    k0 = keys[0]
+                    pre = k0.rstrip(_DIGITS)
+                    p = len(pre)
+                    if len(set(map(str.rstrip, keys, repeat(_DIGITS)))) == 1 and pre not in uniq:
+                        if len(set(map(len, keys))) == 1:
+                            rising = all(map(le, keys, islice(keys, 1, None)))
+                        else:
+                            indexes = list(map(int, map(str.removeprefix, keys, repeat(pre))))
+                            rising = all(map(le, indexes, islice(indexes, 1, None)))
+                        if rising and last_index <= int(k0[p:]):
                             fast = True
-                            last_offset, last_index = msgs[-1].queue_offset, indexes[-1]
+                            last_offset, last_index = msgs[-1].queue_offset, int(keys[-1][p:])
                             last_old = have_old and keys[-1] in old_keys
             if fast:
                 seen.update(uniq)

@@ -290,12 +290,14 @@ class MessageExt:
         if self._props is not None:
             return self._props.get(Prop.KEYS)
         raw = self.raw_properties
-        _, sep, tail = raw.rpartition("\x02KEYS\x01")
-        if not sep:
+        if "\x02KEYS\x01" not in raw:
+            # the only item of that name, if any, opens the string: where both producers put it (a
+            # Java HashMap of the usual properties iterates KEYS first); no tuple, one copy
             if not raw.startswith("KEYS\x01"):
                 return None
-            tail = raw[5:]
-        value = tail.partition("\x02")[0]
+            end = raw.find("\x02", 5)
+            return (raw[5:end] if end >= 0 else raw[5:]) or None
+        value = raw.rpartition("\x02KEYS\x01")[2].partition("\x02")[0]
         return value or lookup_property(raw, Prop.KEYS)
 
     @property

@@ -123,6 +123,31 @@ async def test_cli_counts_order_violations_of_each_queue(names: tuple[str, str])
     assert summary["order_violations"] == 9, summary
 
 
+async def test_cli_order_check_across_key_lengths_and_prefixes(names: tuple[str, str]) -> None:
+    # one batch a queue: queue 0 k-95 ... k-104 (in order across a change of length: none), queue 1
+    # k-8, k-9, k-10, then x-5 (another prefix, its integer going down: one) and k-11 (up again)
+    topic, group = names
+    async with EmbeddedCluster(queues=2, timing=Timing.fast()) as cluster:
+        await cluster.create_topic(topic, queues=2)
+        async with Producer("order_check_len_pg", namesrv_addr=cluster.namesrv_addr) as p:
+
+            def to_queue(queues: Sequence[MessageQueue], msg: Message, arg: int) -> MessageQueue:
+                return sorted(queues, key=lambda q: q.queue_id)[arg]
+
+            for i in range(95, 105):
+                await p.send(Message(topic, b"x", keys=f"k-{i}"), selector=to_queue, arg=0)
+            for key in ("k-8", "k-9", "k-10", "x-5", "k-11"):
+                await p.send(Message(topic, b"x", keys=key), selector=to_queue, arg=1)
+        args = _cli("consume", "--namesrv", cluster.namesrv_addr, "--group", group)
+        args += ["--topic", topic, "--count", "15", "--idle-exit", "5", "--quiet"]
+        with anyio.fail_after(25):
+            out = await anyio.run_process(args, env=child_env(), check=False)
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    summary = json.loads(out.stdout.decode().strip().splitlines()[-1])
+    assert summary["unique_keys"] == 15 and summary["duplicates"] == 0, summary
+    assert summary["order_violations"] == 1, summary
+
+
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "rmq_async.cli", "--no-uvloop", *args]
 
