@@ -366,10 +366,12 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
         fast = False
         if not (awaited_retries or printing or pop) and seen.isdisjoint(keys):
             # the common batch in whole-batch steps: every key new to the run (none twice in the
-            # batch) and, on an order-checked queue, past the last offset checked with its send
-            # indexes not going down; anything else takes the message-by-message loop below
-            uniq = set(keys)
-            if len(uniq) == len(keys):
+            # batch: seen grows by all of them, else they are taken out again) and, on an
+            # order-checked queue, past the last offset checked with its send indexes not going
+            # down; anything else takes the message-by-message loop below
+            before = len(seen)
+            seen.update(keys)
+            if len(seen) - before == len(keys):
                 if state is None:
                     fast = True
                 elif msgs[0].queue_offset > last_offset:  # (a batch's offsets ascend)
@@ -379,7 +381,7 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
                     k0 = keys[0]
                     pre = k0.rstrip(_DIGITS)
                     p = len(pre)
-                    if len(set(map(str.rstrip, keys, repeat(_DIGITS)))) == 1 and pre not in uniq:
+                    if len(set(map(str.rstrip, keys, repeat(_DIGITS)))) == 1 and pre not in keys:
                         if len(set(map(len, keys))) == 1:
                             rising = all(map(le, keys, islice(keys, 1, None)))
                         else:
@@ -389,8 +391,8 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
                             fast = True
                             last_offset, last_index = msgs[-1].queue_offset, int(keys[-1][p:])
                             last_old = have_old and keys[-1] in old_keys
-            if fast:
-                seen.update(uniq)
+            if not fast:
+                seen.difference_update(keys)  # (all were new: seen is as before the batch)
         for m, key in () if fast else zip(msgs, keys, strict=True):
             if awaited_retries:
                 awaited_retries.discard(key)
