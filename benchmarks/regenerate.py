@@ -45,15 +45,15 @@ def steps(out: Path) -> list[tuple[str, list[str]]]:
     """(name, argv) in the order they run: ``rmq-async ...`` as ``python -m rmq_async ...``, the
     scripts with this interpreter."""
     table = [
-        ("push-vs-raw-uvloop", f"{B}ab.py --a . --b . {AB} --pairs 12 --messages 200000 --loop uvloop"),
-        ("push-vs-raw-asyncio", f"{B}ab.py --a . --b . {AB} --pairs 12 --messages 200000 --loop asyncio"),
+        ("push-vs-raw-uvloop", f"{B}ab.py --a . --b . {AB} --pairs 24 --messages 200000 --loop uvloop"),
+        ("push-vs-raw-asyncio", f"{B}ab.py --a . --b . {AB} --pairs 24 --messages 200000 --loop asyncio"),
         (
             "plain-vs-raw-uvloop",
-            f"{B}ab.py --a . --b . {AB_PLAIN} --pairs 12 --messages 200000 --loop uvloop",
+            f"{B}ab.py --a . --b . {AB_PLAIN} --pairs 24 --messages 200000 --loop uvloop",
         ),
         (
             "plain-vs-raw-asyncio",
-            f"{B}ab.py --a . --b . {AB_PLAIN} --pairs 12 --messages 200000 --loop asyncio",
+            f"{B}ab.py --a . --b . {AB_PLAIN} --pairs 24 --messages 200000 --loop asyncio",
         ),
         ("bench-all", f"-m rmq_async bench all --runs 3 --out {out / 'harness'}"),
         ("latency", f"-m rmq_async bench latency {LAT} --out {out / 'latency'}"),
@@ -69,7 +69,7 @@ def steps(out: Path) -> list[tuple[str, list[str]]]:
         ("cli-consume", f"{B}bench_cli_consume.py --messages 200000 --pairs 5"),
         (
             "cli-consume-raw",
-            f"{B}bench_cli_consume.py --messages 200000 --pairs 5 --against raw-pull --loop uvloop",
+            f"{B}bench_cli_consume.py --messages 200000 --pairs 9 --against raw-pull --loop uvloop",
         ),
         ("orderly", f"{B}bench_orderly.py --runs 3"),
         ("orderly-uvloop", f"{B}bench_orderly.py --runs 3 --loop uvloop"),
