@@ -4,7 +4,9 @@ pulled-batch-done over decoded pulled batches, without a broker, a socket or a t
 Run: ``python benchmarks/bench_consume_hot.py [--loop uvloop|asyncio] [--batch 1] [--reps 20]``.
 Prints ns per message for each stage (the minimum over ``--reps`` passes over 500 pulled batches of
 32 decoded 1 KiB messages, so a slow spell of the machine does not decide it) and for a bare
-``await handler([m], ctx)`` loop, the floor of one handler call a message. This is what moves when
+``await handler([m], ctx)`` loop, the floor of one handler call a message; then the same for a plain
+(``def``) handler: ``put`` and the pulling task's inline consumption with its acknowledgement
+(``_consume_plain``), against a bare ``handler([m], ctx)`` loop. This is what moves when
 the consume loop changes; whole-consumer figures (``rmq-async bench``, ``benchmarks/ab.py``) are
 what a change is judged by.
 """
@@ -109,11 +111,44 @@ async def measure(batch_size: int, reps: int) -> dict[str, Any]:
                 await handler([m], ctx)
         bare.append((pc() - t0) / n * 1e9)
     assert seen == 2 * reps * n
+
+    def plain(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
+        nonlocal seen
+        seen += len(msgs)
+
+    psvc = ConcurrentConsumeService(c, plain)
+    fn = psvc.invoker.plain_handler()
+    assert fn is not None
+    pput, pconsume, pbare = [], [], []
+    for _ in range(reps):
+        pq = ProcessQueue(MQ)
+        pq.offset = store.cell(MQ)
+        a = b = 0.0
+        for msgs in batches:
+            t0 = pc()
+            pq.put(msgs)
+            t1 = pc()
+            psvc._consume_plain(pq, msgs, fn)
+            t2 = pc()
+            a += t1 - t0
+            b += t2 - t1
+        pput.append(a / n * 1e9)
+        pconsume.append(b / n * 1e9)
+        ctx = ConsumeContext(MQ)
+        t0 = pc()
+        for msgs in batches:
+            for m in msgs:
+                plain([m], ctx)
+        pbare.append((pc() - t0) / n * 1e9)
+    assert seen == 4 * reps * n
     return {
         "put_ns": round(min(put)),
         "consume_ns": round(min(consume)),
         "done_ns": round(min(done)),
         "bare_handler_calls_ns": round(min(bare)),
+        "plain_put_ns": round(min(pput)),
+        "plain_consume_ns": round(min(pconsume)),
+        "plain_bare_calls_ns": round(min(pbare)),
         "batch": batch_size,
     }
 
@@ -137,7 +172,9 @@ def main() -> None:
     out["loop"] = args.loop
     print(
         f"ns a message: put {out['put_ns']}  consume {out['consume_ns']}  done {out['done_ns']}  "
-        f"(a bare handler call a message: {out['bare_handler_calls_ns']})"
+        f"(a bare handler call a message: {out['bare_handler_calls_ns']}); plain handler: put "
+        f"{out['plain_put_ns']}  consume + ack {out['plain_consume_ns']}  (a bare call: "
+        f"{out['plain_bare_calls_ns']})"
     )
     print(json.dumps(out))
 
