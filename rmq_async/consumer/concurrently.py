@@ -138,8 +138,26 @@ class ConcurrentConsumeService:
         # per-message cost (hand-offs, wake-ups) off the hot path
         self._inbox.put((pq, msgs, 0, None))
 
+    def take_now(self, pq: ProcessQueue, msgs: list[MessageExt]) -> bool:
+        """The pull loop's offer of a pulled batch before it is held in ``pq`` (the optional part of
+        the :class:`~.pulling.PullSink` seam): a plain handler consumes it at once, and only what it
+        did not finish is put in ``pq`` (and handed to the workers), so a batch consumed in full
+        costs the process queue nothing. False: not taken (an async handler, hooks, the ``async for``
+        stream, a stop): the loop holds it and submits it."""
+        if not self._plain or self.c.stopping or self.deliveries is not None:
+            return False
+        fn = self.invoker.plain_handler()
+        if fn is None:
+            return False
+        self._consume_plain(pq, msgs, fn, held=False)
+        return True
+
     def _consume_plain(
-        self, pq: ProcessQueue, msgs: list[MessageExt], fn: Callable[[list[MessageExt], ConsumeContext], Any]
+        self,
+        pq: ProcessQueue,
+        msgs: list[MessageExt],
+        fn: Callable[[list[MessageExt], ConsumeContext], Any],
+        held: bool = True,
     ) -> None:
         """A plain handler's pulled batch, consumed here, in the pulling task, without a hand-off to
         a worker: a plain function cannot suspend, so nothing is gained by a worker and its wake-up
@@ -147,7 +165,8 @@ class ConcurrentConsumeService:
         the first consume batch that is not one (RECONSUME_LATER, ``ack_index``, a raise) goes to a
         worker with the rest, to be settled there (its send-backs await). A plain function that
         returns an awaitable (``lambda msgs, ctx: coro(msgs)``) sends the batch and all later ones to
-        the workers, which call it again and await what it returns."""
+        the workers, which call it again and await what it returns. ``held``: the batch is in
+        ``pq`` already (else only what goes to the workers is put there, see :meth:`take_now`)."""
         c = self.c
         stages = self._stages
         if stages is not None:
@@ -197,8 +216,14 @@ class ConcurrentConsumeService:
                     continue
                 stopped = True
                 break
+        i = min(i, end)  # (the last consume batch may be short)
+        if not held and stopped and not pq.dropped:
+            pq.put(msgs[i:])  # what the workers settle or consume: held from here on
         if i:
-            self._ack(pq, msgs[:i])
+            if held:
+                self._ack(pq, msgs[:i])
+            else:
+                self._passed(pq, msgs, i)
         if not stopped:
             # all consumed, or the queue was dropped (the rest is its next owner's): nothing left
             return
@@ -321,6 +346,19 @@ class ConcurrentConsumeService:
         if self.active == 0 and self._idle is not None:
             self._idle.set()
             self._idle = None
+
+    def _passed(self, pq: ProcessQueue, msgs: list[MessageExt], i: int) -> None:
+        """``_ack`` of ``msgs[:i]``, consumed before they were held (:meth:`take_now`): the rest, if
+        any, was put in ``pq`` just before, and holds the committable offset back."""
+        c = self.c
+        c.stats.consumed(pq.mq.topic, i, 0.0, ok=True)
+        if not pq.dropped:
+            offset = pq.pass_by(msgs[i - 1].queue_offset)
+            committed = pq.offset
+            if offset > committed.value:
+                committed.value = offset
+            if self._stages is not None:
+                self._stages.settled(msgs[:i])
 
     def _ack(self, pq: ProcessQueue, ok: list[MessageExt]) -> None:
         c = self.c

@@ -376,6 +376,16 @@ class ProcessQueue:
         self._count -= removed
         self.msg_bytes -= size
 
+    def pass_by(self, last_offset: int) -> int:
+        """A pulled batch up to ``last_offset`` was consumed in full before it was ever held (a
+        plain handler's, called by the pulling task: nothing could see it held): the largest offset
+        seen moves to it, as :meth:`put` then :meth:`remove` would leave it. Returns the committable
+        offset (held messages below it still hold it back)."""
+        if last_offset > self.queue_offset_max:
+            self.queue_offset_max = last_offset
+        self.last_consume_time = time.monotonic()
+        return self.committable_offset()
+
     def committable_offset(self) -> int:
         if self._runs:
             return self._min_offset()

@@ -74,7 +74,11 @@ class PullSink(Protocol):
         """Whether ``pq`` may pull now (waits as needed); False once it is dropped."""
 
     def submit(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        """Pulled messages (already put in ``pq`` when :attr:`PullSettings.cache` is set)."""
+        """Pulled messages (already put in ``pq`` when :attr:`PullSettings.cache` is set).
+
+        A sink may also have ``take_now(pq, msgs) -> bool``, offered each pulled batch before it is
+        put in ``pq`` (with :attr:`PullSettings.cache`): True when it took the batch, holding
+        itself what it did not finish (:meth:`.ConcurrentConsumeService.take_now`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +211,9 @@ class PullLoop:
         sink = self.sink
         submit = sink.submit
         cache = self.settings.cache
+        take_now: Callable[[ProcessQueue, list[MessageExt]], bool] | None = (
+            getattr(sink, "take_now", None) if cache else None
+        )
         timeout = c.timing.pull_timeout
         monotonic = time.monotonic
         plan = self._planner(pq)
@@ -264,13 +271,19 @@ class PullLoop:
                 if got.undecodable:
                     await self._undecodable(pq, msgs, got.undecodable)
                 elif msgs:
-                    if cache:
+                    if cache and take_now is None:
                         pq.put(msgs)
                     if stages is not None:
                         sampled = stages.pulled(mq.queue_id, msgs, received, decoded)
-                        if sampled is not None:  # (before: a plain handler runs inside submit)
+                        if sampled is not None:  # (before: a plain handler runs inside)
                             sampled.queued = perf_counter_ns()
-                    submit(pq, msgs)
+                    # a plain handler's consume service takes the batch before it is held (see
+                    # take_now: only with cache); else it is held in the process queue and handed on
+                    if take_now is None:
+                        submit(pq, msgs)
+                    elif not take_now(pq, msgs):
+                        pq.put(msgs)
+                        submit(pq, msgs)
                 # drop the references now: the batch is freed by whoever finishes with it last,
                 # right after its consumption while it is still in the caches, not when the next
                 # pull answers (a batch gone cold in the caches costs more to free)

@@ -7,7 +7,8 @@ messages becomes a :class:`StageSample`, stamped with ``time.perf_counter_ns()``
 - ``read``: the pull response was read off the socket (the transport stamps every response frame
   while some recorder wants it: :func:`~rmq_async.transport.connection.stamp_reads`);
 - ``decoded``: the pull loop has the decoded answer;
-- ``queued``: the batch is in the process queue and handed to the consume service;
+- ``queued``: the batch is handed to the consume service (and held in the process queue, unless
+  a plain handler consumes it at once: ``ConcurrentConsumeService.take_now``);
 - ``picked``: a consume worker took it (concurrent service);
 - ``entered`` / ``returned``: the handler was entered with, and returned from, the batch's first
   message; ``last_entered``: the handler was entered with its last message;

@@ -34,6 +34,27 @@ def test_committable_offset_is_smallest_in_flight() -> None:
     assert pq.remove(msgs[:1]) == -1  # type: ignore[arg-type]  # already empty
 
 
+def test_a_batch_consumed_before_it_was_held_moves_the_offsets_as_put_then_remove() -> None:
+    # pass_by (a plain handler's batch, consumed by the pulling task): the same committable offset and
+    # largest offset seen as put + remove of it, held messages below still holding progress back
+    held, passed = ProcessQueue(MQ), ProcessQueue(MQ)
+    first = [Msg(o) for o in range(0, 4)]
+    for pq in (held, passed):
+        pq.put(first[2:])  # type: ignore[arg-type]  # 2 and 3 are with a worker
+    later = [Msg(o) for o in range(4, 8)]
+    held.put(later)  # type: ignore[arg-type]
+    assert held.remove(later) == passed.pass_by(7) == 2  # type: ignore[arg-type]
+    assert held.queue_offset_max == passed.queue_offset_max == 7
+    assert held.count == passed.count == 2 and held.msg_bytes == passed.msg_bytes == 20
+    assert held.remove(first[2:]) == passed.remove(first[2:]) == 8  # type: ignore[arg-type]
+    assert ProcessQueue(MQ).pass_by(9) == 10  # nothing held: past the batch
+    # what is put later meets the same largest offset seen (above it: the ordinary path)
+    for pq in (held, passed):
+        assert pq.put([Msg(8)]) == 1  # type: ignore[list-item]
+        assert pq.put([Msg(5)]) == 1  # type: ignore[list-item]  # below it: merged in
+        assert pq.committable_offset() == 5
+
+
 def test_thresholds() -> None:
     pq = ProcessQueue(MQ, max_count=3, max_bytes=1 << 20, max_span=5)
     pq.put([Msg(0), Msg(1), Msg(2)])  # type: ignore[list-item]
