@@ -98,53 +98,45 @@ async def test_cli_order_violations_does_not_merge_same_queue_id_of_two_brokers(
     assert summary["order_violations"] == 0, summary
 
 
-async def test_cli_counts_order_violations_of_each_queue(names: tuple[str, str]) -> None:
-    # queue 0 holds k-9 ... k-0 (send indexes going down: 9 violations in offset order), queue 1 holds
-    # k-10 ... k-19 (in order: none); the retries and repeats the summary leaves out are not in play
+async def _consume_keys_by_queue(
+    names: tuple[str, str], keys_by_queue: Sequence[Sequence[str]], *flags: str
+) -> dict[str, Any]:
+    """Send each queue's keys to it (queue i of a fresh topic), then ``consume`` them all: the summary."""
     topic, group = names
-    async with EmbeddedCluster(queues=2, timing=Timing.fast()) as cluster:
-        await cluster.create_topic(topic, queues=2)
+    count = sum(map(len, keys_by_queue))
+    async with EmbeddedCluster(queues=len(keys_by_queue), timing=Timing.fast()) as cluster:
+        await cluster.create_topic(topic, queues=len(keys_by_queue))
         async with Producer("order_check_pg", namesrv_addr=cluster.namesrv_addr) as p:
 
             def to_queue(queues: Sequence[MessageQueue], msg: Message, arg: int) -> MessageQueue:
                 return sorted(queues, key=lambda q: q.queue_id)[arg]
 
-            for i in range(9, -1, -1):
-                await p.send(Message(topic, b"x", keys=f"k-{i}"), selector=to_queue, arg=0)
-            for i in range(10, 20):
-                await p.send(Message(topic, b"x", keys=f"k-{i}"), selector=to_queue, arg=1)
-        args = _cli("consume", "--orderly", "--namesrv", cluster.namesrv_addr, "--group", group)
-        args += ["--topic", topic, "--count", "20", "--idle-exit", "5"]
+            for q, keys in enumerate(keys_by_queue):
+                for key in keys:
+                    await p.send(Message(topic, b"x", keys=key), selector=to_queue, arg=q)
+        args = _cli("consume", *flags, "--namesrv", cluster.namesrv_addr, "--group", group)
+        args += ["--topic", topic, "--count", str(count), "--idle-exit", "5"]
         with anyio.fail_after(25):
             out = await anyio.run_process(args, env=child_env(), check=False)
     assert out.returncode == 0, out.stderr.decode()[-2000:]
-    summary = json.loads(out.stdout.decode().strip().splitlines()[-1])
-    assert summary["unique_keys"] == 20 and summary["duplicates"] == 0, summary
+    summary: dict[str, Any] = json.loads(out.stdout.decode().strip().splitlines()[-1])
+    assert summary["unique_keys"] == count and summary["duplicates"] == 0, summary
+    return summary
+
+
+async def test_cli_counts_order_violations_of_each_queue(names: tuple[str, str]) -> None:
+    # queue 0 holds k-9 ... k-0 (send indexes going down: 9 violations in offset order), queue 1 holds
+    # k-10 ... k-19 (in order: none); the retries and repeats the summary leaves out are not in play
+    down = [f"k-{i}" for i in range(9, -1, -1)]
+    summary = await _consume_keys_by_queue(names, [down, [f"k-{i}" for i in range(10, 20)]], "--orderly")
     assert summary["order_violations"] == 9, summary
 
 
 async def test_cli_order_check_across_key_lengths_and_prefixes(names: tuple[str, str]) -> None:
     # one batch a queue: queue 0 k-95 ... k-104 (in order across a change of length: none), queue 1
     # k-8, k-9, k-10, then x-5 (another prefix, its integer going down: one) and k-11 (up again)
-    topic, group = names
-    async with EmbeddedCluster(queues=2, timing=Timing.fast()) as cluster:
-        await cluster.create_topic(topic, queues=2)
-        async with Producer("order_check_len_pg", namesrv_addr=cluster.namesrv_addr) as p:
-
-            def to_queue(queues: Sequence[MessageQueue], msg: Message, arg: int) -> MessageQueue:
-                return sorted(queues, key=lambda q: q.queue_id)[arg]
-
-            for i in range(95, 105):
-                await p.send(Message(topic, b"x", keys=f"k-{i}"), selector=to_queue, arg=0)
-            for key in ("k-8", "k-9", "k-10", "x-5", "k-11"):
-                await p.send(Message(topic, b"x", keys=key), selector=to_queue, arg=1)
-        args = _cli("consume", "--namesrv", cluster.namesrv_addr, "--group", group)
-        args += ["--topic", topic, "--count", "15", "--idle-exit", "5", "--quiet"]
-        with anyio.fail_after(25):
-            out = await anyio.run_process(args, env=child_env(), check=False)
-    assert out.returncode == 0, out.stderr.decode()[-2000:]
-    summary = json.loads(out.stdout.decode().strip().splitlines()[-1])
-    assert summary["unique_keys"] == 15 and summary["duplicates"] == 0, summary
+    across = [f"k-{i}" for i in range(95, 105)]
+    summary = await _consume_keys_by_queue(names, [across, ["k-8", "k-9", "k-10", "x-5", "k-11"]], "--quiet")
     assert summary["order_violations"] == 1, summary
 
 
