@@ -19,7 +19,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Coroutine
-from itertools import islice, repeat
+from itertools import chain, islice, repeat
 from operator import le
 from typing import Any
 
@@ -299,6 +299,9 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
     # first and last born timestamps: nothing per message once the consumer is past them)
     started_ms = int(time.time() * 1000)
     old_keys: set[str] = set()
+    # ... gathered a batch at a time (a list per batch, no insert a key) and folded into old_keys only
+    # when a lookup needs them: the whole-batch step below knows a new key's age from its message
+    old_batches: list[list[str]] = []
     older = older_repeats = older_order_violations = 0
     cur_mq: MessageQueue | None = None  # the last batch's queue and its state (the next is mostly it)
     cur_state: list[int] | None = None
@@ -355,12 +358,12 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
         if msgs[0].born_timestamp < started_ms:  # (stored in order: the batch's first is its oldest)
             if msgs[-1].born_timestamp < started_ms:
                 older += len(keys)
-                old_keys.update(keys)
+                old_batches.append(keys)
             else:
                 old = [k for m, k in zip(msgs, keys, strict=True) if m.born_timestamp < started_ms]
                 older += len(old)
-                old_keys.update(old)
-        have_old = bool(old_keys)
+                old_batches.append(old)
+        have_old = bool(old_keys) or bool(old_batches)
         # the queue's order state in locals for the batch (every message of it is of this queue)
         last_offset, last_index, last_old = state if state is not None else (0, 0, 0)
         fast = False
@@ -390,9 +393,13 @@ async def _consume_until(args: argparse.Namespace, stop: _StopSignals) -> int:
                         if rising and last_index <= int(k0[p:]):
                             fast = True
                             last_offset, last_index = msgs[-1].queue_offset, int(keys[-1][p:])
-                            last_old = have_old and keys[-1] in old_keys
+                            # (a key new to the run is an old one's exactly when its message is)
+                            last_old = msgs[-1].born_timestamp < started_ms
             if not fast:
                 seen.difference_update(keys)  # (all were new: seen is as before the batch)
+        if not fast and old_batches:
+            old_keys.update(chain.from_iterable(old_batches))  # the message loop looks them up
+            old_batches.clear()
         for m, key in () if fast else zip(msgs, keys, strict=True):
             if awaited_retries:
                 awaited_retries.discard(key)

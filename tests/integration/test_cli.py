@@ -337,4 +337,6 @@ async def test_consume_says_what_it_compared_and_when_keys_repeat_from_before_th
     assert summary["order_violations"] == 1, summary  # k-9 then k-0 in the one queue
     assert "by key" in summary["compared"], summary
     assert summary["produced_before_start"] == 20, summary
+    # all of them are repeats of keys sent before the run (the second k-0..k-9), not redeliveries
+    assert "10 of the duplicates and 1 of the order violations involve their keys" in summary["note"], summary
     assert "10 of the duplicates and 1 of the order violations" in summary["note"], summary
