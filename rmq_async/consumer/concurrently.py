@@ -47,6 +47,9 @@ log = logging.getLogger("rmq_async.consumer")
 #: reference count (CPython); elsewhere every context counts as held, so none is reused
 _refs: Callable[[object], int] = getattr(sys, "getrefcount", lambda obj: 1 << 30)
 
+#: Python 3.12+: a task's first step can run in its creator (``eager_start``), as that task
+_EAGER_TASKS = sys.version_info >= (3, 12)
+
 #: a consume batch whose handler returned, to settle: (batch, result, context, seconds it took)
 _Done = tuple[list[MessageExt], ConsumeResult, ConsumeContext, float]
 #: what the pull loops hand to the workers: a pulled batch, the index its consumption resumes at, and
@@ -73,6 +76,32 @@ class _Slot:
         self.ok: list[MessageExt] = []
 
 
+async def _watch(task: asyncio.Task[Any]) -> None:
+    """Await an eagerly started consume task in the task group of a service run on its own (without
+    the run's HandlerTasks): its failure fails the group, and cancelling this cancels it."""
+    await task
+
+
+class _Taken:
+    """A pulled batch an async handler consumes in its own eagerly started task (:meth:`take_now`):
+    where it is (``i``: the consume batch running), whether the rest is held in the process queue
+    (``held``: since a handler suspended or a batch was not a plain success) and the deadline armed
+    when the handler suspended (``since``, ``timer``)."""
+
+    __slots__ = ("counted", "expired", "held", "i", "msgs", "pq", "since", "task", "timer")
+
+    def __init__(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        self.pq = pq
+        self.msgs = msgs
+        self.i = 0
+        self.held = False
+        self.counted = False  # in ``active`` (it suspended: see _take_eagerly)
+        self.expired = False
+        self.since = 0.0
+        self.timer: asyncio.TimerHandle | None = None
+        self.task: asyncio.Task[None] | None = None
+
+
 class ConcurrentConsumeService:
     """The concurrent :class:`~rmq_async.consumer.service.ConsumeService`. Without a handler, pulled
     messages go to :attr:`deliveries` (the ``async for`` stream), settled through :meth:`process_result`."""
@@ -97,6 +126,15 @@ class ConcurrentConsumeService:
         self._idle: anyio.Event | None = None  # made only while someone waits for idleness
         self._loop_time: Callable[[], float] = time.monotonic  # the running loop's clock, from run()
         self._stages = ctx.stages  # the stage recorder (ConsumerConfig.stage_sample), None: off
+        self._loop: asyncio.AbstractEventLoop | None = None  # from run()
+        #: an async handler's pulled batch is consumed in a task started eagerly by the pull loop
+        #: (see take_now), not handed to a worker
+        self._eager = _EAGER_TASKS and handler is not None and not self._plain
+        self._concurrency = ctx.config.concurrency
+        #: eagerly started batches whose handler suspended (each counted in ``active`` too)
+        self._taken: set[_Taken] = set()
+        self._room: list[asyncio.Future[None]] = []  # workers waiting for ``active`` below concurrency
+        self._tg: anyio.abc.TaskGroup | None = None  # run()'s, when not run among HandlerTasks
 
     def open_deliveries(self) -> DeliveryStream:
         """The ``async for`` stream of a consumer without a handler (made on first use)."""
@@ -115,6 +153,10 @@ class ConcurrentConsumeService:
                 # after that one start within the slack: the running batch started at or before
                 # dl - old, so dl - old + timeout is never early and at most the slack late
                 scope.deadline = dl - old + timeout
+        for w in self._taken:
+            if w.timer is not None:
+                w.timer.cancel()
+                self._arm(w)
 
     async def wait_idle(self) -> None:
         """Wait until no worker is inside a pulled batch."""
@@ -142,8 +184,23 @@ class ConcurrentConsumeService:
         """The pull loop's offer of a pulled batch before it is held in ``pq`` (the optional part of
         the :class:`~.pulling.PullSink` seam): a plain handler consumes it at once, and only what it
         did not finish is put in ``pq`` (and handed to the workers), so a batch consumed in full
-        costs the process queue nothing. False: not taken (an async handler, hooks, the ``async for``
-        stream, a stop): the loop holds it and submits it."""
+        costs the process queue nothing. An async handler (Python 3.12+) consumes it in a task of its
+        own started eagerly (:meth:`_take_eagerly`). False: not taken (hooks, the ``async for``
+        stream, a stop, every consume slot busy, an async handler before Python 3.12): the loop holds
+        it and submits it."""
+        if self._eager:
+            c = self.c
+            if (
+                c.stopping
+                or self.deliveries is not None
+                or c.before_hooks
+                or c.after_hooks
+                or self.active >= self._concurrency
+                or self._loop is None
+            ):
+                return False
+            self._take_eagerly(pq, msgs)
+            return True
         if not self._plain or self.c.stopping or self.deliveries is not None:
             return False
         fn = self.invoker.plain_handler()
@@ -244,6 +301,204 @@ class ConcurrentConsumeService:
         if i < end or done is not None:
             self._inbox.put((pq, msgs, min(i, end), done))
 
+    # -- an async handler's eager consumption (Python 3.12+) -------------------------------------------
+
+    def _take_eagerly(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        """Consume ``msgs`` in a new task whose first step runs here, in the pulling task, as that
+        task (``eager_start``: ``current_task()``, cancel scopes, timeouts and context variables are
+        the new task's own). A handler that returns without suspending (the common case of a fast
+        ``async def``) is done within that step: no worker's wake-up, no turn of the loop, nothing
+        held in ``pq`` (as a plain handler's batch, see :meth:`_consume_plain`). Once the task
+        suspends it goes on by itself as one of the ``concurrency`` consume slots (it counts in
+        ``active``; workers wait for a free slot): what it has not consumed is held in ``pq`` from
+        then on, a running handler's consume deadline is armed, the run's HandlerTasks take it in
+        (a stop cancels it once, waits for it, gives up on it after the grace), and it consumes the
+        rest of its pulled batch as a worker does (:meth:`_consume_taken`)."""
+        assert self._loop is not None
+        w = _Taken(pq, msgs)
+        task = w.task = asyncio.Task(self._consume_taken(w), loop=self._loop, eager_start=True)  # type: ignore[call-arg, unused-ignore]
+        if task.done():
+            task.result()  # (raises a failure of ours: the pull loop, and so the run, ends with it)
+            return
+        if not w.held:  # suspended in the handler of consume batch w.i: armed for its deadline
+            self._hold(w)
+            w.since = self._loop_time()
+            self._arm(w)
+        # else: suspended settling a consume batch (a send-back: never cut by the deadline)
+        w.counted = True
+        self.active += 1
+        self._taken.add(w)
+        if not self.c.adopt_handler_task(task):  # a stop cancels it with the other handlers
+            assert self._tg is not None  # (a service run on its own: its task group watches it)
+            self._tg.start_soon(_watch, task)
+
+    def _hold(self, w: _Taken) -> None:
+        """From consume batch ``w.i`` on, ``w``'s pulled batch is held in its process queue (before
+        it, consumed: passed by, see :meth:`_passed`)."""
+        pq, msgs, i = w.pq, w.msgs, w.i
+        w.held = True
+        if not pq.dropped:
+            pq.put(msgs[i:])
+            if i:
+                self._passed(pq, msgs, i)
+
+    def _arm(self, w: _Taken) -> None:
+        assert self._loop is not None
+        w.timer = self._loop.call_at(w.since + self.timeout, self._expire, w)
+
+    def _expire(self, w: _Taken) -> None:
+        w.timer = None  # (fired: set_timeout must not arm it again)
+        if w.task is not None and not w.task.done():
+            w.expired = True
+            w.task.cancel()
+
+    async def _consume_taken(self, w: _Taken) -> None:
+        """The eagerly started task of :meth:`_take_eagerly`: consume the pulled batch as
+        :meth:`_consume_plain` does (successes acknowledged together at the end) until a handler
+        suspends or a consume batch is not a plain success; that batch is then settled here, and the
+        rest consumed as a worker consumes a pulled batch (:meth:`_consume`)."""
+        pq, msgs = w.pq, w.msgs
+        c = self.c
+        inv = self.invoker
+        if self._stages is not None:
+            self._stages.picked(msgs)
+        if pq.dropped:
+            return  # (as a worker: not started)
+        if pq.mq.topic == c.retry_topic or c.namespace:
+            reset_retry_topic(msgs, c.retry_topic, c.namespace)
+        handler = inv.handler()
+        mq = pq.mq
+        n = c.config.consume_batch_max_size
+        end = len(msgs)
+        success = ConsumeResult.SUCCESS
+        ctx = ConsumeContext(mq)
+        i = 0
+        try:
+            while i < end:
+                if pq.dropped:
+                    break
+                w.i = i
+                batch = [msgs[i]] if n == 1 else msgs[i : i + n]
+                try:
+                    result = await handler(batch, ctx)
+                except BaseException as exc:
+                    if not w.expired:
+                        inv.failed(exc, mq, msgs[i : i + n])  # re-raises a cancellation of ours
+                    result = ConsumeResult.RECONSUME_LATER
+                if not w.held:
+                    if (result is None or result is success) and ctx.ack_index is None:
+                        i += n
+                        if ctx.delay_level or _refs(ctx) > 2:
+                            ctx = ConsumeContext(mq)  # touched or held by the handler: never reused
+                        continue
+                    self._hold(w)  # not a plain success, and nothing suspended yet
+                await self._taken_returned(w, result, ctx)
+                await self._consume_rest(w, i + n)
+                return
+            if i:
+                self._passed(pq, msgs, min(i, end))
+        finally:
+            if w.counted:
+                self._taken_ended(w)
+
+    async def _taken_returned(self, w: _Taken, result: object, ctx: ConsumeContext) -> None:
+        """Settle consume batch ``w.i`` (held in ``pq``) after its handler returned, raised, or ran
+        past the consume deadline."""
+        pq, msgs, i = w.pq, w.msgs, w.i
+        batch = msgs[i : i + self.c.config.consume_batch_max_size]
+        rt = self._loop_time() - w.since if w.since else 0.0
+        if w.timer is not None:
+            w.timer.cancel()
+            w.timer = None
+        if w.expired:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()  # our deadline's cancellation, delivered and done with
+            log.warning(
+                "handler of group %s ran past the consume timeout (%.1fs) on %s: sent back %s",
+                self.c.group,
+                self.timeout,
+                pq.mq,
+                [m.msg_id for m in batch],
+            )
+            await self._finish(
+                pq,
+                batch,
+                ConsumeResult.RECONSUME_LATER,
+                ConsumeContext(pq.mq, delay_level=EXPIRED_DELAY_LEVEL),
+                self.timeout,
+                True,
+            )
+        elif (result is None or result is ConsumeResult.SUCCESS) and ctx.ack_index is None:
+            self.c.stats.consumed(pq.mq.topic, len(batch), rt, ok=True)
+            if not pq.dropped:
+                self._ack_held(pq, batch)
+        else:
+            await self._finish(pq, batch, self.invoker.checked(result), ctx, rt)
+
+    async def _consume_rest(self, w: _Taken, start: int) -> None:
+        """The rest of ``w``'s pulled batch, from ``start``, consumed as a worker consumes one: under a
+        cancel scope whose deadline follows each consume batch (see :meth:`_worker`)."""
+        pq, msgs = w.pq, w.msgs
+        if start >= len(msgs) or pq.dropped:
+            return
+        slot = _Slot()
+        slot.pq, slot.msgs, slot.i = pq, msgs, start
+        try:
+            while True:
+                with anyio.CancelScope() as scope, self.c.guard():
+                    slot.scope, slot.dl, slot.tver = scope, math.inf, self._tver
+                    await self._consume(slot)
+                    break
+                # only our own deadline gets here
+                self.scopes.discard(scope)
+                await self._settle_timed_out(slot)
+        finally:
+            self.scopes.discard(slot.scope)
+            if slot.ok:
+                self._ack(pq, slot.ok)
+
+    def _ack_held(self, pq: ProcessQueue, ok: list[MessageExt]) -> None:
+        offset = pq.remove(ok)
+        committed = pq.offset
+        if offset > committed.value:
+            committed.value = offset
+        if self._stages is not None:
+            self._stages.settled(ok)
+
+    def _taken_ended(self, w: _Taken) -> None:
+        if w.timer is not None:
+            w.timer.cancel()
+            w.timer = None
+        self._taken.discard(w)
+        self.active -= 1
+        self._wake_room()
+        if self.active == 0 and self._idle is not None:
+            self._idle.set()
+            self._idle = None
+
+    async def _wait_for_room(self) -> None:
+        """A worker's wait while every consume slot is taken (eagerly started batches among them)."""
+        assert self._loop is not None
+        while self.active >= self._concurrency:
+            fut = self._loop.create_future()
+            self._room.append(fut)
+            try:
+                await fut
+            except BaseException:
+                if fut in self._room:
+                    self._room.remove(fut)
+                elif fut.done() and not fut.cancelled():
+                    self._wake_room()  # woken and cancelled at once: the slot passes on
+                raise
+
+    def _wake_room(self) -> None:
+        while self._room:
+            fut = self._room.pop(0)
+            if not fut.done():
+                fut.set_result(None)
+                return
+
     def retry_locally(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         """``submitConsumeRequestLater``: consume ``msgs`` again after a delay (they stay in ``pq``)."""
         c = self.c
@@ -272,6 +527,8 @@ class ConcurrentConsumeService:
         """Start the workers; closing the hand-off ends them once it is drained."""
         # looked up once: every asyncio.get_running_loop() costs a getpid() system call
         self._loop_time = loop_clock()
+        self._loop = asyncio.get_running_loop()
+        self._tg = tg
         for _ in range(self.c.config.concurrency):
             if not self.c.start_handler(self._worker):  # (a run's HandlerTasks: a stop may abandon one)
                 tg.start_soon(self._worker)
@@ -312,6 +569,8 @@ class ConcurrentConsumeService:
                 if item is None:
                     return
                 pq, msgs, start, done = item
+                if self._taken and self.active >= self._concurrency:
+                    await self._wait_for_room()  # eagerly started batches hold every slot
                 if stages is not None and not start and done is None:
                     stages.picked(msgs)
                 if pq.dropped or c.stopping:

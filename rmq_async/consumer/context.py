@@ -12,6 +12,7 @@ instance nor the producer: the facade hands it what the run uses.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from contextlib import AbstractContextManager, nullcontext
@@ -316,6 +317,11 @@ class ConsumerContext:
             return False
         self._handlers.start_soon(fn, *args)
         return True
+
+    def adopt_handler_task(self, task: asyncio.Task[Any]) -> bool:
+        """Put ``task`` (a handler's, started outside the run's tasks) among the run's
+        :class:`HandlerTasks` (:meth:`HandlerTasks.adopt`); False without them (or once closed)."""
+        return self._handlers is not None and self._handlers.adopt(task)
 
     def guard(self) -> AbstractContextManager[None]:
         """The innermost cancel scope around a handler call (:meth:`HandlerTasks.guard`)."""

@@ -141,19 +141,24 @@ async def call_user(what: str, fn: Callable[..., Any], *args: Any) -> bool:
     return False
 
 
+async def _reraise(exc: BaseException) -> None:
+    raise exc
+
+
 class HandlerTasks:
     """The tasks of one consumer run that call its handler (concurrent workers, orderly drive tasks,
     POP batches), apart from the run's task group so that a stop can give up on a handler that swallows
     cancellation (see the module docstring). ``async with``: open for the run; :meth:`close` at
     shutdown."""
 
-    __slots__ = ("_closed", "_group", "_guards", "_life", "_tasks", "_tg")
+    __slots__ = ("_adopted", "_closed", "_group", "_guards", "_life", "_tasks", "_tg")
 
     def __init__(self, group: str) -> None:
         self._group = group
         self._life = Supervisor(f"handlers of group {group!r}")
         self._tg: asyncio.TaskGroup | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._adopted: set[asyncio.Task[Any]] = set()  # started outside the group (see adopt)
         self._guards: set[anyio.CancelScope] = set()
         self._closed = False
 
@@ -172,6 +177,8 @@ class HandlerTasks:
             self._tg = None
             for task in self._tasks:
                 task.cancel()  # once: a handler that swallows it is not cancelled again
+            if self._adopted:
+                await asyncio.wait(set(self._adopted))  # (the group waits for its own)
 
     def start_soon(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> bool:
         """Run ``fn(*args)`` here; False (nothing started) once closed."""
@@ -180,6 +187,30 @@ class HandlerTasks:
         task = self._tg.create_task(fn(*args))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return True
+
+    def adopt(self, task: asyncio.Task[Any]) -> bool:
+        """Take in ``task``, a handler's task started outside the group (eagerly, see
+        :meth:`.ConcurrentConsumeService.take_now`), as if the group had started it: a stop cancels
+        it once with the others, waits for it and counts it if it outlives the grace; its failure
+        fails the group. False (nothing done) once closed."""
+        tg = self._tg
+        if tg is None:
+            return False
+        self._tasks.add(task)
+        self._adopted.add(task)
+
+        def done(t: asyncio.Task[Any]) -> None:
+            self._tasks.discard(t)
+            self._adopted.discard(t)
+            exc = None if t.cancelled() else t.exception()
+            if exc is not None:
+                if self._tg is not None:
+                    self._tg.create_task(_reraise(exc))
+                else:
+                    log.error("consumer group %s: a handler task failed", self._group, exc_info=exc)
+
+        task.add_done_callback(done)
         return True
 
     def ended(self) -> asyncio.Future[None] | None:

@@ -102,6 +102,7 @@ class StubApi:
 
     def __init__(self) -> None:
         self.sent_back: list[int] = []  # queue offsets of the messages sent back
+        self.sent_back_levels: list[int] = []  # their delay levels
         self.send_back_ok = True
 
     async def lock_batch_mq(
@@ -114,6 +115,7 @@ class StubApi:
 
     async def consumer_send_msg_back(self, addr: str, header: Any, timeout: float) -> None:
         self.sent_back.append(int(header.offset))
+        self.sent_back_levels.append(int(header.delay_level))
         if not self.send_back_ok:
             from rmq_async.errors import BrokerError
 
