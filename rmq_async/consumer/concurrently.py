@@ -414,21 +414,7 @@ class ConcurrentConsumeService:
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()  # our deadline's cancellation, delivered and done with
-            log.warning(
-                "handler of group %s ran past the consume timeout (%.1fs) on %s: sent back %s",
-                self.c.group,
-                self.timeout,
-                pq.mq,
-                [m.msg_id for m in batch],
-            )
-            await self._finish(
-                pq,
-                batch,
-                ConsumeResult.RECONSUME_LATER,
-                ConsumeContext(pq.mq, delay_level=EXPIRED_DELAY_LEVEL),
-                self.timeout,
-                True,
-            )
+            await self._send_back_timed_out(pq, batch)
         elif (result is None or result is ConsumeResult.SUCCESS) and ctx.ack_index is None:
             self.c.stats.consumed(pq.mq.topic, len(batch), rt, ok=True)
             if not pq.dropped:
@@ -751,7 +737,6 @@ class ConcurrentConsumeService:
     async def _settle_timed_out(self, w: _Slot) -> None:
         """After the worker's deadline fired: settle the batch that ran past the consume timeout (or
         that returned just as it fired), then go on with the rest of its pulled batch."""
-        c = self.c
         pq = w.pq
         if pq is None:
             return  # fired while the worker was idle: nothing was running
@@ -762,21 +747,26 @@ class ConcurrentConsumeService:
         if done is not None:
             await self._finish(pq, *done)
         elif batch:
-            log.warning(
-                "handler of group %s ran past the consume timeout (%.1fs) on %s: sent back %s",
-                c.group,
-                self.timeout,
-                pq.mq,
-                [m.msg_id for m in batch],
-            )
-            await self._finish(
-                pq,
-                batch,
-                ConsumeResult.RECONSUME_LATER,
-                ConsumeContext(pq.mq, delay_level=EXPIRED_DELAY_LEVEL),
-                self.timeout,
-                True,
-            )
+            await self._send_back_timed_out(pq, batch)
+
+    async def _send_back_timed_out(self, pq: ProcessQueue, batch: list[MessageExt]) -> None:
+        """Settle a consume batch whose handler ran past the consume timeout: sent back (the delay
+        level of an expired message, as Java's cleaner), logged with its message ids."""
+        log.warning(
+            "handler of group %s ran past the consume timeout (%.1fs) on %s: sent back %s",
+            self.c.group,
+            self.timeout,
+            pq.mq,
+            [m.msg_id for m in batch],
+        )
+        await self._finish(
+            pq,
+            batch,
+            ConsumeResult.RECONSUME_LATER,
+            ConsumeContext(pq.mq, delay_level=EXPIRED_DELAY_LEVEL),
+            self.timeout,
+            True,
+        )
 
     async def _finish(
         self,
