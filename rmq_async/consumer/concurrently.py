@@ -373,24 +373,48 @@ class ConcurrentConsumeService:
         success = ConsumeResult.SUCCESS
         ctx = ConsumeContext(mq)
         i = 0
+        result: object = None
+        stopped = False  # by a consume batch that suspended or is not a plain success (``result``)
         try:
-            while i < end:
-                if pq.dropped:
-                    break
-                w.i = i
-                batch = [msgs[i]] if n == 1 else msgs[i : i + n]
-                try:
-                    result = await handler(batch, ctx)
-                except BaseException as exc:
-                    if not w.expired:
-                        inv.failed(exc, mq, msgs[i : i + n])  # re-raises a cancellation of ours
-                    result = ConsumeResult.RECONSUME_LATER
-                if not w.held:
-                    if (result is None or result is success) and ctx.ack_index is None:
-                        i += n
+            if n == 1:
+                # the default batch size: message by message, iterated (cheaper than indexing)
+                for m in msgs:
+                    if pq.dropped:
+                        break
+                    w.i = i
+                    try:
+                        result = await handler([m], ctx)
+                    except BaseException as exc:
+                        if not w.expired:
+                            inv.failed(exc, mq, [m])  # re-raises a cancellation of ours
+                        result = ConsumeResult.RECONSUME_LATER
+                    if not w.held and (result is None or result is success) and ctx.ack_index is None:
+                        i += 1
                         if ctx.delay_level or _refs(ctx) > 2:
                             ctx = ConsumeContext(mq)  # touched or held by the handler: never reused
                         continue
+                    stopped = True
+                    break
+            else:
+                while i < end:
+                    if pq.dropped:
+                        break
+                    w.i = i
+                    try:
+                        result = await handler(msgs[i : i + n], ctx)
+                    except BaseException as exc:
+                        if not w.expired:
+                            inv.failed(exc, mq, msgs[i : i + n])  # re-raises a cancellation of ours
+                        result = ConsumeResult.RECONSUME_LATER
+                    if not w.held and (result is None or result is success) and ctx.ack_index is None:
+                        i += n
+                        if ctx.delay_level or _refs(ctx) > 2:
+                            ctx = ConsumeContext(mq)
+                        continue
+                    stopped = True
+                    break
+            if stopped:
+                if not w.held:
                     self._hold(w)  # not a plain success, and nothing suspended yet
                 await self._taken_returned(w, result, ctx)
                 await self._consume_rest(w, i + n)

@@ -60,9 +60,10 @@ class _Run:
 
 
 @asynccontextmanager
-async def _service(handler: Handler, concurrency: int = 4) -> AsyncIterator[_Run]:
+async def _service(handler: Handler, concurrency: int = 4, batch: int = 1) -> AsyncIterator[_Run]:
     api = StubApi()
-    c = make_context(api=api, config=ConsumerConfig(group="g", concurrency=concurrency))
+    config = ConsumerConfig(group="g", concurrency=concurrency, consume_batch_max_size=batch)
+    c = make_context(api=api, config=config)
     svc = ConcurrentConsumeService(c, handler)
     async with anyio.create_task_group() as tg:
         await svc.run(tg)
@@ -201,6 +202,29 @@ async def test_failures_with_and_without_a_suspension_are_sent_back_and_the_rest
         await run.idle()
         assert run.api.sent_back == [102, 105]
         assert pq.count == 0 and run.committed(pq) == 108
+
+
+async def test_consume_batches_of_several_messages_are_cut_from_the_pulled_batch_in_order() -> None:
+    batches: list[list[int]] = []
+
+    async def handler(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult | None:
+        offs = [m.queue_offset for m in msgs]
+        batches.append(offs)
+        if 106 in offs:
+            return ConsumeResult.RECONSUME_LATER  # before any suspension: settled by a worker
+        if 109 in offs:
+            await asyncio.sleep(0)  # the rest goes on in the handler's own task
+        return None
+
+    async with _service(handler, batch=3) as run:
+        pq = run.pq()
+        assert run.svc.take_now(pq, _msgs(0, 11))
+        # consumed within the offer until the batch that is not a plain success
+        assert batches[:3] == [[100, 101, 102], [103, 104, 105], [106, 107, 108]]
+        await run.idle()
+        assert batches == [[100, 101, 102], [103, 104, 105], [106, 107, 108], [109, 110]]
+        assert run.api.sent_back == [106, 107, 108]
+        assert pq.count == 0 and run.committed(pq) == 111
 
 
 async def test_a_stop_cancels_a_suspended_handler_and_commits_nothing_past_it() -> None:
