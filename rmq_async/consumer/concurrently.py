@@ -653,6 +653,10 @@ class ConcurrentConsumeService:
         inv = self.invoker
         handler = inv.handler()  # itself unless traced or observed (OpenTelemetry)
         pq, msgs, i, ok = w.pq, w.msgs, w.i, w.ok
+        if type(msgs) is not list:
+            # the decoder's list subclass (PulledMessages): indexed and sliced per message below, a
+            # plain list's specialised subscript is the cheaper by far (the copy is per pulled batch)
+            msgs = list(msgs)
         mq = pq.mq
         n = c.config.consume_batch_max_size
         end = len(msgs)
