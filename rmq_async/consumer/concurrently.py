@@ -33,6 +33,7 @@ from ..protocol.stored import MessageExt
 from .context import ConsumerContext
 from .deadlines import loop_clock
 from .delivery import DeliveryStream
+from .eager import EAGER, start_eagerly
 from .handoff import Handoff
 from .invoke import Invoker
 from .outcome import settle_plan
@@ -47,8 +48,8 @@ log = logging.getLogger("rmq_async.consumer")
 #: reference count (CPython); elsewhere every context counts as held, so none is reused
 _refs: Callable[[object], int] = getattr(sys, "getrefcount", lambda obj: 1 << 30)
 
-#: Python 3.12+: a task's first step can run in its creator (``eager_start``), as that task
-_EAGER_TASKS = sys.version_info >= (3, 12)
+#: a task's first step can run in its creator, as that task (``eager_start``, see .eager)
+_EAGER_TASKS = EAGER
 
 #: a consume batch whose handler returned, to settle: (batch, result, context, seconds it took)
 _Done = tuple[list[MessageExt], ConsumeResult, ConsumeContext, float]
@@ -184,9 +185,9 @@ class ConcurrentConsumeService:
         """The pull loop's offer of a pulled batch before it is held in ``pq`` (the optional part of
         the :class:`~.pulling.PullSink` seam): a plain handler consumes it at once, and only what it
         did not finish is put in ``pq`` (and handed to the workers), so a batch consumed in full
-        costs the process queue nothing. An async handler (Python 3.12+) consumes it in a task of its
+        costs the process queue nothing. An async handler consumes it in a task of its
         own started eagerly (:meth:`_take_eagerly`). False: not taken (hooks, the ``async for``
-        stream, a stop, every consume slot busy, an async handler before Python 3.12): the loop holds
+        stream, a stop, every consume slot busy, no eager task start, see .eager): the loop holds
         it and submits it."""
         if self._eager:
             c = self.c
@@ -301,7 +302,7 @@ class ConcurrentConsumeService:
         if i < end or done is not None:
             self._inbox.put((pq, msgs, min(i, end), done))
 
-    # -- an async handler's eager consumption (Python 3.12+) -------------------------------------------
+    # -- an async handler's eager consumption ---------------------------------------------------------
 
     def _take_eagerly(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         """Consume ``msgs`` in a new task whose first step runs here, in the pulling task, as that
@@ -316,10 +317,10 @@ class ConcurrentConsumeService:
         rest of its pulled batch as a worker does (:meth:`_consume_taken`)."""
         assert self._loop is not None
         w = _Taken(pq, msgs)
-        task = w.task = asyncio.Task(self._consume_taken(w), loop=self._loop, eager_start=True)  # type: ignore[call-arg, unused-ignore]
-        if task.done():
-            task.result()  # (raises a failure of ours: the pull loop, and so the run, ends with it)
-            return
+        # (a failure of ours raises here: the pull loop, and so the run, ends with it)
+        task = w.task = start_eagerly(self._consume_taken(w), self._loop)
+        if task is None:
+            return  # consumed in this first step
         if not w.held:  # suspended in the handler of consume batch w.i: armed for its deadline
             self._hold(w)
             w.since = self._loop_time()

@@ -1,16 +1,15 @@
-"""An async handler's pulled batch consumed in an eagerly started task (Python 3.12+,
-:meth:`ConcurrentConsumeService.take_now`): the service runs its workers in a task group, and the
-test plays the pull loop (it offers each pulled batch, as ``PullLoop`` does, before holding it). What
-is checked: a handler that does not suspend is done within the offer, without a worker and without
-holding anything; one that suspends runs on as its own task, its rest held in the process queue and
-finished by the workers; task-bound code before the first suspension (cancel scopes, timeouts) is
-the new task's; ``concurrency`` bounds the handlers running at once; the consume deadline, failures
-and a stop keep at-least-once."""
+"""An async handler's pulled batch consumed in an eagerly started task (``eager_start`` on Python
+3.12+, :mod:`rmq_async.consumer.eager` by hand on 3.11; :meth:`ConcurrentConsumeService.take_now`):
+the service runs its workers in a task group, and the test plays the pull loop (it offers each pulled
+batch, as ``PullLoop`` does, before holding it). What is checked: a handler that does not suspend is
+done within the offer, without a worker and without holding anything; one that suspends runs on as
+its own task, its rest held in the process queue and finished by the workers; task-bound code before
+the first suspension (cancel scopes, timeouts) is the new task's; ``concurrency`` bounds the handlers
+running at once; the consume deadline, failures and a stop keep at-least-once."""
 
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -21,14 +20,13 @@ from support.consumer_context import StubApi, make_context, owned
 from rmq_async.config import ConsumerConfig
 from rmq_async.consumer.concurrently import ConcurrentConsumeService
 from rmq_async.consumer.context import ConsumerContext
+from rmq_async.consumer.eager import EAGER
 from rmq_async.consumer.process_queue import ProcessQueue
 from rmq_async.consumer.types import EXPIRED_DELAY_LEVEL, ConsumeContext, ConsumeResult
 from rmq_async.protocol.mq import MessageQueue
 from rmq_async.protocol.stored import MessageExt
 
-pytestmark = pytest.mark.skipif(
-    sys.version_info < (3, 12), reason="eager task start (asyncio.Task eager_start) is Python 3.12+"
-)
+pytestmark = pytest.mark.skipif(not EAGER, reason="no eager task start on this Python")
 
 Handler = Callable[[list[MessageExt], ConsumeContext], Awaitable["ConsumeResult | None"]]
 
