@@ -6,7 +6,8 @@ Prints ns per message for each stage (the minimum over ``--reps`` passes over 50
 32 decoded 1 KiB messages, so a slow spell of the machine does not decide it) and for a bare
 ``await handler([m], ctx)`` loop, the floor of one handler call a message; then the same for a plain
 (``def``) handler: the pulling task's inline consumption of a batch not held in the process queue
-(``take_now``), against a bare ``handler([m], ctx)`` loop. This is what moves when
+(``take_now``), against a bare ``handler([m], ctx)`` loop; and an async handler's batch taken by a
+task started eagerly (``take_now`` too). This is what moves when
 the consume loop changes; whole-consumer figures (``rmq-async bench``, ``benchmarks/ab.py``) are
 what a change is judged by.
 """
@@ -31,6 +32,7 @@ from rmq_async.client.instance import ClientInstance  # noqa: E402
 from rmq_async.config import ClientConfig, ConsumerConfig, Timing  # noqa: E402
 from rmq_async.consumer.concurrently import ConcurrentConsumeService, _Slot  # noqa: E402
 from rmq_async.consumer.context import ConsumerContext, Subscriptions  # noqa: E402
+from rmq_async.consumer.eager import EagerStarter  # noqa: E402
 from rmq_async.consumer.offset_store import OffsetStore, _MemoryTable  # noqa: E402
 from rmq_async.consumer.process_queue import ProcessQueue  # noqa: E402
 from rmq_async.consumer.types import ConsumeContext  # noqa: E402
@@ -112,6 +114,24 @@ async def measure(batch_size: int, reps: int) -> dict[str, Any]:
         bare.append((pc() - t0) / n * 1e9)
     assert seen == 2 * reps * n
 
+    # the async handler's eager path (take_now: the batch consumed in a task started eagerly, not
+    # held in the process queue), where this Python has it
+    eager: list[float] = []
+    if svc._eager:
+        svc._loop = asyncio.get_running_loop()
+        svc._starter = EagerStarter(svc._loop)
+        for _ in range(reps):
+            pq = ProcessQueue(MQ)
+            pq.offset = store.cell(MQ)
+            t0 = pc()
+            for msgs in batches:
+                assert svc.take_now(pq, msgs)
+            eager.append((pc() - t0) / n * 1e9)
+            assert pq.offset.value == n and pq.count == 0
+        svc._starter.close()
+        assert seen == 3 * reps * n
+    seen = 2 * reps * n
+
     def plain(msgs: list[MessageExt], ctx: ConsumeContext) -> None:
         nonlocal seen
         seen += len(msgs)
@@ -140,6 +160,7 @@ async def measure(batch_size: int, reps: int) -> dict[str, Any]:
         "consume_ns": round(min(consume)),
         "done_ns": round(min(done)),
         "bare_handler_calls_ns": round(min(bare)),
+        "eager_consume_ns": round(min(eager)) if eager else None,
         "plain_consume_ns": round(min(pconsume)),
         "plain_bare_calls_ns": round(min(pbare)),
         "batch": batch_size,
@@ -165,7 +186,8 @@ def main() -> None:
     out["loop"] = args.loop
     print(
         f"ns a message: put {out['put_ns']}  consume {out['consume_ns']}  done {out['done_ns']}  "
-        f"(a bare handler call a message: {out['bare_handler_calls_ns']}); plain handler: taken "
+        f"(a bare handler call a message: {out['bare_handler_calls_ns']}); taken eagerly "
+        f"{out['eager_consume_ns']}; plain handler: taken "
         f"unheld {out['plain_consume_ns']}  (a bare call: {out['plain_bare_calls_ns']})"
     )
     print(json.dumps(out))

@@ -33,7 +33,7 @@ from ..protocol.stored import MessageExt
 from .context import ConsumerContext
 from .deadlines import loop_clock
 from .delivery import DeliveryStream
-from .eager import EAGER, start_eagerly
+from .eager import EAGER, EagerStarter
 from .handoff import Handoff
 from .invoke import Invoker
 from .outcome import settle_plan
@@ -136,6 +136,7 @@ class ConcurrentConsumeService:
         self._taken: set[_Taken] = set()
         self._room: list[asyncio.Future[None]] = []  # workers waiting for ``active`` below concurrency
         self._tg: anyio.abc.TaskGroup | None = None  # run()'s, when not run among HandlerTasks
+        self._starter: EagerStarter | None = None  # from run(), with the eager path
 
     def open_deliveries(self) -> DeliveryStream:
         """The ``async for`` stream of a consumer without a handler (made on first use)."""
@@ -197,7 +198,7 @@ class ConcurrentConsumeService:
                 or c.before_hooks
                 or c.after_hooks
                 or self.active >= self._concurrency
-                or self._loop is None
+                or self._starter is None
             ):
                 return False
             self._take_eagerly(pq, msgs)
@@ -315,10 +316,10 @@ class ConcurrentConsumeService:
         then on, a running handler's consume deadline is armed, the run's HandlerTasks take it in
         (a stop cancels it once, waits for it, gives up on it after the grace), and it consumes the
         rest of its pulled batch as a worker does (:meth:`_consume_taken`)."""
-        assert self._loop is not None
+        assert self._loop is not None and self._starter is not None
         w = _Taken(pq, msgs)
         # (a failure of ours raises here: the pull loop, and so the run, ends with it)
-        task = w.task = start_eagerly(self._consume_taken(w), self._loop)
+        task = w.task = self._starter.start(self._consume_taken(w))
         if task is None:
             return  # consumed in this first step
         if not w.held:  # suspended in the handler of consume batch w.i: armed for its deadline
@@ -540,12 +541,20 @@ class ConcurrentConsumeService:
         self._loop_time = loop_clock()
         self._loop = asyncio.get_running_loop()
         self._tg = tg
+        if self._eager:
+            self._starter = EagerStarter(self._loop)
         for _ in range(self.c.config.concurrency):
             if not self.c.start_handler(self._worker):  # (a run's HandlerTasks: a stop may abandon one)
                 tg.start_soon(self._worker)
 
     def close(self) -> None:
         self._inbox.close()
+        self._end_starter()
+
+    def _end_starter(self) -> None:
+        starter, self._starter = self._starter, None  # (take_now takes nothing more)
+        if starter is not None:
+            starter.close()  # (its parked host; the tasks it started go on)
 
     # -- workers --------------------------------------------------------------------------------------
 
@@ -568,6 +577,7 @@ class ConcurrentConsumeService:
             self.scopes.discard(w.scope)
             if w.msgs is not None:
                 self._pulled_batch_done(w)
+            self._end_starter()  # (a run that ends without close(): cancelled)
 
     async def _take_and_consume(self, w: _Slot) -> None:
         inbox = self._inbox

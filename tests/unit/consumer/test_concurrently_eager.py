@@ -10,6 +10,7 @@ running at once; the consume deadline, failures and a stop keep at-least-once.""
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -85,8 +86,9 @@ async def test_a_handler_that_does_not_suspend_is_done_within_the_offer_as_its_o
         assert pq.count == 0 and run.committed(pq) == 132 and run.svc.active == 0
         assert run.svc.take_now(pq, [MessageExt("T", b"x", queue_offset=132)])
         assert run.committed(pq) == 133
-    # one task per pulled batch, never the offering (pulling) task
-    assert len(tasks) == 2 and me not in tasks
+    # never the offering (pulling) task; one task per pulled batch (Python 3.11: batches done within
+    # the offer run as one parked host task, one after the other, see rmq_async.consumer.eager)
+    assert len(tasks) == (2 if sys.version_info >= (3, 12) else 1) and me not in tasks
 
 
 async def test_a_suspending_handler_goes_on_as_its_own_task_and_the_workers_finish_the_rest() -> None:

@@ -1,9 +1,11 @@
-"""``start_eagerly``: a coroutine's first step runs in its creator, as the new task (Python 3.12's
-``eager_start``; done by hand on 3.11). What the consume service relies on is checked on both event
-loops: a coroutine that does not suspend is done within the call, with no task left behind; one that
-suspends goes on as the task that ran its first step (``current_task()``, a timeout or a cancel scope
-entered there, context variables set there); the creator stays itself; a failure in the first step
-is raised to the creator; a cancellation before the task's next step reaches the coroutine."""
+"""``EagerStarter``: a coroutine's first step runs in its creator, as the new task (Python 3.12's
+``eager_start``; done by hand on 3.11, with a parked host task). What the consume service relies on is
+checked on both event loops: a coroutine that does not suspend is done within the call, and starts
+that finish so leave no task behind once the starter is closed (3.11: one parked host, reused); one
+that suspends goes on as the task that ran its first step (``current_task()``, a timeout or a cancel
+scope entered there, context variables set there); the creator stays itself; a failure in the first
+step is raised to the creator; a cancellation before the task's next step reaches the coroutine; a
+start from inside a first step works too."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
-from rmq_async.consumer.eager import EAGER, start_eagerly
+from rmq_async.consumer.eager import EAGER, EagerStarter
 
 pytestmark = pytest.mark.skipif(not EAGER, reason="no eager task start on this Python")
 
@@ -56,10 +58,18 @@ def test_a_coroutine_that_does_not_suspend_is_done_within_the_call_as_its_own_ta
     async def main() -> None:
         outer = asyncio.current_task()
         before = len(asyncio.all_tasks())
-        assert start_eagerly(body(), asyncio.get_running_loop()) is None
+        starter = EagerStarter(asyncio.get_running_loop())
+        assert starter.start(body()) is None
         assert len(seen) == 1 and seen[0] is not None and seen[0] is not outer
         assert asyncio.current_task() is outer
         assert _var.get() == "unset"  # the task's own copy of the context
+        await asyncio.sleep(0)
+        during = len(asyncio.all_tasks())
+        for _ in range(50):
+            assert starter.start(body()) is None
+            await asyncio.sleep(0)
+        assert len(seen) == 51 and len(asyncio.all_tasks()) == during <= before + 1  # (a host, reused)
+        starter.close()
         await asyncio.sleep(0)
         await asyncio.sleep(0)
         assert len(asyncio.all_tasks()) == before  # nothing left running
@@ -84,7 +94,7 @@ def test_a_coroutine_that_suspends_goes_on_as_the_task_that_ran_its_first_step(
 
     async def main() -> None:
         outer = asyncio.current_task()
-        task = start_eagerly(body(), asyncio.get_running_loop())
+        task = EagerStarter(asyncio.get_running_loop()).start(body())
         assert task is not None and not task.done()
         assert firsts == [task]  # the first step ran as the task, here
         assert asyncio.current_task() is outer and _var.get() == "unset"
@@ -108,7 +118,7 @@ def test_a_timeout_entered_in_the_first_step_cancels_the_task_not_its_creator(
             outcome.append("timed out")
 
     async def main() -> None:
-        task = start_eagerly(body(), asyncio.get_running_loop())
+        task = EagerStarter(asyncio.get_running_loop()).start(body())
         assert task is not None
         await task  # the creator is not cancelled meanwhile
         assert outcome == ["timed out"]
@@ -126,7 +136,7 @@ def test_a_failure_in_the_first_step_is_raised_to_the_creator(
     async def main() -> None:
         outer = asyncio.current_task()
         with pytest.raises(LookupError, match="boom"):
-            start_eagerly(body(), asyncio.get_running_loop())
+            EagerStarter(asyncio.get_running_loop()).start(body())
         assert asyncio.current_task() is outer
         await asyncio.sleep(0)
 
@@ -151,7 +161,7 @@ def test_a_task_cancelled_before_its_next_step_delivers_the_cancellation_to_the_
             events.append("finally")
 
     async def main() -> None:
-        task = start_eagerly(body(), asyncio.get_running_loop())
+        task = EagerStarter(asyncio.get_running_loop()).start(body())
         assert task is not None
         task.cancel()  # before the loop ran any step of it
         with pytest.raises(asyncio.CancelledError):
@@ -174,7 +184,7 @@ def test_a_task_cancelled_while_it_waits_delivers_the_cancellation_to_the_corout
             events.append("finally")
 
     async def main() -> None:
-        task = start_eagerly(body(), asyncio.get_running_loop())
+        task = EagerStarter(asyncio.get_running_loop()).start(body())
         assert task is not None
         await asyncio.sleep(0)  # its first step took the sleep's future
         await asyncio.sleep(0)
@@ -197,9 +207,47 @@ def test_a_coroutine_that_yields_to_the_loop_and_returns_a_result_path_ends_clea
             await asyncio.sleep(0)
 
     async def main() -> None:
-        task = start_eagerly(body(), asyncio.get_running_loop())
+        task = EagerStarter(asyncio.get_running_loop()).start(body())
         assert task is not None and steps == [0]
         await task
         assert steps == [0, 1, 2] and task.result() is None
+
+    run(main())
+
+
+def test_a_start_from_inside_a_first_step_runs_as_a_task_of_its_own(
+    run: Callable[[Coroutine[Any, Any, None]], None],
+) -> None:
+    tasks: dict[str, object] = {}
+    gate: list[asyncio.Future[None]] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        starter = EagerStarter(loop)
+
+        async def inner() -> None:
+            tasks["inner"] = asyncio.current_task()
+            fut = loop.create_future()
+            gate.append(fut)
+            await fut
+            tasks["inner after"] = asyncio.current_task()
+
+        async def outer() -> None:
+            tasks["outer"] = asyncio.current_task()
+            tasks["inner task"] = starter.start(inner())
+            assert asyncio.current_task() is tasks["outer"]  # back as itself
+
+        assert starter.start(outer()) is None
+        t = tasks["inner task"]
+        assert isinstance(t, asyncio.Task) and not t.done()
+        assert tasks["inner"] is t is not tasks["outer"]
+        gate[0].set_result(None)
+        await t
+        assert tasks["inner after"] is t
+        again = starter.start(inner())  # the parked host is still good for the next start
+        assert again is not None and again is not t
+        gate[1].set_result(None)
+        await again
+        starter.close()
 
     run(main())
