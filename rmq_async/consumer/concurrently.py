@@ -1,10 +1,13 @@
 """Concurrent consumption (Java ``ConsumeMessageConcurrentlyService``), asyncio-style.
 
-Each pulled batch goes to one unbounded :class:`~rmq_async.consumer.handoff.Handoff` (the process
-queues' thresholds bound it); ``concurrency`` worker tasks take pulled batches, cut them into batches
-of ``consume_batch_max_size`` and await the ``async def`` handler. No task per message, no thread
-pool. Each worker keeps one cancel scope whose deadline is moved to the running batch's consume
-deadline; plain successes are acknowledged in ~1 ms groups.
+The pulling task offers each pulled batch to :meth:`ConcurrentConsumeService.take_now` first: a plain
+handler is called there, an ``async def`` one in a task started eagerly (:mod:`.eager`), and a batch
+consumed in full that way is never held. What they leave, and every batch when hooks are set, goes to
+one unbounded :class:`~rmq_async.consumer.handoff.Handoff` (the process queues' thresholds bound it);
+``concurrency`` worker tasks take pulled batches, cut them into batches of
+``consume_batch_max_size`` and await the handler. No task per message, no thread pool. Each worker
+keeps one cancel scope whose deadline is moved to the running batch's consume deadline; plain
+successes are acknowledged in ~1 ms groups.
 
 Results (:mod:`.outcome`, Java's meaning): SUCCESS acks up to ``ctx.ack_index`` (default: the whole
 batch) and sends the rest back; RECONSUME_LATER sends the whole batch back. A handler that raises
