@@ -132,7 +132,8 @@ class EagerStarter:
         outer = asyncio.current_task(loop)
         host, hosted = self._host, self._hosted
         spare = host is not None and host is outer  # started from a first step run as the host
-        if host is None or hosted is None or host.done() or spare:
+        if host is None or hosted is None or host.done() or host.cancelling() or spare:
+            # (a host cancelled while parked is not used: that cancellation would reach the next)
             hosted = _Host(loop)
             host = asyncio.Task(hosted, loop=loop, context=contextvars.Context())
             host._log_destroy_pending = False  # type: ignore[attr-defined]  # (parked: nothing lost)

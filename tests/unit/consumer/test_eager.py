@@ -127,6 +127,67 @@ def test_a_timeout_entered_in_the_first_step_cancels_the_task_not_its_creator(
     run(main())
 
 
+def test_an_asyncio_timeout_entered_in_the_first_step_is_the_task_s(
+    run: Callable[[Coroutine[Any, Any, None]], None],
+) -> None:
+    outcome: list[str] = []
+
+    async def quick() -> None:
+        async with asyncio.timeout(0.05):  # noqa: ASYNC100 (entered and left in the first step)
+            pass
+
+    async def body() -> None:
+        try:
+            async with asyncio.timeout(0.05):
+                await asyncio.sleep(30)
+        except TimeoutError:
+            outcome.append("timed out")
+
+    async def main() -> None:
+        starter = EagerStarter(asyncio.get_running_loop())
+        assert starter.start(quick()) is None
+        task = starter.start(body())
+        assert task is not None
+        await task
+        assert outcome == ["timed out"] and not task.cancelled() and task.cancelling() == 0
+        await asyncio.sleep(0.1)  # nothing cancels the creator later
+        starter.close()
+
+    run(main())
+
+
+def test_a_host_cancelled_while_parked_is_not_used_again(
+    run: Callable[[Coroutine[Any, Any, None]], None],
+) -> None:
+    gate: list[asyncio.Future[None]] = []
+    done: list[str] = []
+
+    async def quick() -> None:
+        pass
+
+    async def body() -> None:
+        fut = asyncio.get_running_loop().create_future()
+        gate.append(fut)
+        await fut
+        done.append("done")
+
+    async def main() -> None:
+        starter = EagerStarter(asyncio.get_running_loop())
+        before = asyncio.all_tasks()
+        assert starter.start(quick()) is None
+        await asyncio.sleep(0)  # (3.11: the host parked)
+        for t in asyncio.all_tasks() - before:
+            t.cancel()  # (the parked host) as a shutdown that cancels every task would
+        task = starter.start(body())
+        assert task is not None
+        gate[0].set_result(None)
+        await task  # not cancelled by what was meant for the parked host
+        assert done == ["done"]
+        starter.close()
+
+    run(main())
+
+
 def test_a_failure_in_the_first_step_is_raised_to_the_creator(
     run: Callable[[Coroutine[Any, Any, None]], None],
 ) -> None:
