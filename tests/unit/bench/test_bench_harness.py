@@ -55,6 +55,19 @@ async def test_meter_times_first_to_last_message() -> None:
     assert Meter(3).cpu_us_per_msg() is None  # nothing seen
 
 
+async def test_meter_counted_inline_as_the_no_op_handlers_do() -> None:
+    m = Meter(3)
+    stamps = []
+    for _ in range(4):
+        m.seen += 1  # the handlers' inline form of add(1)
+        if m.seen >= m.mark:
+            m.passed()
+        stamps.append((m.first, m.last, m.done.is_set()))
+    assert stamps[0][0] > 0 and stamps[0][0] == stamps[1][1]  # first stamped once, at the first
+    assert not stamps[1][2] and stamps[2][2] and stamps[2][1] > stamps[0][0]  # the last at the 3rd
+    assert stamps[3] == stamps[2] and m.seen == 4  # nothing moves after the end
+
+
 def test_percentile_and_spread() -> None:
     xs = [float(i) for i in range(1, 101)]
     assert percentile(xs, 0.5) == 51.0
