@@ -156,6 +156,7 @@ class EagerStarter:
             if outer is not None:
                 _enter(loop, outer)
         hosted.give(coro, context, first)
+        host._log_destroy_pending = True  # type: ignore[attr-defined]  # (as any task's, from here)
         if not spare:
             self._host = self._hosted = None  # the next start parks a new one
         return host
