@@ -5,6 +5,7 @@ machine's noise (paired CPU ratios, ``ab.py``, still move by a few percent a run
                                       [--loop uvloop|asyncio] [--reps 1] [--python-table N] [--keep DIR]
     python benchmarks/instructions.py raw-pull push push-plain             # this tree
     python benchmarks/instructions.py /tmp/base:push .:push                 # a change, tree against tree
+    python benchmarks/instructions.py raw-pull cli-consume                  # `rmq-async consume`
 
 Each spec runs in a fresh process under ``valgrind --tool=callgrind`` with ``PYTHONPATH`` set to its
 tree (default: this one), draining a preloaded topic (1 KiB messages, 8 queues) of one embedded
@@ -13,7 +14,9 @@ meter has seen ``--warm`` messages (imports, start-up, the first pulls and rebal
 then every instruction of the process (every thread) is counted until ``--measure`` more are seen,
 and the count is divided by the messages seen in between. The meter is watched by a task of the
 scenario's own loop every 20 ms (a few dozen instructions a message), not wrapped: its ``add`` runs
-as in ``ab.py`` and ``rmq-async bench``.
+as in ``ab.py`` and ``rmq-async bench``. ``cli-consume`` runs ``rmq-async consume --count N --quiet``
+(its handler wrapped by a counter, one call a batch of up to 32), and every spec of a run with it drains
+messages with keys ``k-<i>``, as ``rmq-async produce`` sends them.
 
 What it cannot tell: time. Under valgrind the consumer runs ~50x slower while the broker does not,
 so whatever depends on the clock happens more often per message (a worker's ~1 ms acknowledgement
@@ -45,7 +48,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SCENARIOS = ["raw-pull", "push", "push-plain", "push-orderly"]
+SCENARIOS = ["raw-pull", "push", "push-plain", "push-orderly", "cli-consume"]
 
 _SHIM = """
 #include <valgrind/callgrind.h>
@@ -79,6 +82,31 @@ def meter_init(self, target):
     watch.task = asyncio.get_running_loop().create_task(watch(self))
 
 
+if kind == "cli-consume":
+    # `rmq-async consume --count N --quiet` as a user runs it: its handler (a plain function, called
+    # with up to 32 messages) is wrapped by a counter the watcher reads (one call a batch)
+    from rmq_async.cli import app
+    from rmq_async.consumer import push
+
+    push_init = push.PushConsumer.__init__
+
+    def consumer_init(self, *a, handler, **kw):
+        meter = scenarios.Meter(int(total))
+
+        def counted(msgs, ctx):
+            r = handler(msgs, ctx)
+            meter.seen += len(msgs)
+            return r
+
+        push_init(self, *a, handler=counted, **kw)
+
+    push.PushConsumer.__init__ = consumer_init
+    argv = ["consume", "--namesrv", namesrv, "--topic", topic, "--group", "instr_cli",
+            "--from", "first", "--count", total, "--quiet", "--idle-exit", "600"]
+    if loop != "uvloop":
+        argv.append("--no-uvloop")
+    scenarios.Meter.__init__ = meter_init
+    sys.exit(app.main(argv))
 scenarios.Meter.__init__ = meter_init
 p = {"scenario": kind, "namesrv": namesrv, "topic": topic, "messages": int(total), "timeout": 1800,
      "interval": 3600}
@@ -208,7 +236,10 @@ def main() -> None:
         with ChildCluster(queues=8, flavour=4) as cluster:
             ns = cluster.namesrv_addr
             asyncio.run(create_topic(ns, "InstrTopic", 8))
-            asyncio.run(preload(ns, "InstrTopic", total, 1024))
+            # with cli-consume: keys "k-<i>", as `rmq-async produce` sends them (the CLI's handler
+            # reads them), for every spec of the run
+            keys = "k-" if any(s.endswith("cli-consume") for s in args.specs) else None
+            asyncio.run(preload(ns, "InstrTopic", total, 1024, keys_prefix=keys))
             print(
                 f"Python {sys.version.split()[0]}, {args.loop}: instructions a message over {args.measure:,} "
                 f"messages after {args.warm:,}",

@@ -149,21 +149,27 @@ async def preload(
     batch: int = 32,
     inflight: int = 16,
     progress: bool | None = None,
+    keys_prefix: str | None = None,
 ) -> float:
     """Send ``n`` messages of ``size`` bytes to ``topic`` (``batch`` per request, ``inflight`` requests
-    in flight); returns messages per second. A progress bar shows on a terminal (``progress=None``)."""
+    in flight); returns messages per second. A progress bar shows on a terminal (``progress=None``).
+    ``keys_prefix``: message ``i`` has the key ``<prefix><i>`` (as ``rmq-async produce`` sends them)."""
     body = b"x" * size
     bar = ProgressLine(n, f"preload {topic}", enabled=sys.stderr.isatty() if progress is None else progress)
     cfg = ProducerConfig(group=f"bench_preload_{os.getpid()}")
     producer = Producer(config=cfg, client_config=ClientConfig(namesrv_addr=namesrv))
-    chunks = iter([min(batch, n - i) for i in range(0, n, batch)])
+    chunks = iter([(i, min(batch, n - i)) for i in range(0, n, batch)])
     t0 = time.perf_counter()
     try:
         async with producer:
 
             async def sender() -> None:
-                for k in chunks:
-                    await producer.send_batch([Message(topic, body) for _ in range(k)])
+                for i, k in chunks:
+                    if keys_prefix is None:
+                        msgs = [Message(topic, body) for _ in range(k)]
+                    else:
+                        msgs = [Message(topic, body, keys=f"{keys_prefix}{j}") for j in range(i, i + k)]
+                    await producer.send_batch(msgs)
                     bar.advance(k)
 
             async with anyio.create_task_group() as tg:
