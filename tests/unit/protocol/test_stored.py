@@ -257,6 +257,19 @@ def test_hot_lookups_edge_cases(raw: str) -> None:
     _assert_lookups(m, parse_properties(raw, strict=False))
 
 
+class _Text(str):
+    """A str subclass: its methods return copies where an exact str may return itself."""
+
+
+@pytest.mark.parametrize("raw", ["KEYS\x01k\x02a\x01b", "a\x01b\x02c\x01d", "KEYS\x01", "KEYSX\x01y", ""])
+def test_hot_lookups_of_a_str_subclass(raw: str) -> None:
+    """The reads do not rely on a method returning its own string unchanged (CPython, exact str)."""
+    m = MessageExt("T", b"x")
+    m.raw_properties = _Text(raw)
+    expected = parse_properties(raw, strict=False)
+    assert (m.keys, m.tags, m.get_property("a")) == (expected.get("KEYS"), None, expected.get("a"))
+
+
 def test_capture_lookups_without_the_dict() -> None:
     """Every captured stored message (4.9.8, and 5.x with its trailing separator): the raw-string
     reads agree with the dict."""
